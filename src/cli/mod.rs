@@ -1,0 +1,392 @@
+//! Command-line interface (clap). Thin: parses arguments, calls the library, prints.
+
+mod cluster;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use gradflow::data::synth::{self, CtrParams, GsparParams};
+use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
+use gradflow::dataflow::Supervisor;
+use gradflow::job::Job;
+use gradflow::metrics::{epoch_line, human_bytes, write_csv, MetricsRow};
+use gradflow::model::file::ModelFile;
+use gradflow::model::{margin, EvalPart};
+use gradflow::runtime::{run_job, ClusterSpec, ObserverFactory};
+
+/// Data-parallel SGD on timely dataflow with pluggable, measured gradient exchange.
+#[derive(Parser, Debug)]
+#[command(name = "gradflow", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Train a job: in this process's threads, or as one process of a TCP cluster.
+    Train(TrainArgs),
+    /// Start N local processes of a job on loopback and wait for all of them.
+    Cluster(ClusterArgs),
+    /// Evaluate a saved model on a LibSVM file and write its predictions.
+    Predict(PredictArgs),
+    /// Dataset utilities.
+    #[command(subcommand)]
+    Data(DataCommand),
+}
+
+/// Job-field overrides shared by `train` and `cluster`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Overrides {
+    /// Override train.epochs.
+    #[arg(long)]
+    epochs: Option<u64>,
+    /// Override train.exchange (sharded or allgather).
+    #[arg(long)]
+    exchange: Option<String>,
+    /// Override train.seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Override optimizer.lr.
+    #[arg(long)]
+    lr: Option<f32>,
+    /// Override data.train (a LibSVM file).
+    #[arg(long = "train-file")]
+    train_file: Option<PathBuf>,
+    /// Override data.test (a LibSVM file).
+    #[arg(long = "test-file")]
+    test_file: Option<PathBuf>,
+    /// Override output.metrics (CSV path).
+    #[arg(long)]
+    metrics: Option<PathBuf>,
+    /// Override output.model (model file path).
+    #[arg(long = "model-out")]
+    model_out: Option<PathBuf>,
+    /// Override any job field: --set section.field=value (TOML value syntax); repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+impl Overrides {
+    fn to_sets(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let q = |p: &PathBuf| format!("{:?}", p.display().to_string());
+        if let Some(x) = self.epochs {
+            v.push(format!("train.epochs={x}"));
+        }
+        if let Some(x) = &self.exchange {
+            v.push(format!("train.exchange=\"{x}\""));
+        }
+        if let Some(x) = self.seed {
+            v.push(format!("train.seed={x}"));
+        }
+        if let Some(x) = self.lr {
+            v.push(format!("optimizer.lr={x}"));
+        }
+        if let Some(x) = &self.train_file {
+            v.push(format!("data.train={}", q(x)));
+        }
+        if let Some(x) = &self.test_file {
+            v.push(format!("data.test={}", q(x)));
+        }
+        if let Some(x) = &self.metrics {
+            v.push(format!("output.metrics={}", q(x)));
+        }
+        if let Some(x) = &self.model_out {
+            v.push(format!("output.model={}", q(x)));
+        }
+        v.extend(self.set.iter().cloned());
+        v
+    }
+
+    fn to_args(&self) -> Vec<String> {
+        self.to_sets()
+            .into_iter()
+            .flat_map(|s| ["--set".to_string(), s])
+            .collect()
+    }
+}
+
+#[derive(Args, Debug)]
+struct TrainArgs {
+    /// The job file (TOML).
+    job: PathBuf,
+    /// Worker threads per process.
+    #[arg(short = 'w', long = "workers", default_value_t = 1)]
+    workers: usize,
+    /// Number of processes in the cluster.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    processes: usize,
+    /// This process's index in the cluster.
+    #[arg(short = 'p', long, default_value_t = 0)]
+    process: usize,
+    /// File with one host:port per line, one line per process (default: localhost:2101+i).
+    #[arg(long)]
+    hostfile: Option<PathBuf>,
+    /// Seconds to wait for every process to connect.
+    #[arg(long, default_value_t = 60)]
+    startup_timeout: u64,
+    /// No per-epoch output.
+    #[arg(short, long)]
+    quiet: bool,
+    #[command(flatten)]
+    overrides: Overrides,
+}
+
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    /// The job file (TOML).
+    job: PathBuf,
+    /// Number of local processes.
+    #[arg(short = 'n', long)]
+    processes: usize,
+    /// Worker threads per process.
+    #[arg(short = 'w', long = "workers", default_value_t = 1)]
+    workers: usize,
+    /// Seconds to wait for every process to connect.
+    #[arg(long, default_value_t = 60)]
+    startup_timeout: u64,
+    #[command(flatten)]
+    overrides: Overrides,
+}
+
+#[derive(Args, Debug)]
+struct PredictArgs {
+    /// A model file written by `train` (output.model).
+    model: PathBuf,
+    /// LibSVM data to predict.
+    data: PathBuf,
+    /// Indices in the data start at 0.
+    #[arg(long)]
+    zero_based: bool,
+    /// Write one prediction per line here (probability for logistic, margin for hinge, value for
+    /// squared).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum DataCommand {
+    /// Write a deterministic synthetic dataset in LibSVM format.
+    Synth(SynthArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SynthKindArg {
+    /// CTR-like: Zipf feature popularity, binary features, logistic labels.
+    Ctr,
+    /// The GSpar paper's synthetic logistic data (§4).
+    Gspar,
+}
+
+#[derive(Args, Debug)]
+struct SynthArgs {
+    /// Generator.
+    #[arg(long, value_enum, default_value_t = SynthKindArg::Ctr)]
+    kind: SynthKindArg,
+    /// Rows.
+    #[arg(long, default_value_t = 40_000)]
+    rows: usize,
+    /// Features.
+    #[arg(long, default_value_t = 100_000)]
+    dim: u32,
+    /// Mean active features per row (ctr).
+    #[arg(long, default_value_t = 40)]
+    nnz: usize,
+    /// Shrink factor C1 for small magnitudes (gspar).
+    #[arg(long, default_value_t = 0.01)]
+    c1: f64,
+    /// Threshold C2 below which magnitudes are shrunk (gspar).
+    #[arg(long, default_value_t = 0.9)]
+    c2: f64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output file.
+    #[arg(long, short)]
+    out: PathBuf,
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Train(a) => train(a),
+        Command::Cluster(a) => cluster::run(
+            &a.job,
+            a.processes,
+            a.workers,
+            a.startup_timeout,
+            &a.overrides.to_args(),
+        ),
+        Command::Predict(a) => predict(a),
+        Command::Data(DataCommand::Synth(a)) => data_synth(a),
+    }
+}
+
+fn printer(quiet: bool) -> ObserverFactory {
+    Arc::new(move |plan| {
+        if quiet {
+            return Box::new(|_: &MetricsRow| {});
+        }
+        let bar = if std::io::stderr().is_terminal() {
+            let b = ProgressBar::new(plan.rounds_per_epoch);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "epoch {prefix} [{bar:30}] {pos}/{len} rounds {elapsed}",
+                )
+                .unwrap()
+                .progress_chars("=> "),
+            );
+            b.set_prefix("1");
+            Some(b)
+        } else {
+            None
+        };
+        Box::new(move |row: &MetricsRow| match (&bar, row.kind) {
+            (Some(b), "round") => b.inc(1),
+            (Some(b), _) => {
+                b.println(epoch_line(row));
+                b.reset();
+                b.set_prefix((row.epoch + 1).to_string());
+            }
+            (None, "epoch") => {
+                println!("{}", epoch_line(row));
+                gradflow::metrics::flush_stdout();
+            }
+            _ => {}
+        })
+    })
+}
+
+fn train(a: TrainArgs) -> Result<(), String> {
+    let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
+    let spec = ClusterSpec {
+        workers: a.workers,
+        processes: a.processes,
+        process: a.process,
+        hostfile: a.hostfile,
+        startup_timeout: Duration::from_secs(a.startup_timeout),
+    };
+    let supervisor = Supervisor::new();
+    supervisor.install_panic_hook();
+    let quiet = a.quiet || a.process != 0;
+    let outcome = match run_job(&job, &spec, &supervisor, printer(quiet)) {
+        Ok(o) => o,
+        Err(e) => {
+            // A process of a broken cluster may have threads stuck on dead peers: exit now.
+            eprintln!("error: process {}: {e}", a.process);
+            std::process::exit(1);
+        }
+    };
+    if spec.processes > 1 {
+        println!(
+            "process {} sent {} on data channels ({} messages) and {} on progress channels",
+            a.process,
+            human_bytes(outcome.wire.data),
+            outcome.wire.data_messages,
+            human_bytes(outcome.wire.progress)
+        );
+    }
+    if a.process == 0 {
+        let plan = outcome.plan.as_ref().ok_or("worker 0 returned no plan")?;
+        if let Some(path) = &job.output.metrics {
+            write_csv(path, &outcome.rows).map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("metrics: {}", path.display());
+        }
+        if let Some(path) = &job.output.model {
+            let model = ModelFile {
+                loss: plan.loss,
+                weights: outcome.weights.clone().unwrap_or_default(),
+            };
+            model
+                .save(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("model: {}", path.display());
+        }
+        println!(
+            "trained {} epochs ({} rounds) on {} worker(s) in {:.2} s",
+            plan.epochs,
+            plan.rounds(),
+            spec.workers * spec.processes,
+            outcome.seconds
+        );
+    }
+    Ok(())
+}
+
+fn predict(a: PredictArgs) -> Result<(), String> {
+    let model = ModelFile::load(&a.model)?;
+    let opts = LibsvmOptions {
+        zero_based: a.zero_based,
+        dim: Some(model.weights.len() as u32),
+    };
+    let data = read_libsvm(&a.data, &opts, &RowFilter::all())
+        .map_err(|e| e.to_string())?
+        .train;
+    let part = EvalPart::evaluate(&data, &model.weights, model.loss);
+    let s = part.summary(model.loss);
+    let mut line = format!("rows {}  loss {:.4}", part.count, s.loss);
+    if let (Some(acc), Some(auc)) = (s.accuracy, s.auc) {
+        line += &format!("  accuracy {acc:.4}  auc {auc:.4}");
+    }
+    if let Some(r) = s.rmse {
+        line += &format!("  rmse {r:.4}");
+    }
+    println!("{line}");
+    if let Some(out) = &a.out {
+        use std::io::Write;
+        let f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        for i in 0..data.rows() {
+            let (k, v) = data.row(i);
+            let m = margin(&model.weights, k, v);
+            let p = match model.loss {
+                gradflow::model::Loss::Logistic => 1.0 / (1.0 + (-m).exp()),
+                _ => m,
+            };
+            writeln!(w, "{p}").map_err(|e| format!("{}: {e}", out.display()))?;
+        }
+        w.flush().map_err(|e| format!("{}: {e}", out.display()))?;
+        println!("predictions: {}", out.display());
+    }
+    Ok(())
+}
+
+fn data_synth(a: SynthArgs) -> Result<(), String> {
+    if a.rows == 0 || a.dim == 0 || a.nnz == 0 {
+        return Err("--rows, --dim and --nnz must be positive".into());
+    }
+    let data = match a.kind {
+        SynthKindArg::Ctr => synth::ctr(&CtrParams {
+            rows: a.rows,
+            dim: a.dim,
+            nnz: a.nnz,
+            seed: a.seed,
+            ..CtrParams::default()
+        }),
+        SynthKindArg::Gspar => synth::gspar(&GsparParams {
+            rows: a.rows,
+            dim: a.dim,
+            c1: a.c1,
+            c2: a.c2,
+            seed: a.seed,
+        }),
+    };
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    write_libsvm(&a.out, &data).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    println!(
+        "wrote {} rows, {} features, {} nonzeros to {}",
+        data.rows(),
+        data.dim,
+        data.nnz(),
+        a.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! Deterministic assignment of rows to workers and to the train/test sides.
+//!
+//! Row `i` (0-based, counting data lines only) belongs to worker `i mod W`; it is a test row when a
+//! seeded hash of `i` falls below the test fraction. The split therefore depends only on the job
+//! seed, not on the number of workers, and no worker needs to talk to another to know its rows.
+
+/// Which side of the split a row is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// A training row.
+    Train,
+    /// A test row.
+    Test,
+}
+
+/// Decides, for each row number, whether this worker keeps it and on which side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowFilter {
+    /// This worker's index.
+    pub worker: usize,
+    /// Number of workers sharing the file.
+    pub workers: usize,
+    /// Fraction of rows held out for testing (0 keeps every row for training).
+    pub test_fraction: f64,
+    /// Seed of the split.
+    pub seed: u64,
+}
+
+impl RowFilter {
+    /// Keeps every row, all on the training side.
+    pub fn all() -> Self {
+        RowFilter {
+            worker: 0,
+            workers: 1,
+            test_fraction: 0.0,
+            seed: 0,
+        }
+    }
+
+    /// The side of row `row` if this worker keeps it.
+    #[inline]
+    pub fn side(&self, row: usize) -> Option<Side> {
+        if row % self.workers != self.worker {
+            return None;
+        }
+        if self.test_fraction > 0.0 && unit_hash(self.seed, row as u64) < self.test_fraction {
+            Some(Side::Test)
+        } else {
+            Some(Side::Train)
+        }
+    }
+}
+
+/// SplitMix64 finaliser: a well-mixed 64-bit hash of `(seed, x)`.
+#[inline]
+pub fn mix64(seed: u64, x: u64) -> u64 {
+    let mut z = seed ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A hash of `(seed, x)` mapped to `[0, 1)`.
+#[inline]
+pub fn unit_hash(seed: u64, x: u64) -> f64 {
+    (mix64(seed, x) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_has_exactly_one_owner_and_split_is_worker_independent() {
+        let filters: Vec<RowFilter> = (0..3)
+            .map(|w| RowFilter {
+                worker: w,
+                workers: 3,
+                test_fraction: 0.25,
+                seed: 7,
+            })
+            .collect();
+        let single = RowFilter {
+            worker: 0,
+            workers: 1,
+            test_fraction: 0.25,
+            seed: 7,
+        };
+        let mut tests = 0;
+        for row in 0..10_000 {
+            let owners: Vec<_> = filters.iter().filter_map(|f| f.side(row)).collect();
+            assert_eq!(owners.len(), 1);
+            assert_eq!(Some(owners[0]), single.side(row));
+            tests += (owners[0] == Side::Test) as usize;
+        }
+        assert!(
+            (2300..2700).contains(&tests),
+            "test share {tests} of 10000 should be near 25%"
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! Deterministic synthetic datasets.
+//!
+//! * [`ctr`]: a click-through-rate–like set. Feature popularity follows a Zipf law (a few features
+//!   in most rows, a long tail), features are binary, a hidden sparse weight vector decides the
+//!   click probability and labels are Bernoulli(sigmoid(w*·x)) in {+1, -1}. This is the embedded
+//!   default dataset of the quickstart.
+//! * [`gspar`]: the synthetic logistic-regression data of the GSpar paper (Wang et al., NeurIPS'18,
+//!   §4): dense Gaussian rows multiplied element-wise by a magnitude vector whose entries below
+//!   `C2` are shrunk by `C1`, so that most gradient coordinates are tiny (controlled sparsity),
+//!   labels `sign(a·w)` with `w ~ N(0, I)`.
+//!
+//! Same parameters and seed, same bytes.
+
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, StandardNormal, Zipf};
+
+use super::partition::unit_hash;
+use super::Dataset;
+
+/// Parameters of the CTR-like generator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CtrParams {
+    /// Number of rows.
+    pub rows: usize,
+    /// Number of features.
+    pub dim: u32,
+    /// Mean number of active features per row (each row draws uniformly in `[nnz/2, 3nnz/2]`).
+    pub nnz: usize,
+    /// Zipf exponent of feature popularity.
+    pub zipf_exponent: f64,
+    /// Fraction of features with a nonzero hidden weight.
+    pub weight_density: f64,
+    /// Standard deviation of the nonzero hidden weights.
+    pub weight_scale: f64,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for CtrParams {
+    /// The quickstart's embedded default dataset.
+    fn default() -> Self {
+        CtrParams {
+            rows: 40_000,
+            dim: 100_000,
+            nnz: 40,
+            zipf_exponent: 1.05,
+            weight_density: 0.3,
+            weight_scale: 0.8,
+            seed: 1,
+        }
+    }
+}
+
+/// Generates a CTR-like dataset (see the module docs).
+pub fn ctr(p: &CtrParams) -> Dataset {
+    assert!(p.dim > 0 && p.nnz > 0, "dim and nnz must be positive");
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(p.seed);
+    let zipf = Zipf::new(p.dim as f64, p.zipf_exponent).expect("valid Zipf parameters");
+    let scramble = Scramble::new(p.dim);
+    let mut data = Dataset::new(p.dim);
+    let mut keys: Vec<u32> = Vec::with_capacity(2 * p.nnz);
+    let mut ones: Vec<f32> = Vec::with_capacity(2 * p.nnz);
+    let lo = (p.nnz / 2).max(1);
+    let hi = (3 * p.nnz / 2).max(lo);
+    for _ in 0..p.rows {
+        let k = rng.random_range(lo..=hi);
+        keys.clear();
+        for _ in 0..k {
+            let rank = zipf.sample(&mut rng) as u64 - 1; // Zipf samples in [1, dim]
+            keys.push(scramble.apply(rank.min(p.dim as u64 - 1)));
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let margin: f64 = keys.iter().map(|&j| hidden_weight(p, j)).sum();
+        let prob = 1.0 / (1.0 + (-margin).exp());
+        let label = if rng.random::<f64>() < prob {
+            1.0
+        } else {
+            -1.0
+        };
+        ones.clear();
+        ones.resize(keys.len(), 1.0);
+        data.push_row(&keys, &ones, label);
+    }
+    data
+}
+
+/// The hidden weight of feature `j`: nonzero with probability `weight_density`, then normal.
+fn hidden_weight(p: &CtrParams, j: u32) -> f64 {
+    if unit_hash(p.seed ^ 0xA5A5, j as u64) >= p.weight_density {
+        return 0.0;
+    }
+    // Box-Muller on two independent hashes.
+    let u1 = unit_hash(p.seed ^ 0x1111, j as u64).max(1e-12);
+    let u2 = unit_hash(p.seed ^ 0x2222, j as u64);
+    p.weight_scale * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+/// A bijection of `[0, dim)` that spreads popular (small) Zipf ranks over the key space, as hashed
+/// feature ids are in real CTR data (otherwise a range-sharded parameter server would put every
+/// popular key on worker 0).
+struct Scramble {
+    dim: u64,
+    mult: u64,
+}
+
+impl Scramble {
+    fn new(dim: u32) -> Self {
+        let dim = dim as u64;
+        let mut mult = 2_654_435_761 % dim.max(1);
+        while mult == 0 || gcd(mult, dim) != 1 {
+            mult += 1;
+            if mult >= dim {
+                mult = 1;
+                break;
+            }
+        }
+        Scramble { dim, mult }
+    }
+    fn apply(&self, rank: u64) -> u32 {
+        ((rank * self.mult + 12_345) % self.dim) as u32
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Parameters of the GSpar synthetic generator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GsparParams {
+    /// Number of rows.
+    pub rows: usize,
+    /// Number of (dense) features.
+    pub dim: u32,
+    /// Shrink factor for the small magnitudes.
+    pub c1: f64,
+    /// Magnitudes `<= c2` are shrunk by `c1`.
+    pub c2: f64,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for GsparParams {
+    fn default() -> Self {
+        GsparParams {
+            rows: 4_000,
+            dim: 512,
+            c1: 0.01,
+            c2: 0.9,
+            seed: 1,
+        }
+    }
+}
+
+/// Generates the GSpar paper's synthetic logistic data (see the module docs).
+pub fn gspar(p: &GsparParams) -> Dataset {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(p.seed);
+    let d = p.dim as usize;
+    let magnitude: Vec<f64> = (0..d)
+        .map(|_| {
+            let b: f64 = rng.random();
+            if b <= p.c2 {
+                p.c1 * b
+            } else {
+                b
+            }
+        })
+        .collect();
+    let w: Vec<f64> = (0..d).map(|_| StandardNormal.sample(&mut rng)).collect();
+    let keys: Vec<u32> = (0..p.dim).collect();
+    let mut vals = vec![0f32; d];
+    let mut data = Dataset::new(p.dim);
+    for _ in 0..p.rows {
+        let mut dot = 0.0;
+        for j in 0..d {
+            let a: f64 = StandardNormal.sample(&mut rng);
+            let x = a * magnitude[j];
+            vals[j] = x as f32;
+            dot += x * w[j];
+        }
+        data.push_row(&keys, &vals, if dot >= 0.0 { 1.0 } else { -1.0 });
+    }
+    data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ctr_is_deterministic_sorted_and_skewed() {
+        let p = CtrParams {
+            rows: 2_000,
+            dim: 10_000,
+            ..CtrParams::default()
+        };
+        let a = ctr(&p);
+        assert_eq!(a, ctr(&p));
+        assert_eq!(a.rows(), 2_000);
+        for i in 0..a.rows() {
+            let (k, _) = a.row(i);
+            assert!(k.windows(2).all(|w| w[0] < w[1]) && k.iter().all(|&j| j < p.dim));
+        }
+        // Zipf skew: the most popular feature appears in far more rows than the average one.
+        let mut count = vec![0usize; p.dim as usize];
+        a.indices.iter().for_each(|&j| count[j as usize] += 1);
+        let max = *count.iter().max().unwrap();
+        let mean = a.nnz() as f64 / p.dim as f64;
+        assert!(max as f64 > 50.0 * mean, "max {max} mean {mean}");
+        let pos = a.labels.iter().filter(|&&y| y > 0.0).count();
+        assert!(
+            (400..1600).contains(&pos),
+            "labels should be mixed: {pos} positives"
+        );
+        assert_ne!(
+            ctr(&CtrParams {
+                seed: 2,
+                ..p.clone()
+            }),
+            a
+        );
+    }
+
+    #[test]
+    fn gspar_data_has_controlled_magnitudes() {
+        let p = GsparParams {
+            rows: 200,
+            dim: 64,
+            ..GsparParams::default()
+        };
+        let a = gspar(&p);
+        assert_eq!(a, gspar(&p));
+        assert_eq!(a.nnz(), 200 * 64);
+        // About 90% of the columns are shrunk by c1 = 0.01.
+        let small = (0..64)
+            .filter(|&j| (0..200).all(|i| a.values[i * 64 + j].abs() < 0.1))
+            .count();
+        assert!(small > 40, "{small} of 64 columns should be tiny");
+    }
+}

@@ -1,0 +1,66 @@
+//! A per-process failure flag. An operator that meets an error it cannot recover from (a corrupt
+//! message, a NaN gradient) records it here and stops; workers poll the flag between steps and
+//! drop their dataflows, so the process stops with the error instead of waiting forever on a
+//! peer that will never make progress. A panic anywhere in the process (including timely's
+//! communication threads when a peer's connection breaks) sets it too, through
+//! [`Supervisor::install_panic_hook`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Shared failure state of one process.
+#[derive(Clone, Default)]
+pub struct Supervisor {
+    failed: Arc<AtomicBool>,
+    message: Arc<Mutex<Option<String>>>,
+}
+
+impl Supervisor {
+    /// A fresh, healthy supervisor.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records `message` (the first failure wins) and raises the flag.
+    pub fn fail(&self, message: impl Into<String>) {
+        let mut m = self.message.lock().unwrap_or_else(|p| p.into_inner());
+        if m.is_none() {
+            *m = Some(message.into());
+        }
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether anything failed.
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// The first failure message.
+    pub fn message(&self) -> Option<String> {
+        self.message
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Chains a panic hook that records any panic of this process as a failure (then prints it as
+    /// the default hook does). Meant for the command-line program, which owns its process.
+    pub fn install_panic_hook(&self) {
+        let me = self.clone();
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let what = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into());
+            let thread = std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_string();
+            me.fail(format!("thread '{thread}' failed: {what}"));
+            previous(info);
+        }));
+    }
+}

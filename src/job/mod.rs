@@ -1,0 +1,471 @@
+//! Job files (TOML) and their command-line overrides.
+//!
+//! A job names its data, model, optimizer, training schedule, exchange strategy, compressor,
+//! seed and outputs. Every table rejects unknown fields, and every value is range-checked; the
+//! error names the field. Relative paths are relative to the working directory.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::CodecSpec;
+use crate::data::synth::{self, CtrParams, GsparParams};
+use crate::data::{read_libsvm, Dataset, LibsvmOptions, RowFilter};
+use crate::dataflow::{TrainPlan, WorkerData};
+use crate::exchange::ExchangeKind;
+use crate::model::Loss;
+use crate::optim::OptimizerConfig;
+
+/// A training job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// `[data]`: where the rows come from.
+    #[serde(default)]
+    pub data: DataSection,
+    /// `[model]`: loss and regularisation.
+    #[serde(default)]
+    pub model: ModelSection,
+    /// `[optimizer]`: update rule and hyper-parameters.
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    /// `[train]`: schedule, exchange, compressor, seed.
+    #[serde(default)]
+    pub train: TrainSection,
+    /// `[output]`: files to write.
+    #[serde(default)]
+    pub output: OutputSection,
+}
+
+/// `[data]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataSection {
+    /// Training file (LibSVM). Absent: the generated dataset of `[data.synth]` (by default the
+    /// embedded CTR-like set).
+    pub train: Option<PathBuf>,
+    /// Test file (LibSVM). Absent: `test_fraction` of the rows are held out.
+    pub test: Option<PathBuf>,
+    /// Fraction held out for testing when there is no test file.
+    pub test_fraction: f64,
+    /// Indices in the files start at 0.
+    pub zero_based: bool,
+    /// Declared number of features (an index beyond it is an error); absent: from the data.
+    pub dim: Option<u32>,
+    /// Generated data, used when `train` is absent.
+    pub synth: SynthSection,
+}
+
+impl Default for DataSection {
+    fn default() -> Self {
+        DataSection {
+            train: None,
+            test: None,
+            test_fraction: 0.25,
+            zero_based: false,
+            dim: None,
+            synth: SynthSection::default(),
+        }
+    }
+}
+
+/// Which generator `[data.synth]` uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SynthKind {
+    /// CTR-like: Zipf feature popularity, binary features, logistic labels.
+    #[default]
+    Ctr,
+    /// The GSpar paper's synthetic logistic data.
+    Gspar,
+}
+
+/// `[data.synth]`: parameters of the generated dataset (defaults: the embedded quickstart set).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SynthSection {
+    /// Generator.
+    pub kind: SynthKind,
+    /// Rows.
+    pub rows: usize,
+    /// Features.
+    pub dim: u32,
+    /// Mean active features per row (ctr).
+    pub nnz: usize,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+impl Default for SynthSection {
+    fn default() -> Self {
+        let c = CtrParams::default();
+        SynthSection {
+            kind: SynthKind::Ctr,
+            rows: c.rows,
+            dim: c.dim,
+            nnz: c.nnz,
+            seed: c.seed,
+        }
+    }
+}
+
+impl SynthSection {
+    /// Generates the whole dataset.
+    pub fn generate(&self) -> Dataset {
+        match self.kind {
+            SynthKind::Ctr => synth::ctr(&CtrParams {
+                rows: self.rows,
+                dim: self.dim,
+                nnz: self.nnz,
+                seed: self.seed,
+                ..CtrParams::default()
+            }),
+            SynthKind::Gspar => synth::gspar(&GsparParams {
+                rows: self.rows,
+                dim: self.dim,
+                seed: self.seed,
+                ..GsparParams::default()
+            }),
+        }
+    }
+}
+
+/// `[model]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// `logistic`, `hinge` or `squared`.
+    pub loss: Loss,
+    /// L2 regularisation λ.
+    pub lambda: f32,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        ModelSection {
+            loss: Loss::Logistic,
+            lambda: 0.01,
+        }
+    }
+}
+
+/// `[train]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// Passes over the training data.
+    pub epochs: u64,
+    /// Mini-batch size as a fraction of the training set (0.1: ten rounds per epoch).
+    pub batch_fraction: f64,
+    /// `sharded` or `allgather`.
+    pub exchange: ExchangeKind,
+    /// Gradient codec, e.g. `{ name = "none" }`.
+    pub compressor: CodecSpec,
+    /// Seed of every random choice (split, batches, randomised codecs).
+    pub seed: u64,
+}
+
+impl Default for TrainSection {
+    fn default() -> Self {
+        TrainSection {
+            epochs: 10,
+            batch_fraction: 0.1,
+            exchange: ExchangeKind::Sharded,
+            compressor: CodecSpec::default(),
+            seed: 42,
+        }
+    }
+}
+
+/// `[output]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputSection {
+    /// Metrics CSV (one row per round and per epoch).
+    pub metrics: Option<PathBuf>,
+    /// Final model file.
+    pub model: Option<PathBuf>,
+}
+
+/// A job that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The file cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown field or a value of the wrong type.
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// A value out of range; names the field.
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    /// A `--set` override that is not `key.path=value`.
+    #[error("bad override '{0}': expected section.field=value")]
+    Override(String),
+}
+
+impl Job {
+    /// Loads `path` and applies `overrides` (`section.field=value`, the value in TOML syntax, or a
+    /// bare string), then validates.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Job, JobError> {
+        let text = std::fs::read_to_string(path).map_err(|source| JobError::Io {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&text, path, overrides)
+    }
+
+    /// Parses job text; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path, overrides: &[String]) -> Result<Job, JobError> {
+        let parse_err = |e: toml::de::Error| JobError::Parse {
+            path: path.into(),
+            message: e.to_string().trim_end().to_string(),
+        };
+        // First parse the text itself, so that errors point at its lines.
+        let job: Job = toml::from_str(text).map_err(parse_err)?;
+        let job = if overrides.is_empty() {
+            job
+        } else {
+            let mut table: toml::Table = toml::from_str(text).map_err(parse_err)?;
+            for o in overrides {
+                apply_override(&mut table, o)?;
+            }
+            Job::deserialize(toml::Value::Table(table)).map_err(|e| JobError::Parse {
+                path: path.into(),
+                message: format!(
+                    "after overrides {overrides:?}: {}",
+                    e.to_string().trim_end()
+                ),
+            })?
+        };
+        job.validate().map_err(|message| JobError::Invalid {
+            path: path.into(),
+            message,
+        })?;
+        Ok(job)
+    }
+
+    /// Checks value ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let t = &self.train;
+        if t.epochs == 0 {
+            return Err("train.epochs: must be at least 1".into());
+        }
+        if !(t.batch_fraction > 0.0 && t.batch_fraction <= 1.0) {
+            return Err(format!(
+                "train.batch_fraction: must be in (0, 1], got {}",
+                t.batch_fraction
+            ));
+        }
+        let d = &self.data;
+        if !(0.0..1.0).contains(&d.test_fraction) {
+            return Err(format!(
+                "data.test_fraction: must be in [0, 1), got {}",
+                d.test_fraction
+            ));
+        }
+        if d.dim == Some(0) {
+            return Err("data.dim: must be positive".into());
+        }
+        if d.train.is_none() {
+            let s = &d.synth;
+            if s.rows == 0 || s.dim == 0 || (s.kind == SynthKind::Ctr && s.nnz == 0) {
+                return Err("data.synth: rows, dim and nnz must be positive".into());
+            }
+        } else if d.test.is_some()
+            && d.test_fraction != DataSection::default().test_fraction
+            && d.test_fraction != 0.0
+        {
+            return Err(
+                "data.test_fraction: not used when data.test names a test file; remove one".into(),
+            );
+        }
+        if !(self.model.lambda.is_finite() && self.model.lambda >= 0.0) {
+            return Err(format!(
+                "model.lambda: must be a finite number >= 0, got {}",
+                self.model.lambda
+            ));
+        }
+        self.optimizer.validate()
+    }
+
+    /// Rounds per epoch: `ceil(1 / batch_fraction)`.
+    pub fn rounds_per_epoch(&self) -> u64 {
+        (1.0 / self.train.batch_fraction - 1e-9).ceil().max(1.0) as u64
+    }
+
+    /// The rows worker `worker` of `workers` trains and tests on, and the dimension.
+    /// Deterministic: every worker computes the same dimension and split.
+    pub fn load_worker_data(
+        &self,
+        worker: usize,
+        workers: usize,
+    ) -> Result<(WorkerData, u32), String> {
+        let d = &self.data;
+        let filter = RowFilter {
+            worker,
+            workers,
+            test_fraction: if d.test.is_some() {
+                0.0
+            } else {
+                d.test_fraction
+            },
+            seed: self.train.seed,
+        };
+        match &d.train {
+            Some(path) => {
+                let opts = LibsvmOptions {
+                    zero_based: d.zero_based,
+                    dim: d.dim,
+                };
+                let split = read_libsvm(path, &opts, &filter).map_err(|e| e.to_string())?;
+                let dim = split.train.dim;
+                let test = match &d.test {
+                    Some(test_path) => {
+                        let opts = LibsvmOptions {
+                            zero_based: d.zero_based,
+                            dim: Some(dim),
+                        };
+                        let only_mine = RowFilter {
+                            test_fraction: 0.0,
+                            ..filter.clone()
+                        };
+                        read_libsvm(test_path, &opts, &only_mine)
+                            .map_err(|e| e.to_string())?
+                            .train
+                    }
+                    None => split.test,
+                };
+                Ok((
+                    WorkerData {
+                        train: split.train,
+                        test,
+                    },
+                    dim,
+                ))
+            }
+            None => {
+                let all = d.synth.generate();
+                let dim = d.dim.unwrap_or(all.dim).max(all.dim);
+                let mut data = WorkerData {
+                    train: Dataset::new(dim),
+                    test: Dataset::new(dim),
+                };
+                for i in 0..all.rows() {
+                    let (k, v) = all.row(i);
+                    match filter.side(i) {
+                        Some(crate::data::partition::Side::Train) => {
+                            data.train.push_row(k, v, all.labels[i])
+                        }
+                        Some(crate::data::partition::Side::Test) => {
+                            data.test.push_row(k, v, all.labels[i])
+                        }
+                        None => {}
+                    }
+                }
+                Ok((data, dim))
+            }
+        }
+    }
+
+    /// The plan all workers share, given the data dimension and threads per process.
+    pub fn plan(&self, dim: u32, threads_per_process: usize) -> TrainPlan {
+        TrainPlan {
+            dim,
+            loss: self.model.loss,
+            lambda: self.model.lambda,
+            optimizer: self.optimizer.clone(),
+            exchange: self.train.exchange,
+            codec: self.train.compressor.clone(),
+            rounds_per_epoch: self.rounds_per_epoch(),
+            epochs: self.train.epochs,
+            seed: self.train.seed,
+            threads_per_process,
+        }
+    }
+}
+
+/// Sets `a.b.c = value` in `table`; the value is parsed as TOML, else taken as a string.
+fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), JobError> {
+    let (key, raw) = o
+        .split_once('=')
+        .ok_or_else(|| JobError::Override(o.into()))?;
+    let path: Vec<&str> = key.trim().split('.').collect();
+    if path.iter().any(|p| p.is_empty()) {
+        return Err(JobError::Override(o.into()));
+    }
+    let raw = raw.trim();
+    let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").unwrap(),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    let mut cur = table;
+    for part in &path[..path.len() - 1] {
+        let entry = cur
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        cur = entry
+            .as_table_mut()
+            .ok_or_else(|| JobError::Override(format!("{o} ({part} is not a table)")))?;
+    }
+    cur.insert(path[path.len() - 1].to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Job, JobError> {
+        Job::parse(text, Path::new("job.toml"), &[])
+    }
+
+    #[test]
+    fn empty_job_is_the_default() {
+        let job = parse("").unwrap();
+        assert_eq!(job, Job::default());
+        assert_eq!(job.rounds_per_epoch(), 10);
+    }
+
+    #[test]
+    fn unknown_and_invalid_fields_are_named() {
+        let e = parse("[train]\nepochz = 3\n").unwrap_err().to_string();
+        assert!(e.contains("epochz") && e.contains("line 2"), "{e}");
+        let e = parse("[model]\nloss = \"cubic\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cubic"), "{e}");
+        let e = parse("[train]\nbatch_fraction = 1.5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("train.batch_fraction"), "{e}");
+        let e = parse("[optimizer]\nlr = -1\n").unwrap_err().to_string();
+        assert!(e.contains("optimizer.lr"), "{e}");
+        let e = parse("[train]\ncompressor = { name = \"zip\" }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zip"), "{e}");
+        let e = parse("[bogus]\n").unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn overrides_replace_fields_and_are_checked() {
+        let job = Job::parse(
+            "[train]\nepochs = 3\n",
+            Path::new("j"),
+            &["train.epochs=5".into(), "train.exchange=allgather".into()],
+        )
+        .unwrap();
+        assert_eq!(job.train.epochs, 5);
+        assert_eq!(job.train.exchange, ExchangeKind::Allgather);
+        let e = Job::parse("", Path::new("j"), &["train.epochx=5".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("epochx"), "{e}");
+        assert!(Job::parse("", Path::new("j"), &["noequals".into()]).is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! Metrics: bytes on the wire as timely's communication layer reports them, per-round and
+//! per-epoch rows, and the metrics CSV. Observes the other layers; none of them depends on it
+//! except through plain numbers.
+
+pub mod wire;
+
+pub use wire::{WireBytes, WireCounters};
+
+use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
+
+/// Time spent per stage of a round, in milliseconds (mean over workers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct StageTimes {
+    /// Mini-batch gradient.
+    pub gradient_ms: f64,
+    /// Encoding the outgoing messages.
+    pub encode_ms: f64,
+    /// Waiting for the other workers and the network.
+    pub wait_ms: f64,
+    /// Decoding and summing the received gradients.
+    pub aggregate_ms: f64,
+    /// Optimizer update and applying received model updates.
+    pub update_ms: f64,
+}
+
+impl StageTimes {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &StageTimes) {
+        self.gradient_ms += other.gradient_ms;
+        self.encode_ms += other.encode_ms;
+        self.wait_ms += other.wait_ms;
+        self.aggregate_ms += other.aggregate_ms;
+        self.update_ms += other.update_ms;
+    }
+    /// Multiplies every stage by `s`.
+    pub fn scale(&mut self, s: f64) {
+        self.gradient_ms *= s;
+        self.encode_ms *= s;
+        self.wait_ms *= s;
+        self.aggregate_ms *= s;
+        self.update_ms *= s;
+    }
+}
+
+/// One row of the metrics CSV: a round or an epoch.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct MetricsRow {
+    /// `round` or `epoch`.
+    pub kind: &'static str,
+    /// Epoch (1-based).
+    pub epoch: u64,
+    /// Round (0-based, global); for an epoch row, its last round.
+    pub round: u64,
+    /// Wall-clock seconds since training started.
+    pub seconds: f64,
+    /// Mean training loss of the round's (or epoch's) mini-batches, before the update.
+    pub train_loss: f64,
+    /// Test loss (epoch rows).
+    pub test_loss: Option<f64>,
+    /// Test accuracy (classification, epoch rows).
+    pub test_accuracy: Option<f64>,
+    /// Test AUC (classification, epoch rows).
+    pub test_auc: Option<f64>,
+    /// Test RMSE (regression, epoch rows).
+    pub test_rmse: Option<f64>,
+    /// Keys in the workers' gradients (sum over workers).
+    pub gradient_keys: u64,
+    /// Payload bytes of the gradient messages sent to other processes.
+    pub gradient_payload_bytes: u64,
+    /// Payload bytes of the model-update messages sent to other processes.
+    pub update_payload_bytes: u64,
+    /// Bytes timely sent on data channels between processes (all processes).
+    pub wire_data_bytes: u64,
+    /// Bytes timely sent on progress channels between processes (all processes).
+    pub wire_progress_bytes: u64,
+    /// Gradient time, ms (mean over workers).
+    pub gradient_ms: f64,
+    /// Encode time, ms (mean over workers).
+    pub encode_ms: f64,
+    /// Waiting time, ms (mean over workers).
+    pub wait_ms: f64,
+    /// Decode and sum time, ms (mean over workers).
+    pub aggregate_ms: f64,
+    /// Optimizer update time, ms (mean over workers).
+    pub update_ms: f64,
+}
+
+impl MetricsRow {
+    /// The per-stage times of this row.
+    pub fn times(&self) -> StageTimes {
+        StageTimes {
+            gradient_ms: self.gradient_ms,
+            encode_ms: self.encode_ms,
+            wait_ms: self.wait_ms,
+            aggregate_ms: self.aggregate_ms,
+            update_ms: self.update_ms,
+        }
+    }
+
+    /// Sets the per-stage times.
+    pub fn set_times(&mut self, t: &StageTimes) {
+        self.gradient_ms = t.gradient_ms;
+        self.encode_ms = t.encode_ms;
+        self.wait_ms = t.wait_ms;
+        self.aggregate_ms = t.aggregate_ms;
+        self.update_ms = t.update_ms;
+    }
+}
+
+/// Writes rows as CSV with a header line.
+pub fn write_csv(path: &Path, rows: &[MetricsRow]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    let mut w = csv::Writer::from_path(path)?;
+    for r in rows {
+        w.serialize(r).map_err(std::io::Error::other)?;
+    }
+    w.flush()
+}
+
+/// Formats a byte count for people (B, kB, MB, GB; powers of 1000).
+pub fn human_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b < 1e3 {
+        format!("{b:.0} B")
+    } else if b < 1e6 {
+        format!("{:.1} kB", b / 1e3)
+    } else if b < 1e9 {
+        format!("{:.2} MB", b / 1e6)
+    } else {
+        format!("{:.2} GB", b / 1e9)
+    }
+}
+
+/// The one-line summary of an epoch. `sent` counts the payload bytes (gradients and model
+/// updates) addressed to other processes; the wire totals, framing and progress traffic
+/// included, are known when the run ends.
+pub fn epoch_line(row: &MetricsRow) -> String {
+    let mut s = format!(
+        "epoch {:>3}  {:>7.2}s  train_loss {:.4}",
+        row.epoch, row.seconds, row.train_loss
+    );
+    if let Some(l) = row.test_loss {
+        s += &format!("  test_loss {l:.4}");
+    }
+    if let Some(a) = row.test_accuracy {
+        s += &format!("  acc {a:.4}");
+    }
+    if let Some(a) = row.test_auc {
+        s += &format!("  auc {a:.4}");
+    }
+    if let Some(r) = row.test_rmse {
+        s += &format!("  rmse {r:.4}");
+    }
+    s += &format!(
+        "  sent {}",
+        human_bytes(row.gradient_payload_bytes + row.update_payload_bytes)
+    );
+    s
+}
+
+/// Flushes stdout, ignoring errors (used after progress output).
+pub fn flush_stdout() {
+    let _ = std::io::stdout().flush();
+}

@@ -1,0 +1,144 @@
+//! Test metrics: loss, accuracy and AUC for classification, RMSE for regression. Each worker
+//! evaluates its share of the test rows into an [`EvalPart`]; parts merge into an [`EvalSummary`].
+
+use serde::{Deserialize, Serialize};
+
+use super::{margin, Loss};
+use crate::data::Dataset;
+
+/// One worker's share of a test evaluation. Scores are kept (one pair per row) so that the AUC
+/// of the merged parts is exact.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalPart {
+    /// Sum of the data loss.
+    pub loss_sum: f64,
+    /// Rows evaluated.
+    pub count: u64,
+    /// Correctly classified rows (classification).
+    pub correct: u64,
+    /// Sum of squared errors (regression).
+    pub sq_err: f64,
+    /// (margin, target) per row, for the AUC (classification only).
+    pub scores: Vec<(f32, f32)>,
+}
+
+impl EvalPart {
+    /// Evaluates `weights` on every row of `data`.
+    pub fn evaluate(data: &Dataset, weights: &[f32], loss: Loss) -> Self {
+        let mut part = EvalPart::default();
+        for i in 0..data.rows() {
+            let (k, v) = data.row(i);
+            let m = margin(weights, k, v);
+            let y = loss.target(data.labels[i]);
+            part.loss_sum += loss.value(m, y);
+            part.count += 1;
+            if loss.is_classification() {
+                part.correct += ((m >= 0.0) == (y > 0.0)) as u64;
+                part.scores.push((m, y));
+            } else {
+                part.sq_err += ((m - y) as f64).powi(2);
+            }
+        }
+        part
+    }
+
+    /// Adds another part into this one.
+    pub fn merge(&mut self, other: &EvalPart) {
+        self.loss_sum += other.loss_sum;
+        self.count += other.count;
+        self.correct += other.correct;
+        self.sq_err += other.sq_err;
+        self.scores.extend_from_slice(&other.scores);
+    }
+
+    /// The metrics of the merged parts.
+    pub fn summary(&self, loss: Loss) -> EvalSummary {
+        let n = self.count.max(1) as f64;
+        if loss.is_classification() {
+            EvalSummary {
+                loss: self.loss_sum / n,
+                accuracy: Some(self.correct as f64 / n),
+                auc: Some(auc(&self.scores)),
+                rmse: None,
+            }
+        } else {
+            EvalSummary {
+                loss: self.loss_sum / n,
+                accuracy: None,
+                auc: None,
+                rmse: Some((self.sq_err / n).sqrt()),
+            }
+        }
+    }
+}
+
+/// Test metrics of one evaluation.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EvalSummary {
+    /// Mean data loss.
+    pub loss: f64,
+    /// Fraction classified correctly (classification).
+    pub accuracy: Option<f64>,
+    /// Area under the ROC curve (classification).
+    pub auc: Option<f64>,
+    /// Root mean squared error (regression).
+    pub rmse: Option<f64>,
+}
+
+/// Exact ROC AUC of `(score, target)` pairs (target > 0 is positive), ties counted half
+/// (Mann-Whitney rank statistic). Returns 0.5 when one class is absent.
+pub fn auc(scores: &[(f32, f32)]) -> f64 {
+    let mut s: Vec<(f32, bool)> = scores.iter().map(|&(m, y)| (m, y > 0.0)).collect();
+    s.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let pos = s.iter().filter(|x| x.1).count() as f64;
+    let neg = s.len() as f64 - pos;
+    if pos == 0.0 || neg == 0.0 {
+        return 0.5;
+    }
+    let mut rank_sum = 0.0;
+    let mut i = 0;
+    while i < s.len() {
+        let mut j = i;
+        while j < s.len() && s[j].0 == s[i].0 {
+            j += 1;
+        }
+        let avg_rank = (i + j + 1) as f64 / 2.0; // 1-based ranks i+1..=j
+        rank_sum += avg_rank * s[i..j].iter().filter(|x| x.1).count() as f64;
+        i = j;
+    }
+    (rank_sum - pos * (pos + 1.0) / 2.0) / (pos * neg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auc_of_known_orderings() {
+        assert_eq!(
+            auc(&[(0.1, -1.0), (0.2, -1.0), (0.3, 1.0), (0.4, 1.0)]),
+            1.0
+        );
+        assert_eq!(auc(&[(0.4, -1.0), (0.3, 1.0)]), 0.0);
+        assert_eq!(auc(&[(0.5, -1.0), (0.5, 1.0)]), 0.5);
+        // one inversion out of 2x2 pairs
+        assert_eq!(
+            auc(&[(0.1, -1.0), (0.3, -1.0), (0.2, 1.0), (0.4, 1.0)]),
+            0.75
+        );
+    }
+
+    #[test]
+    fn parts_merge_to_the_whole() {
+        let mut d = Dataset::new(3);
+        d.push_row(&[0], &[1.0], 1.0);
+        d.push_row(&[1], &[1.0], -1.0);
+        d.push_row(&[2], &[1.0], 1.0);
+        let w = [0.5, 0.2, -0.1];
+        let whole = EvalPart::evaluate(&d, &w, Loss::Logistic);
+        assert_eq!(whole.count, 3);
+        assert_eq!(whole.correct, 1); // row 0 right; row 1 (m=0.2 ≥ 0) wrong; row 2 (m<0) wrong
+        let s = whole.summary(Loss::Logistic);
+        assert!((s.accuracy.unwrap() - 1.0 / 3.0).abs() < 1e-12);
+    }
+}

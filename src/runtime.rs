@@ -1,0 +1,275 @@
+//! Running a job: timely's configuration (threads, or a cluster of processes over TCP), the
+//! communication hooks that count bytes on the wire, the start-up timeout, and failure handling.
+//!
+//! timely's own argument parser (getopts) is not used: the command line belongs to clap, so the
+//! configuration is built here from [`ClusterSpec`].
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use timely::communication::allocator::AllocatorBuilder;
+use timely::CommunicationConfig;
+
+use crate::dataflow::{build_training, Supervisor, TrainPlan};
+use crate::job::Job;
+use crate::metrics::{MetricsRow, WireBytes, WireCounters};
+
+/// Where this process sits in the computation.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// Worker threads per process.
+    pub workers: usize,
+    /// Number of processes.
+    pub processes: usize,
+    /// This process's index.
+    pub process: usize,
+    /// File with one `host:port` per line for each process (default: `localhost:2101+i`).
+    pub hostfile: Option<PathBuf>,
+    /// How long to wait for every process to connect.
+    pub startup_timeout: Duration,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec {
+            workers: 1,
+            processes: 1,
+            process: 0,
+            hostfile: None,
+            startup_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ClusterSpec {
+    /// Addresses of all processes.
+    pub fn addresses(&self) -> Result<Vec<String>, String> {
+        match &self.hostfile {
+            None => Ok((0..self.processes)
+                .map(|i| format!("localhost:{}", 2101 + i))
+                .collect()),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let hosts: Vec<String> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(String::from)
+                    .collect();
+                if hosts.len() < self.processes {
+                    return Err(format!(
+                        "{}: has {} addresses but --processes is {}",
+                        path.display(),
+                        hosts.len(),
+                        self.processes
+                    ));
+                }
+                Ok(hosts.into_iter().take(self.processes).collect())
+            }
+        }
+    }
+
+    fn config(&self) -> Result<CommunicationConfig, String> {
+        if self.workers == 0 || self.processes == 0 {
+            return Err("--workers and --processes must be at least 1".into());
+        }
+        if self.process >= self.processes {
+            return Err(format!(
+                "--process {} is not below --processes {}",
+                self.process, self.processes
+            ));
+        }
+        Ok(if self.processes > 1 {
+            CommunicationConfig::Cluster {
+                threads: self.workers,
+                process: self.process,
+                addresses: self.addresses()?,
+                report: false,
+                zerocopy: false,
+            }
+        } else if self.workers > 1 {
+            CommunicationConfig::Process(self.workers)
+        } else {
+            CommunicationConfig::Thread
+        })
+    }
+}
+
+/// What a process learns from a run.
+#[derive(Clone, Debug, Default)]
+pub struct RunOutcome {
+    /// The plan that ran.
+    pub plan: Option<TrainPlan>,
+    /// Metrics rows (process 0 only; wire columns are the bytes process 0 sent).
+    pub rows: Vec<MetricsRow>,
+    /// Final model (process 0 only).
+    pub weights: Option<Vec<f32>>,
+    /// Bytes this process sent to other processes.
+    pub wire: WireBytes,
+    /// Wall-clock seconds of the run (start-up included).
+    pub seconds: f64,
+}
+
+/// Builds the observer worker 0 calls for each metrics row.
+pub type ObserverFactory = Arc<dyn Fn(&TrainPlan) -> Box<dyn FnMut(&MetricsRow)> + Send + Sync>;
+
+/// An observer that ignores everything.
+pub fn quiet() -> ObserverFactory {
+    Arc::new(|_| Box::new(|_| {}))
+}
+
+type WorkerResult = Result<Option<(Vec<MetricsRow>, Vec<f32>, TrainPlan)>, String>;
+
+/// Runs `job` as this process of `cluster`. Returns when every local worker is done, or with
+/// the first error of this process (a failed worker, a peer that disconnected, a peer that
+/// never connected within the start-up timeout).
+pub fn run_job(
+    job: &Job,
+    cluster: &ClusterSpec,
+    supervisor: &Supervisor,
+    observer: ObserverFactory,
+) -> Result<RunOutcome, String> {
+    let started = Instant::now();
+    let config = cluster.config()?;
+    let wire = WireCounters::new();
+    let builders = start_communication(config, &wire, cluster)?;
+    let job = Arc::new(job.clone());
+    let threads = cluster.workers;
+    let (sup, w) = (supervisor.clone(), wire.clone());
+    let guards = timely::execute::execute_from(
+        builders.0,
+        builders.1,
+        timely::WorkerConfig::default(),
+        move |worker| -> WorkerResult {
+            w.register_worker(worker);
+            let (index, peers) = (worker.index(), worker.peers());
+            let (data, dim) = match job.load_worker_data(index, peers) {
+                Ok(x) => x,
+                Err(e) => {
+                    sup.fail(e.clone());
+                    return Err(e);
+                }
+            };
+            let plan = job.plan(dim, threads);
+            let observer = if index == 0 {
+                observer(&plan)
+            } else {
+                Box::new(|_: &MetricsRow| {})
+            };
+            let handle = worker.dataflow::<(), _, _>(|scope| {
+                build_training(scope, &plan, data, sup.clone(), Some(w.clone()), observer)
+            });
+            while worker.has_dataflows() {
+                if sup.is_failed() {
+                    for id in worker.installed_dataflows() {
+                        worker.drop_dataflow(id);
+                    }
+                    return Err(sup.message().unwrap_or_else(|| "failed".into()));
+                }
+                worker.step_or_park(Some(Duration::from_millis(100)));
+            }
+            if index == 0 {
+                let weights = std::mem::take(&mut handle.state.borrow_mut().weights);
+                let rows = std::mem::take(&mut *handle.rows.borrow_mut());
+                Ok(Some((rows, weights, plan)))
+            } else {
+                Ok(None)
+            }
+        },
+    )?;
+
+    // Join on another thread, so that a failure anywhere in the process (flagged by operators,
+    // or by the panic hook when a peer's connection breaks) ends the wait promptly.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let results = guards.join();
+        let _ = tx.send(results);
+    });
+    let mut failed_at: Option<Instant> = None;
+    let results = loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(results) => break results,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("worker threads vanished".into())
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if supervisor.is_failed() {
+                    let t = *failed_at.get_or_insert_with(Instant::now);
+                    if t.elapsed() > Duration::from_secs(3) {
+                        return Err(supervisor.message().unwrap_or_else(|| "failed".into()));
+                    }
+                }
+            }
+        }
+    };
+    let mut outcome = RunOutcome::default();
+    for r in results {
+        match r {
+            Ok(Ok(Some((rows, weights, plan)))) => {
+                outcome.rows = rows;
+                outcome.weights = Some(weights);
+                outcome.plan = Some(plan);
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Err(supervisor.message().unwrap_or(e)),
+            Err(panic) => return Err(supervisor.message().unwrap_or(panic)),
+        }
+    }
+    if let Some(m) = supervisor.message() {
+        return Err(m);
+    }
+    // The communication threads have ended with the guards: the wire counts are complete.
+    outcome.wire = wire.totals();
+    if let Some(plan) = &outcome.plan {
+        let per_round = wire.per_round(plan.rounds() as usize);
+        for row in outcome.rows.iter_mut().filter(|r| r.kind == "round") {
+            let b = per_round[row.round as usize];
+            row.wire_data_bytes = b.data;
+            row.wire_progress_bytes = b.progress;
+        }
+        let mut acc = WireBytes::default();
+        for row in outcome.rows.iter_mut() {
+            if row.kind == "round" {
+                acc.data += row.wire_data_bytes;
+                acc.progress += row.wire_progress_bytes;
+            } else {
+                row.wire_data_bytes = acc.data;
+                row.wire_progress_bytes = acc.progress;
+                acc = WireBytes::default();
+            }
+        }
+    }
+    outcome.seconds = started.elapsed().as_secs_f64();
+    Ok(outcome)
+}
+
+type Builders = (Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>);
+
+/// Builds the communication layer; for a cluster this connects to every peer, which must
+/// happen within the start-up timeout.
+fn start_communication(
+    config: CommunicationConfig,
+    wire: &WireCounters,
+    cluster: &ClusterSpec,
+) -> Result<Builders, String> {
+    let hooks = wire.hooks();
+    if cluster.processes == 1 {
+        return config.try_build_with(hooks);
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(config.try_build_with(hooks));
+    });
+    match rx.recv_timeout(cluster.startup_timeout) {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "timed out after {} s waiting for all {} processes to connect (addresses: {})",
+            cluster.startup_timeout.as_secs(),
+            cluster.processes,
+            cluster.addresses().unwrap_or_default().join(", ")
+        )),
+    }
+}
