@@ -193,7 +193,9 @@ pub fn run_job(
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(results) => break results,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err("worker threads vanished".into())
+                return Err(supervisor
+                    .message()
+                    .unwrap_or_else(|| "worker threads ended without a result".into()));
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if supervisor.is_failed() {

@@ -59,8 +59,24 @@ impl Supervisor {
                 .name()
                 .unwrap_or("unnamed")
                 .to_string();
-            me.fail(format!("thread '{thread}' failed: {what}"));
-            previous(info);
+            // timely names its communication threads `timely:send-N` / `timely:recv-N` after the
+            // remote process N; their panics mean that the connection to N broke, which the
+            // error line says: no backtrace for those.
+            // Panics after the first failure are its consequences (poisoned queues, guards that
+            // join panicked threads): recorded, not printed.
+            let consequence = me.is_failed();
+            match thread
+                .strip_prefix("timely:send-")
+                .or_else(|| thread.strip_prefix("timely:recv-"))
+            {
+                Some(peer) => me.fail(format!("lost the connection to process {peer} ({what})")),
+                None => {
+                    me.fail(format!("thread '{thread}' failed: {what}"));
+                    if !consequence {
+                        previous(info);
+                    }
+                }
+            }
         }));
     }
 }

@@ -1,0 +1,142 @@
+//! The LibSVM reader: good files, and malformed ones with the exact error location.
+
+use std::path::Path;
+
+use gradflow::data::libsvm::parse_libsvm;
+use gradflow::data::{LibsvmOptions, RowFilter};
+
+fn parse(
+    text: &str,
+    opts: &LibsvmOptions,
+) -> Result<gradflow::data::libsvm::Split, gradflow::data::DataError> {
+    parse_libsvm(
+        text.as_bytes(),
+        Path::new("in.svm"),
+        opts,
+        &RowFilter::all(),
+    )
+}
+
+#[test]
+fn reads_labels_comments_qid_and_both_index_bases() {
+    let text =
+        "# header comment\n+1 1:0.5 3:-2 # trailing comment\n\n-1 qid:7 2:1e-3\n0 4:1\n1.5 1:1\n";
+    let s = parse(text, &LibsvmOptions::default()).unwrap();
+    let d = &s.train;
+    assert_eq!(s.total_rows, 4);
+    assert_eq!(d.dim, 4);
+    assert_eq!(d.labels, vec![1.0, -1.0, 0.0, 1.5]);
+    assert_eq!(d.row(0), (&[0u32, 2][..], &[0.5f32, -2.0][..]));
+    assert_eq!(d.row(1), (&[1u32][..], &[1e-3f32][..]));
+    let z = parse(
+        "1 0:1 5:2\n",
+        &LibsvmOptions {
+            zero_based: true,
+            dim: Some(10),
+        },
+    )
+    .unwrap();
+    assert_eq!(z.train.row(0).0, &[0, 5]);
+    assert_eq!(z.train.dim, 10);
+    // an empty row is allowed (a row with no features)
+    assert_eq!(
+        parse("1\n", &LibsvmOptions::default())
+            .unwrap()
+            .train
+            .rows(),
+        1
+    );
+}
+
+#[test]
+fn workers_keep_disjoint_shares_and_the_split_is_seeded() {
+    let text: String = (0..1000)
+        .map(|i| format!("{} {}:1\n", if i % 2 == 0 { 1 } else { -1 }, i % 50 + 1))
+        .collect();
+    let opts = LibsvmOptions::default();
+    let mut train = 0;
+    let mut test = 0;
+    for w in 0..3 {
+        let f = RowFilter {
+            worker: w,
+            workers: 3,
+            test_fraction: 0.3,
+            seed: 5,
+        };
+        let s = parse_libsvm(text.as_bytes(), Path::new("x"), &opts, &f).unwrap();
+        assert_eq!(s.train.dim, 50, "every worker sees the same dimension");
+        train += s.train.rows();
+        test += s.test.rows();
+    }
+    assert_eq!(train + test, 1000);
+    assert!((200..400).contains(&test), "{test}");
+}
+
+/// Each malformed input with the (line, column) of its error and a word the message must contain.
+#[test]
+fn malformed_inputs_name_file_line_and_column() {
+    let dim10 = LibsvmOptions {
+        zero_based: false,
+        dim: Some(10),
+    };
+    let cases: &[(&str, &LibsvmOptions, usize, usize, &str)] = &[
+        ("1 1:1\nabc 2:1\n", &dim10, 2, 1, "bad label"),
+        ("1 1:1\n1 2:1 3\n", &dim10, 2, 7, "expected index:value"),
+        ("1 x:1\n", &dim10, 1, 3, "bad feature index"),
+        ("1 2:abc\n", &dim10, 1, 5, "bad feature value"),
+        ("1 0:1\n", &dim10, 1, 3, "index 0"),
+        ("1 3:1 2:1\n", &dim10, 1, 7, "not increasing"),
+        ("1 3:1 3:2\n", &dim10, 1, 7, "repeated"),
+        ("1 11:1\n", &dim10, 1, 3, "beyond the declared dimension"),
+        ("1 2:nan\n", &dim10, 1, 5, "not finite"),
+        ("1 2:inf\n", &dim10, 1, 5, "not finite"),
+        ("1 -2:1\n", &dim10, 1, 3, "bad feature index"),
+        ("1 2:\n", &dim10, 1, 5, "bad feature value"),
+        ("nan 2:1\n", &dim10, 1, 1, "not finite"),
+        (
+            "\n\n  1 2:1 99999999999:1\n",
+            &LibsvmOptions::default(),
+            3,
+            9,
+            "beyond",
+        ),
+    ];
+    for (text, opts, line, column, word) in cases {
+        let e = parse(text, opts).expect_err(text);
+        assert_eq!((e.line, e.column), (*line, *column), "{text:?}: {e}");
+        assert!(
+            e.message.contains(word),
+            "{text:?}: '{}' lacks '{word}'",
+            e.message
+        );
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with(&format!("in.svm:{line}:{column}: ")),
+            "{shown}"
+        );
+    }
+}
+
+#[test]
+fn missing_file_is_an_error_naming_it() {
+    let e = gradflow::data::read_libsvm(
+        Path::new("/nonexistent/x.svm"),
+        &LibsvmOptions::default(),
+        &RowFilter::all(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/x.svm"), "{e}");
+}
+
+#[test]
+fn invalid_utf8_is_an_error_not_a_panic() {
+    let bytes: &[u8] = b"1 1:1\n1 2:\xff\n";
+    let e = parse_libsvm(
+        bytes,
+        Path::new("b.svm"),
+        &LibsvmOptions::default(),
+        &RowFilter::all(),
+    )
+    .unwrap_err();
+    assert_eq!(e.line, 2);
+}

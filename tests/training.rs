@@ -1,0 +1,422 @@
+//! End-to-end training: in-process timely workers, real multi-process clusters over loopback
+//! TCP (spawned `gradflow` processes), bytes on the wire, and failures.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gradflow::dataflow::Supervisor;
+use gradflow::exchange::ExchangeKind;
+use gradflow::job::Job;
+use gradflow::model::file::ModelFile;
+use gradflow::runtime::{quiet, run_job, ClusterSpec, RunOutcome};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
+
+/// A small CTR-like job: 20,000 rows, 20,000 features.
+const SMALL_JOB: &str = r#"
+[data.synth]
+rows = 20000
+dim = 20000
+nnz = 20
+[model]
+loss = "logistic"
+lambda = 0.01
+[optimizer]
+kind = "adam"
+lr = 0.05
+[train]
+epochs = 4
+seed = 7
+"#;
+
+fn job(overrides: &[&str]) -> Job {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Job::parse(SMALL_JOB, Path::new("small.toml"), &o).unwrap()
+}
+
+fn run_local(job: &Job, workers: usize) -> RunOutcome {
+    let spec = ClusterSpec {
+        workers,
+        ..ClusterSpec::default()
+    };
+    run_job(job, &spec, &Supervisor::new(), quiet()).unwrap()
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+fn write_job(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn logistic_regression_learns_the_generated_data() {
+    let out = run_local(&job(&[]), 1);
+    let epochs: Vec<_> = out.rows.iter().filter(|r| r.kind == "epoch").collect();
+    assert_eq!(epochs.len(), 4);
+    let auc = epochs.last().unwrap().test_auc.unwrap();
+    assert!(auc >= 0.72, "test AUC {auc} should reach 0.72");
+    let first = out.rows.iter().find(|r| r.kind == "round").unwrap();
+    assert!(
+        (first.train_loss - std::f64::consts::LN_2).abs() < 1e-6,
+        "round 0 starts from w = 0"
+    );
+    assert!(epochs.last().unwrap().train_loss < 0.62);
+    assert_eq!(out.rows.iter().filter(|r| r.kind == "round").count(), 40);
+    assert!(
+        out.wire.data == 0 && out.wire.progress == 0,
+        "one process sends nothing on the wire"
+    );
+}
+
+#[test]
+fn every_loss_trains_and_reports_its_metrics() {
+    let svm = run_local(&job(&["model.loss=\"hinge\""]), 1);
+    let last = svm.rows.iter().rfind(|r| r.kind == "epoch").unwrap();
+    assert!(last.test_auc.unwrap() > 0.7, "svm auc {:?}", last.test_auc);
+    let lin = run_local(&job(&["model.loss=\"squared\"", "optimizer.lr=0.01"]), 1);
+    let first = lin.rows.iter().find(|r| r.kind == "epoch").unwrap();
+    let last = lin.rows.iter().rfind(|r| r.kind == "epoch").unwrap();
+    assert!(
+        last.test_rmse.unwrap() < first.test_rmse.unwrap(),
+        "rmse should fall"
+    );
+    assert!(last.test_auc.is_none() && last.test_rmse.is_some());
+}
+
+#[test]
+fn same_seed_same_model_and_exchanges_agree() {
+    let a = run_local(&job(&[]), 2).weights.unwrap();
+    let b = run_local(&job(&[]), 2).weights.unwrap();
+    assert_eq!(a, b, "same job, same result");
+    let g = run_local(&job(&["train.exchange=\"allgather\""]), 2)
+        .weights
+        .unwrap();
+    let max_diff = a
+        .iter()
+        .zip(&g)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        max_diff <= 1e-6,
+        "sharded and allgather differ by {max_diff}"
+    );
+    let other_seed = run_local(&job(&["train.seed=8"]), 2).weights.unwrap();
+    assert_ne!(a, other_seed);
+}
+
+#[test]
+fn non_finite_gradients_stop_the_run_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write_job(
+        dir.path(),
+        "huge.svm",
+        "1 1:1e30 2:1\n-1 2:1\n1 1:1e30\n-1 2:2\n",
+    );
+    let text = format!(
+        "[data]\ntrain = {:?}\ntest_fraction = 0.0\n[model]\nloss = \"squared\"\n[optimizer]\nkind = \"sgd\"\n[train]\nepochs = 5\nbatch_fraction = 0.5\n",
+        data.display().to_string()
+    );
+    let j = Job::parse(&text, Path::new("nan.toml"), &[]).unwrap();
+    let e = run_job(
+        &j,
+        &ClusterSpec {
+            workers: 2,
+            ..Default::default()
+        },
+        &Supervisor::new(),
+        quiet(),
+    )
+    .unwrap_err();
+    assert!(e.contains("not finite") && e.contains("key 0"), "{e}");
+}
+
+/// Runs `gradflow train` on `job_path` with `args`; returns the model file written.
+fn train_cli(job_path: &Path, out: &Path, args: &[&str]) -> ModelFile {
+    let status = Command::new(BIN)
+        .arg("train")
+        .arg(job_path)
+        .args(args)
+        .args(["--quiet", "--set"])
+        .arg(format!("output.model={:?}", out.display().to_string()))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    ModelFile::load(out).unwrap()
+}
+
+#[test]
+fn two_processes_give_the_model_of_one_process_with_two_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
+    for exchange in ["sharded", "allgather"] {
+        let threads = train_cli(
+            &job_path,
+            &dir.path().join("t.txt"),
+            &["-w", "2", "--exchange", exchange],
+        );
+        let cluster_model = dir.path().join("c.txt");
+        let output = Command::new(BIN)
+            .args(["cluster"])
+            .arg(&job_path)
+            .args(["-n", "2", "-w", "1", "--exchange", exchange, "--set"])
+            .arg(format!(
+                "output.model={:?}",
+                cluster_model.display().to_string()
+            ))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("[p0] epoch   4") && stdout.contains("[p1] process 1 sent"),
+            "{stdout}"
+        );
+        let processes = ModelFile::load(&cluster_model).unwrap();
+        assert_eq!(
+            threads, processes,
+            "{exchange}: 2 processes x 1 worker must equal 1 process x 2 workers"
+        );
+    }
+}
+
+#[test]
+fn bytes_on_the_wire_are_the_payloads_plus_framing() {
+    // Two timely processes connected over loopback TCP, run from two threads of this test.
+    let ports = free_ports(2);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = write_job(
+        dir.path(),
+        "hosts",
+        &format!("127.0.0.1:{}\n127.0.0.1:{}\n", ports[0], ports[1]),
+    );
+    for exchange in [ExchangeKind::Sharded, ExchangeKind::Allgather] {
+        let ports = free_ports(2);
+        std::fs::write(
+            &hosts,
+            format!("127.0.0.1:{}\n127.0.0.1:{}\n", ports[0], ports[1]),
+        )
+        .unwrap();
+        let mut j = job(&[]);
+        j.train.exchange = exchange;
+        let handles: Vec<_> = (0..2)
+            .map(|p| {
+                let (j, hosts) = (j.clone(), hosts.clone());
+                std::thread::spawn(move || {
+                    let spec = ClusterSpec {
+                        workers: 1,
+                        processes: 2,
+                        process: p,
+                        hostfile: Some(hosts),
+                        ..Default::default()
+                    };
+                    run_job(&j, &spec, &Supervisor::new(), quiet()).unwrap()
+                })
+            })
+            .collect();
+        let outs: Vec<RunOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let rows = &outs[0].rows;
+        let payload: u64 = rows
+            .iter()
+            .filter(|r| r.kind == "round")
+            .map(|r| r.gradient_payload_bytes + r.update_payload_bytes)
+            .sum();
+        let wire: u64 = outs.iter().map(|o| o.wire.data).sum();
+        let messages: u64 = outs.iter().map(|o| o.wire.data_messages).sum();
+        let progress: u64 = outs.iter().map(|o| o.wire.progress).sum();
+        assert!(
+            payload > 0 && progress > 0,
+            "{exchange:?}: payload {payload}, progress {progress}"
+        );
+        // Framing per timely message: 48-byte header, 16 (source, sequence) + 16 (stamp) + 8
+        // (vector length) + padding, and 20 per envelope; plus worker 1's statistics for
+        // worker 0 (about 120 bytes a round and 8 bytes per test row per epoch).
+        let test_rows = 20000 / 4;
+        let slack = 100 * messages + 20 * 4 * 40 + 150 * 40 + 8 * test_rows * 4;
+        assert!(
+            wire > payload && wire <= payload + slack,
+            "{exchange:?}: wire {wire}, payload {payload}, slack {slack}"
+        );
+        // Per-round wire columns of process 0 add up to its total.
+        let per_round: u64 = rows
+            .iter()
+            .filter(|r| r.kind == "round")
+            .map(|r| r.wire_data_bytes)
+            .sum();
+        assert_eq!(per_round, outs[0].wire.data);
+        // Sharded sends each key once to its owner and back; allgather sends whole gradients.
+        eprintln!("{exchange:?}: payload {payload} B, wire data {wire} B in {messages} messages, progress {progress} B");
+    }
+}
+
+#[test]
+fn killing_a_process_stops_the_other_within_ten_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = SMALL_JOB.replace("epochs = 4", "epochs = 100000");
+    let job_path = write_job(dir.path(), "long.toml", &long);
+    let ports = free_ports(2);
+    let hosts = write_job(
+        dir.path(),
+        "hosts",
+        &format!("127.0.0.1:{}\n127.0.0.1:{}\n", ports[0], ports[1]),
+    );
+    let spawn = |p: usize| {
+        Command::new(BIN)
+            .arg("train")
+            .arg(&job_path)
+            .args([
+                "--processes",
+                "2",
+                "--process",
+                &p.to_string(),
+                "--hostfile",
+            ])
+            .arg(&hosts)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut p0 = spawn(0);
+    let mut p1 = spawn(1);
+    // Wait until training is under way: process 0 prints its first epoch line.
+    let mut lines = BufReader::new(p0.stdout.take().unwrap()).lines();
+    // (timely itself prints "awaiting connections" first)
+    let first = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("epoch"));
+    assert!(first.is_some(), "process 0 never reported an epoch");
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    p1.kill().unwrap();
+    p1.wait().unwrap();
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = p0.try_wait().unwrap() {
+            break s;
+        }
+        if killed.elapsed() > Duration::from_secs(10) {
+            let _ = p0.kill();
+            panic!("process 0 still running 10 s after its peer died");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("error: process 0"), "{err}");
+}
+
+#[test]
+fn a_peer_that_never_starts_is_a_timeout_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
+    let ports = free_ports(2);
+    let hosts = write_job(
+        dir.path(),
+        "hosts",
+        &format!("127.0.0.1:{}\n127.0.0.1:{}\n", ports[0], ports[1]),
+    );
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .arg("train")
+        .arg(&job_path)
+        .args([
+            "--processes",
+            "2",
+            "--process",
+            "0",
+            "--startup-timeout",
+            "2",
+            "--hostfile",
+        ])
+        .arg(&hosts)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(8));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("timed out after 2 s"), "{err}");
+}
+
+#[test]
+fn bad_job_files_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write_job(
+        dir.path(),
+        "bad.toml",
+        "[train]\nepochs = 2\nexchnage = \"sharded\"\n",
+    );
+    let out = Command::new(BIN).arg("train").arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("exchnage") && err.contains("bad.toml"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .arg("train")
+        .arg(dir.path().join("missing.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn predict_reads_the_saved_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.svm");
+    let st = Command::new(BIN)
+        .args([
+            "data", "synth", "--rows", "3000", "--dim", "2000", "--nnz", "10", "--out",
+        ])
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let job_text = format!(
+        "[data]\ntrain = {:?}\n[train]\nepochs = 3\n",
+        data.display().to_string()
+    );
+    let job_path = write_job(dir.path(), "j.toml", &job_text);
+    let model = dir.path().join("m.txt");
+    train_cli(&job_path, &model, &[]);
+    let preds = dir.path().join("p.txt");
+    let out = Command::new(BIN)
+        .arg("predict")
+        .arg(&model)
+        .arg(&data)
+        .arg("--out")
+        .arg(&preds)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("rows 3000") && stdout.contains("auc"),
+        "{stdout}"
+    );
+    let p: Vec<f32> = std::fs::read_to_string(&preds)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(p.len(), 3000);
+    assert!(p.iter().all(|x| (0.0..=1.0).contains(x)));
+}
