@@ -10,6 +10,7 @@ pub mod data;
 pub mod dataflow;
 pub mod exchange;
 pub mod job;
+pub mod mem;
 pub mod metrics;
 pub mod model;
 pub mod optim;

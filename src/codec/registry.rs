@@ -8,17 +8,12 @@ use super::none::NoneCodec;
 use super::Codec;
 
 /// A codec and its parameters, as written in a job file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "lowercase", deny_unknown_fields)]
 pub enum CodecSpec {
     /// Uncompressed u32 keys + f32 values.
+    #[default]
     None,
-}
-
-impl Default for CodecSpec {
-    fn default() -> Self {
-        CodecSpec::None
-    }
 }
 
 /// Builds the codec a spec names.

@@ -51,6 +51,23 @@ impl RowFilter {
     }
 }
 
+impl super::Dataset {
+    /// The rows of `self` that `filter` gives this worker, as (train, test).
+    pub fn split(&self, filter: &RowFilter) -> (super::Dataset, super::Dataset) {
+        let mut train = super::Dataset::new(self.dim);
+        let mut test = super::Dataset::new(self.dim);
+        for i in 0..self.rows() {
+            let (k, v) = self.row(i);
+            match filter.side(i) {
+                Some(Side::Train) => train.push_row(k, v, self.labels[i]),
+                Some(Side::Test) => test.push_row(k, v, self.labels[i]),
+                None => {}
+            }
+        }
+        (train, test)
+    }
+}
+
 /// SplitMix64 finaliser: a well-mixed 64-bit hash of `(seed, x)`.
 #[inline]
 pub fn mix64(seed: u64, x: u64) -> u64 {

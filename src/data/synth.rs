@@ -25,7 +25,8 @@ pub struct CtrParams {
     pub rows: usize,
     /// Number of features.
     pub dim: u32,
-    /// Mean number of active features per row (each row draws uniformly in `[nnz/2, 3nnz/2]`).
+    /// Mean number of distinct active features per row (each row draws its count uniformly in
+    /// `[nnz/2, 3nnz/2]`).
     pub nnz: usize,
     /// Zipf exponent of feature popularity.
     pub zipf_exponent: f64,
@@ -65,13 +66,20 @@ pub fn ctr(p: &CtrParams) -> Dataset {
     let hi = (3 * p.nnz / 2).max(lo);
     for _ in 0..p.rows {
         let k = rng.random_range(lo..=hi);
+        // k distinct features: popular ones repeat in a Zipf draw, so draw until k are distinct
+        // (bounded: a row of a tiny feature space keeps what it has).
         keys.clear();
-        for _ in 0..k {
-            let rank = zipf.sample(&mut rng) as u64 - 1; // Zipf samples in [1, dim]
-            keys.push(scramble.apply(rank.min(p.dim as u64 - 1)));
+        for _ in 0..8 {
+            while keys.len() < k {
+                let rank = zipf.sample(&mut rng) as u64 - 1; // Zipf samples in [1, dim]
+                keys.push(scramble.apply(rank.min(p.dim as u64 - 1)));
+            }
+            keys.sort_unstable();
+            keys.dedup();
+            if keys.len() == k {
+                break;
+            }
         }
-        keys.sort_unstable();
-        keys.dedup();
         let margin: f64 = keys.iter().map(|&j| hidden_weight(p, j)).sum();
         let prob = 1.0 / (1.0 + (-margin).exp());
         let label = if rng.random::<f64>() < prob {

@@ -348,25 +348,11 @@ impl Job {
                 ))
             }
             None => {
-                let all = d.synth.generate();
-                let dim = d.dim.unwrap_or(all.dim).max(all.dim);
-                let mut data = WorkerData {
-                    train: Dataset::new(dim),
-                    test: Dataset::new(dim),
-                };
-                for i in 0..all.rows() {
-                    let (k, v) = all.row(i);
-                    match filter.side(i) {
-                        Some(crate::data::partition::Side::Train) => {
-                            data.train.push_row(k, v, all.labels[i])
-                        }
-                        Some(crate::data::partition::Side::Test) => {
-                            data.test.push_row(k, v, all.labels[i])
-                        }
-                        None => {}
-                    }
-                }
-                Ok((data, dim))
+                let mut all = d.synth.generate();
+                all.dim = d.dim.unwrap_or(all.dim).max(all.dim);
+                let (train, test) = all.split(&filter);
+                let dim = all.dim;
+                Ok((WorkerData { train, test }, dim))
             }
         }
     }

@@ -84,7 +84,7 @@ impl GradientWorkspace {
     /// Buffers for a model of dimension `dim`.
     pub fn new(dim: u32) -> Self {
         GradientWorkspace {
-            acc: vec![0.0; dim as usize],
+            acc: crate::mem::zeroed(dim as usize),
             touched: vec![0; (dim as usize).div_ceil(64)],
         }
     }
@@ -106,7 +106,15 @@ impl GradientWorkspace {
             return BatchStats::default();
         }
         let scale = 1.0 / rows.len() as f32;
-        for &r in rows {
+        for (i, &r) in rows.iter().enumerate() {
+            // Prefetch the next row's weights and accumulator cells: they are scattered over the
+            // model and dominate the cost of this loop.
+            if let Some(&next) = rows.get(i + 1) {
+                for &k in data.row(next as usize).0 {
+                    prefetch(&weights[k as usize]);
+                    prefetch(&self.acc[k as usize]);
+                }
+            }
             let r = r as usize;
             let (keys, vals) = data.row(r);
             let m = margin(weights, keys, vals);
@@ -138,6 +146,20 @@ impl GradientWorkspace {
             rows: rows.len(),
         }
     }
+}
+
+/// Hints the CPU to load the cache line holding `x` (a no-op where unsupported).
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint with no effect on memory; any address is allowed.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            x as *const T as *const i8,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }
 
 #[cfg(test)]

@@ -108,10 +108,10 @@ impl Optimizer {
         let first = if cfg.kind == OptimizerKind::Sgd {
             Vec::new()
         } else {
-            vec![0.0; len]
+            crate::mem::zeroed(len)
         };
         let second = if cfg.kind == OptimizerKind::Adam {
-            vec![0.0; len]
+            crate::mem::zeroed(len)
         } else {
             Vec::new()
         };
