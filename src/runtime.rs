@@ -172,7 +172,7 @@ pub fn run_job(
                 worker.step_or_park(Some(Duration::from_millis(100)));
             }
             if index == 0 {
-                let weights = std::mem::take(&mut handle.state.borrow_mut().weights);
+                let weights = handle.state.borrow().weights.to_vec();
                 let rows = std::mem::take(&mut *handle.rows.borrow_mut());
                 Ok(Some((rows, weights, plan)))
             } else {

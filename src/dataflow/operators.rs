@@ -73,7 +73,7 @@ pub struct WorkerData {
 #[derive(Debug, Default)]
 pub struct WorkerState {
     /// Full replica of the model.
-    pub weights: Vec<f32>,
+    pub weights: crate::mem::ZeroedArray<f32>,
     aggregate_ms: f64,
     update_ms: f64,
     update_payload_remote: u64,
@@ -115,7 +115,7 @@ impl WorkerState {
     /// A shared state holding a zero model of dimension `dim`.
     pub fn shared(dim: u32) -> Rc<RefCell<WorkerState>> {
         Rc::new(RefCell::new(WorkerState {
-            weights: crate::mem::zeroed(dim as usize),
+            weights: crate::mem::ZeroedArray::new(dim as usize),
             ..Default::default()
         }))
     }

@@ -76,7 +76,7 @@ pub struct BatchStats {
 
 /// Reusable buffers for [`GradientWorkspace::minibatch`].
 pub struct GradientWorkspace {
-    acc: Vec<f32>,
+    acc: crate::mem::ZeroedArray<f32>,
     touched: Vec<u64>,
 }
 
@@ -84,7 +84,7 @@ impl GradientWorkspace {
     /// Buffers for a model of dimension `dim`.
     pub fn new(dim: u32) -> Self {
         GradientWorkspace {
-            acc: crate::mem::zeroed(dim as usize),
+            acc: crate::mem::ZeroedArray::new(dim as usize),
             touched: vec![0; (dim as usize).div_ceil(64)],
         }
     }
@@ -109,7 +109,7 @@ impl GradientWorkspace {
         for (i, &r) in rows.iter().enumerate() {
             // Prefetch the next row's weights and accumulator cells: they are scattered over the
             // model and dominate the cost of this loop.
-            if let Some(&next) = rows.get(i + 1) {
+            if let Some(&next) = rows.get(i + PREFETCH_ROWS) {
                 for &k in data.row(next as usize).0 {
                     prefetch(&weights[k as usize]);
                     prefetch(&self.acc[k as usize]);
@@ -147,6 +147,9 @@ impl GradientWorkspace {
         }
     }
 }
+
+/// How many rows ahead the gradient loop prefetches (measured on the epoch benchmark).
+const PREFETCH_ROWS: usize = 4;
 
 /// Hints the CPU to load the cache line holding `x` (a no-op where unsupported).
 #[inline(always)]

@@ -97,8 +97,8 @@ impl OptimizerConfig {
 pub struct Optimizer {
     cfg: OptimizerConfig,
     lo: u32,
-    first: Vec<f32>,
-    second: Vec<f32>,
+    first: crate::mem::ZeroedArray<f32>,
+    second: crate::mem::ZeroedArray<f32>,
 }
 
 impl Optimizer {
@@ -106,14 +106,14 @@ impl Optimizer {
     pub fn new(cfg: OptimizerConfig, lo: u32, hi: u32) -> Self {
         let len = (hi - lo) as usize;
         let first = if cfg.kind == OptimizerKind::Sgd {
-            Vec::new()
+            Default::default()
         } else {
-            crate::mem::zeroed(len)
+            crate::mem::ZeroedArray::new(len)
         };
         let second = if cfg.kind == OptimizerKind::Adam {
-            crate::mem::zeroed(len)
+            crate::mem::ZeroedArray::new(len)
         } else {
-            Vec::new()
+            Default::default()
         };
         Optimizer {
             cfg,
