@@ -284,12 +284,15 @@ fn train(a: TrainArgs) -> Result<(), String> {
         }
     };
     if spec.processes > 1 {
+        let w = outcome.wire;
         println!(
-            "process {} sent {} on data channels ({} messages) and {} on progress channels",
+            "process {} sent {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({})",
             a.process,
-            human_bytes(outcome.wire.data),
-            outcome.wire.data_messages,
-            human_bytes(outcome.wire.progress)
+            w.data,
+            w.data_messages,
+            human_bytes(w.data),
+            w.progress,
+            human_bytes(w.progress)
         );
     }
     if a.process == 0 {
@@ -330,7 +333,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
         .train;
     let part = EvalPart::evaluate(&data, &model.weights, model.loss);
     let s = part.summary(model.loss);
-    let mut line = format!("rows {}  loss {:.4}", part.count, s.loss);
+    let mut line = format!("rows {}  loss {:.4}", part.count, s.loss.unwrap_or(f64::NAN));
     if let (Some(acc), Some(auc)) = (s.accuracy, s.auc) {
         line += &format!("  accuracy {acc:.4}  auc {auc:.4}");
     }

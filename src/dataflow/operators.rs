@@ -552,7 +552,7 @@ pub fn collect(
                     epoch.round = q;
                     epoch.seconds = row.seconds;
                     epoch.train_loss = epoch_loss / epoch_rows.max(1) as f64;
-                    epoch.test_loss = Some(s.loss);
+                    epoch.test_loss = s.loss;
                     epoch.test_accuracy = s.accuracy;
                     epoch.test_auc = s.auc;
                     epoch.test_rmse = s.rmse;

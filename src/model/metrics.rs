@@ -52,18 +52,22 @@ impl EvalPart {
     }
 
     /// The metrics of the merged parts.
+    /// With no rows evaluated every metric is absent.
     pub fn summary(&self, loss: Loss) -> EvalSummary {
-        let n = self.count.max(1) as f64;
+        if self.count == 0 {
+            return EvalSummary::default();
+        }
+        let n = self.count as f64;
         if loss.is_classification() {
             EvalSummary {
-                loss: self.loss_sum / n,
+                loss: Some(self.loss_sum / n),
                 accuracy: Some(self.correct as f64 / n),
                 auc: Some(auc(&self.scores)),
                 rmse: None,
             }
         } else {
             EvalSummary {
-                loss: self.loss_sum / n,
+                loss: Some(self.loss_sum / n),
                 accuracy: None,
                 auc: None,
                 rmse: Some((self.sq_err / n).sqrt()),
@@ -75,8 +79,8 @@ impl EvalPart {
 /// Test metrics of one evaluation.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EvalSummary {
-    /// Mean data loss.
-    pub loss: f64,
+    /// Mean data loss (absent when there were no test rows).
+    pub loss: Option<f64>,
     /// Fraction classified correctly (classification).
     pub accuracy: Option<f64>,
     /// Area under the ROC curve (classification).
