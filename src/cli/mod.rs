@@ -333,7 +333,11 @@ fn predict(a: PredictArgs) -> Result<(), String> {
         .train;
     let part = EvalPart::evaluate(&data, &model.weights, model.loss);
     let s = part.summary(model.loss);
-    let mut line = format!("rows {}  loss {:.4}", part.count, s.loss.unwrap_or(f64::NAN));
+    let mut line = format!(
+        "rows {}  loss {:.4}",
+        part.count,
+        s.loss.unwrap_or(f64::NAN)
+    );
     if let (Some(acc), Some(auc)) = (s.accuracy, s.auc) {
         line += &format!("  accuracy {acc:.4}  auc {auc:.4}");
     }
