@@ -10,10 +10,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use gradflow::data::synth::{self, CtrParams, GsparParams};
 use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use gradflow::dataflow::Supervisor;
-use gradflow::job::Job;
+use gradflow::job::{Job, SynthKind, SynthSection};
 use gradflow::metrics::{epoch_line, human_bytes, write_csv, MetricsRow};
 use gradflow::model::file::ModelFile;
 use gradflow::model::{margin, EvalPart};
@@ -368,22 +367,20 @@ fn data_synth(a: SynthArgs) -> Result<(), String> {
     if a.rows == 0 || a.dim == 0 || a.nnz == 0 {
         return Err("--rows, --dim and --nnz must be positive".into());
     }
-    let data = match a.kind {
-        SynthKindArg::Ctr => synth::ctr(&CtrParams {
-            rows: a.rows,
-            dim: a.dim,
-            nnz: a.nnz,
-            seed: a.seed,
-            ..CtrParams::default()
-        }),
-        SynthKindArg::Gspar => synth::gspar(&GsparParams {
-            rows: a.rows,
-            dim: a.dim,
-            c1: a.c1,
-            c2: a.c2,
-            seed: a.seed,
-        }),
+    let kind = match a.kind {
+        SynthKindArg::Ctr => SynthKind::Ctr,
+        SynthKindArg::Gspar => SynthKind::Gspar,
     };
+    let section = SynthSection {
+        kind,
+        rows: a.rows,
+        dim: a.dim,
+        nnz: a.nnz,
+        c1: a.c1,
+        c2: a.c2,
+        seed: a.seed,
+    };
+    let data = section.generate();
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }

@@ -81,18 +81,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn round_trips_exactly() {
-        let mut c = NoneCodec;
-        let mut buf = Vec::new();
+    fn encoded(c: &mut NoneCodec) -> Vec<u8> {
+        let (g, mut buf) = (grad(), Vec::new());
         c.encode(
-            &grad().keys,
-            &grad().values,
+            &g.keys,
+            &g.values,
             u32::MAX,
             EncodeContext::default(),
             &mut buf,
         )
         .unwrap();
+        buf
+    }
+
+    #[test]
+    fn round_trips_exactly() {
+        let mut c = NoneCodec;
+        let buf = encoded(&mut c);
         assert_eq!(buf.len(), super::super::HEADER_LEN + 8 * 4);
         let mut out = SparseGrad::default();
         assert_eq!(c.decode(&buf, &mut out).unwrap(), u32::MAX);
@@ -107,15 +112,7 @@ mod tests {
     #[test]
     fn corrupt_messages_are_errors() {
         let mut c = NoneCodec;
-        let mut buf = Vec::new();
-        c.encode(
-            &grad().keys,
-            &grad().values,
-            u32::MAX,
-            EncodeContext::default(),
-            &mut buf,
-        )
-        .unwrap();
+        let buf = encoded(&mut c);
         let mut out = SparseGrad::default();
         for cut in 0..buf.len() {
             assert!(

@@ -92,6 +92,10 @@ pub struct SynthSection {
     pub dim: u32,
     /// Mean active features per row (ctr).
     pub nnz: usize,
+    /// Shrink factor for small magnitudes (gspar).
+    pub c1: f64,
+    /// Magnitudes at or below this are shrunk (gspar).
+    pub c2: f64,
     /// Seed of the generator.
     pub seed: u64,
 }
@@ -99,11 +103,14 @@ pub struct SynthSection {
 impl Default for SynthSection {
     fn default() -> Self {
         let c = CtrParams::default();
+        let g = GsparParams::default();
         SynthSection {
             kind: SynthKind::Ctr,
             rows: c.rows,
             dim: c.dim,
             nnz: c.nnz,
+            c1: g.c1,
+            c2: g.c2,
             seed: c.seed,
         }
     }
@@ -123,8 +130,9 @@ impl SynthSection {
             SynthKind::Gspar => synth::gspar(&GsparParams {
                 rows: self.rows,
                 dim: self.dim,
+                c1: self.c1,
+                c2: self.c2,
                 seed: self.seed,
-                ..GsparParams::default()
             }),
         }
     }
