@@ -14,6 +14,8 @@
 //!
 //! One codec per file behind the [`Codec`] trait; [`registry`] maps job-file names to codecs.
 
+pub mod bits;
+pub mod keys;
 pub mod none;
 pub mod registry;
 

@@ -1,0 +1,178 @@
+//! Bit-level writer and reader (LSB-first within little-endian bytes), the building block of
+//! every variable-length code. The reader never reads past its input: running out of bits is a
+//! [`CodecError::Truncated`].
+
+use super::CodecError;
+
+/// Appends bit fields to a byte vector.
+pub struct BitWriter<'a> {
+    out: &'a mut Vec<u8>,
+    acc: u64,
+    used: u32,
+}
+
+impl<'a> BitWriter<'a> {
+    /// A writer appending to `out`.
+    pub fn new(out: &'a mut Vec<u8>) -> Self {
+        BitWriter {
+            out,
+            acc: 0,
+            used: 0,
+        }
+    }
+
+    /// Writes the low `bits` bits of `value` (`bits <= 57`).
+    #[inline]
+    pub fn write(&mut self, value: u64, bits: u32) {
+        debug_assert!(bits <= 57 && (bits == 64 || value >> bits == 0));
+        self.acc |= value << self.used;
+        self.used += bits;
+        while self.used >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.used -= 8;
+        }
+    }
+
+    /// Writes `value` in unary: `value` one-bits then a zero.
+    #[inline]
+    pub fn write_unary(&mut self, mut value: u64) {
+        while value >= 32 {
+            self.write(u32::MAX as u64, 32);
+            value -= 32;
+        }
+        self.write((1u64 << value) - 1, value as u32 + 1);
+    }
+
+    /// Pads the last byte with zeros and returns the number of bytes written in total.
+    pub fn finish(mut self) -> usize {
+        if self.used > 0 {
+            self.out.push(self.acc as u8);
+            self.used = 0;
+        }
+        self.out.len()
+    }
+}
+
+/// Reads bit fields written by [`BitWriter`].
+pub struct BitReader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    acc: u64,
+    avail: u32,
+}
+
+impl<'a> BitReader<'a> {
+    /// A reader over `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        BitReader {
+            bytes,
+            pos: 0,
+            acc: 0,
+            avail: 0,
+        }
+    }
+
+    #[inline]
+    fn refill(&mut self, bits: u32) -> Result<(), CodecError> {
+        while self.avail < bits {
+            let Some(&b) = self.bytes.get(self.pos) else {
+                return Err(CodecError::Truncated {
+                    needed: self.pos + 1,
+                    have: self.bytes.len(),
+                });
+            };
+            self.acc |= (b as u64) << self.avail;
+            self.avail += 8;
+            self.pos += 1;
+        }
+        Ok(())
+    }
+
+    /// Reads `bits` bits (`bits <= 57`).
+    #[inline]
+    pub fn read(&mut self, bits: u32) -> Result<u64, CodecError> {
+        if bits == 0 {
+            return Ok(0);
+        }
+        self.refill(bits)?;
+        let v = self.acc & ((1u64 << bits) - 1);
+        self.acc >>= bits;
+        self.avail -= bits;
+        Ok(v)
+    }
+
+    /// Reads a unary value, failing beyond `max`.
+    #[inline]
+    pub fn read_unary(&mut self, max: u64) -> Result<u64, CodecError> {
+        let mut n = 0u64;
+        loop {
+            self.refill(1)?;
+            let ones = (!self.acc).trailing_zeros().min(self.avail);
+            n += ones as u64;
+            if n > max {
+                return Err(CodecError::Corrupt(format!("unary value above {max}")));
+            }
+            if ones < self.avail {
+                self.acc >>= ones + 1;
+                self.avail -= ones + 1;
+                return Ok(n);
+            }
+            self.acc = 0;
+            self.avail = 0;
+        }
+    }
+
+    /// Bytes consumed so far (a partly read byte counts).
+    pub fn bytes_consumed(&self) -> usize {
+        self.pos
+    }
+
+    /// Fails unless everything after the last field is zero padding within the last byte.
+    pub fn finish(self) -> Result<(), CodecError> {
+        if self.pos != self.bytes.len() {
+            return Err(CodecError::Trailing {
+                extra: self.bytes.len() - self.pos,
+            });
+        }
+        if self.acc != 0 {
+            return Err(CodecError::Corrupt("nonzero padding bits".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip_and_overrun_is_an_error() {
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        let fields: Vec<(u64, u32)> = (0..500)
+            .map(|i| ((i * 7919) as u64 % (1 << (i % 40)), (i % 40) as u32))
+            .collect();
+        for &(v, b) in &fields {
+            w.write(v, b);
+            w.write_unary(v % 70);
+        }
+        let n = w.finish();
+        assert_eq!(n, buf.len());
+        let mut r = BitReader::new(&buf);
+        for &(v, b) in &fields {
+            assert_eq!(r.read(b).unwrap(), v);
+            assert_eq!(r.read_unary(100).unwrap(), v % 70);
+        }
+        r.finish().unwrap();
+        let mut short = BitReader::new(&buf[..buf.len() - 1]);
+        let mut failed = false;
+        for &(_, b) in &fields {
+            if short.read(b).is_err() || short.read_unary(100).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "reading past the end must fail");
+    }
+}
