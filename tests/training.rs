@@ -114,6 +114,30 @@ fn same_seed_same_model_and_exchanges_agree() {
 }
 
 #[test]
+fn every_codec_trains_to_within_five_percent_of_the_uncompressed_loss() {
+    let final_loss = |codec: &str| {
+        let out = run_local(
+            &job(&[&format!("train.compressor={{name=\"{codec}\"}}")]),
+            2,
+        );
+        out.rows
+            .iter()
+            .rfind(|r| r.kind == "epoch")
+            .unwrap()
+            .test_loss
+            .unwrap()
+    };
+    let reference = final_loss("none");
+    for codec in gradflow::codec::CODEC_NAMES {
+        let loss = final_loss(codec);
+        assert!(
+            loss <= reference * 1.05,
+            "{codec}: test loss {loss} vs uncompressed {reference}"
+        );
+    }
+}
+
+#[test]
 fn non_finite_gradients_stop_the_run_with_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let data = write_job(
@@ -157,17 +181,32 @@ fn train_cli(job_path: &Path, out: &Path, args: &[&str]) -> ModelFile {
 fn two_processes_give_the_model_of_one_process_with_two_workers() {
     let dir = tempfile::tempdir().unwrap();
     let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
-    for exchange in ["sharded", "allgather"] {
+    for (exchange, codec) in [
+        ("sharded", "none"),
+        ("allgather", "none"),
+        ("sharded", "gspar"),
+    ] {
+        let codec_set = format!("train.compressor={{name=\"{codec}\"}}");
         let threads = train_cli(
             &job_path,
             &dir.path().join("t.txt"),
-            &["-w", "2", "--exchange", exchange],
+            &["-w", "2", "--exchange", exchange, "--set", &codec_set],
         );
         let cluster_model = dir.path().join("c.txt");
         let output = Command::new(BIN)
             .args(["cluster"])
             .arg(&job_path)
-            .args(["-n", "2", "-w", "1", "--exchange", exchange, "--set"])
+            .args([
+                "-n",
+                "2",
+                "-w",
+                "1",
+                "--exchange",
+                exchange,
+                "--set",
+                &codec_set,
+                "--set",
+            ])
             .arg(format!(
                 "output.model={:?}",
                 cluster_model.display().to_string()
@@ -187,7 +226,7 @@ fn two_processes_give_the_model_of_one_process_with_two_workers() {
         let processes = ModelFile::load(&cluster_model).unwrap();
         assert_eq!(
             threads, processes,
-            "{exchange}: 2 processes x 1 worker must equal 1 process x 2 workers"
+            "{exchange}, {codec}: 2 processes x 1 worker must equal 1 process x 2 workers"
         );
     }
 }

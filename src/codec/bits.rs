@@ -44,6 +44,12 @@ impl<'a> BitWriter<'a> {
         self.write((1u64 << value) - 1, value as u32 + 1);
     }
 
+    /// Writes an f32 as its 32 bits.
+    #[inline]
+    pub fn write_f32(&mut self, x: f32) {
+        self.write(x.to_bits() as u64, 32);
+    }
+
     /// Pads the last byte with zeros and returns the number of bytes written in total.
     pub fn finish(mut self) -> usize {
         if self.used > 0 {
@@ -100,6 +106,12 @@ impl<'a> BitReader<'a> {
         self.acc >>= bits;
         self.avail -= bits;
         Ok(v)
+    }
+
+    /// Reads an f32 written by [`BitWriter::write_f32`].
+    #[inline]
+    pub fn read_f32(&mut self) -> Result<f32, CodecError> {
+        Ok(f32::from_bits(self.read(32)? as u32))
     }
 
     /// Reads a unary value, failing beyond `max`.

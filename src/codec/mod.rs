@@ -16,12 +16,30 @@
 
 pub mod bits;
 pub mod keys;
-pub mod none;
 pub mod registry;
 
-pub use registry::{build_codec, CodecSpec};
+pub mod fastsgd;
+pub mod gspar;
+pub mod logquant;
+pub mod none;
+pub mod none64;
+pub mod qsgd;
+pub mod randomk;
+pub mod signsgd;
+pub mod terngrad;
+pub mod threshold;
+pub mod topk;
+pub mod zipml;
 
+pub use registry::{build_codec, CodecSpec, CODEC_NAMES};
+
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::SeedableRng;
+use serde::de::DeserializeOwned;
+
+use crate::data::partition::mix64;
 use crate::model::SparseGrad;
+use bits::{BitReader, BitWriter};
 
 /// Size of the common header.
 pub const HEADER_LEN: usize = 10;
@@ -62,6 +80,34 @@ pub struct EncodeContext {
     pub round: u64,
     /// The sending worker.
     pub worker: u32,
+}
+
+impl EncodeContext {
+    /// The generator of a randomised codec for this message: seeded by (seed, round, worker).
+    pub fn rng(&self) -> Xoshiro256PlusPlus {
+        Xoshiro256PlusPlus::seed_from_u64(mix64(mix64(self.seed, self.round), self.worker as u64))
+    }
+}
+
+/// Parameters of a codec that has none (`compressor = { name = "none" }`).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// Parameters of the sparse baselines that only choose their key coder.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeysOnly {
+    /// Key coder.
+    pub keys: keys::KeyCoding,
+}
+
+/// A codec built from its job-file parameters (see [`registry`]).
+pub trait FromParams: Codec + Sized + 'static {
+    /// The parameters, as a TOML table (`compressor = { name = "...", ... }`).
+    type Params: Clone + std::fmt::Debug + PartialEq + Default + serde::Serialize + DeserializeOwned;
+    /// Builds the codec; fails with a message naming the parameter when a value is out of range.
+    fn from_params(p: &Self::Params) -> Result<Self, String>;
 }
 
 /// A gradient compressor: encodes a sorted sparse gradient of dimension `dim` into bytes and
@@ -161,4 +207,91 @@ pub fn check_keys(keys: &[u32], dim: u32) -> Result<(), CodecError> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// Writes a message in the layout shared by the codecs: the common header with `count`
+/// transmitted keys, then one bit stream written by `body` (scalars, keys, values).
+pub fn write_message(
+    out: &mut Vec<u8>,
+    codec_id: u8,
+    version: u8,
+    dim: u32,
+    count: usize,
+    body: impl FnOnce(&mut BitWriter),
+) {
+    write_header(out, codec_id, version, dim, count as u32);
+    let mut w = BitWriter::new(out);
+    body(&mut w);
+    w.finish();
+}
+
+/// Reads a message written by [`write_message`]: checks the header, lets `body` fill `out`
+/// (keys and values) from the bit stream, then checks that the stream is used up exactly, that
+/// there is one value per key and that every value is finite. Returns the dimension.
+pub fn read_message(
+    bytes: &[u8],
+    codec_id: u8,
+    version: u8,
+    out: &mut SparseGrad,
+    body: impl FnOnce(Header, &mut BitReader, &mut SparseGrad) -> Result<(), CodecError>,
+) -> Result<u32, CodecError> {
+    let (h, rest) = read_header(bytes, codec_id, version)?;
+    out.clear();
+    let mut r = BitReader::new(rest);
+    body(h, &mut r, out)?;
+    if out.keys.len() != h.count as usize || out.values.len() != out.keys.len() {
+        return Err(CodecError::Corrupt(format!(
+            "{} keys and {} values for a count of {}",
+            out.keys.len(),
+            out.values.len(),
+            h.count
+        )));
+    }
+    r.finish()?;
+    check_finite(&out.keys, &out.values)?;
+    Ok(h.dim)
+}
+
+/// Checks a scalar read from a message (a scale, a norm): finite and not negative.
+pub fn check_scale(name: &str, x: f32) -> Result<f32, CodecError> {
+    if x.is_finite() && x >= 0.0 {
+        Ok(x)
+    } else {
+        Err(CodecError::Corrupt(format!(
+            "{name} {x} is not a finite non-negative number"
+        )))
+    }
+}
+
+/// The coordinates a sparsifying codec keeps: positions into a gradient's `keys`/`values`.
+pub struct Selection<'a> {
+    /// The gradient's keys.
+    pub keys: &'a [u32],
+    /// The gradient's values.
+    pub values: &'a [f32],
+    /// Sorted positions of the kept coordinates.
+    pub kept: &'a [u32],
+}
+
+impl Selection<'_> {
+    /// The kept keys.
+    pub fn kept_keys(&self) -> Vec<u32> {
+        self.kept.iter().map(|&i| self.keys[i as usize]).collect()
+    }
+    /// The kept values.
+    pub fn kept_values(&self) -> impl Iterator<Item = f32> + '_ {
+        self.kept.iter().map(|&i| self.values[i as usize])
+    }
+}
+
+/// Indices of `values` sorted by decreasing magnitude, ties by index (deterministic).
+pub fn by_magnitude(values: &[f32]) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..values.len() as u32).collect();
+    idx.sort_unstable_by(|&a, &b| {
+        values[b as usize]
+            .abs()
+            .total_cmp(&values[a as usize].abs())
+            .then(a.cmp(&b))
+    });
+    idx
 }

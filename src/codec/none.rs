@@ -4,6 +4,7 @@
 use super::{
     check_finite, check_keys, read_header, write_header, Codec, CodecError, EncodeContext,
 };
+use super::{FromParams, NoParams};
 use crate::model::SparseGrad;
 
 const ID: u8 = 0;
@@ -12,6 +13,13 @@ const VERSION: u8 = 1;
 /// The uncompressed codec (f32 values).
 #[derive(Clone, Debug, Default)]
 pub struct NoneCodec;
+
+impl FromParams for NoneCodec {
+    type Params = NoParams;
+    fn from_params(_: &NoParams) -> Result<Self, String> {
+        Ok(NoneCodec)
+    }
+}
 
 impl Codec for NoneCodec {
     fn name(&self) -> &'static str {

@@ -1,27 +1,89 @@
-//! Codecs by job-file name. A job says `compressor = { name = "none" }`; each variant of
-//! [`CodecSpec`] carries that codec's typed parameters. Adding a codec: one file, one variant,
-//! one line in [`build_codec`].
+//! Codecs by job-file name. A job says `compressor = { name = "topk", ratio = 0.01 }`; the name
+//! picks the codec and the other fields are its typed parameters ([`FromParams::Params`], with
+//! defaults, unknown fields rejected). Adding a codec: one file and one line in the list below.
 
 use serde::{Deserialize, Serialize};
 
-use super::none::NoneCodec;
-use super::Codec;
+use super::{Codec, FromParams};
 
-/// A codec and its parameters, as written in a job file.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "name", rename_all = "lowercase", deny_unknown_fields)]
-pub enum CodecSpec {
-    /// Uncompressed u32 keys + f32 values.
-    #[default]
-    None,
+macro_rules! registry {
+    ($($variant:ident $name:literal => $ty:ty,)*) => {
+        /// A codec and its parameters, as written in a job file.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "name")]
+        pub enum CodecSpec {
+            $(
+                #[doc = concat!("`", $name, "`: see [`", stringify!($ty), "`].")]
+                #[serde(rename = $name)]
+                $variant(<$ty as FromParams>::Params),
+            )*
+        }
+
+        /// Builds the codec a spec names; an out-of-range parameter is an error naming it.
+        pub fn build_codec(spec: &CodecSpec) -> Result<Box<dyn Codec>, String> {
+            match spec {
+                $( CodecSpec::$variant(p) => Ok(Box::new(<$ty>::from_params(p)?)), )*
+            }
+        }
+
+        /// Every codec name, in registry order.
+        pub const CODEC_NAMES: &[&str] = &[$($name),*];
+
+        impl CodecSpec {
+            /// The spec of `name` with default parameters.
+            pub fn with_defaults(name: &str) -> Option<CodecSpec> {
+                match name {
+                    $( $name => Some(CodecSpec::$variant(Default::default())), )*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-/// Builds the codec a spec names.
-pub fn build_codec(spec: &CodecSpec) -> Box<dyn Codec> {
-    match spec {
-        CodecSpec::None => Box::new(NoneCodec),
+registry! {
+    None "none" => super::none::NoneCodec,
+    None64 "none64" => super::none64::None64,
+    Zipml "zipml" => super::zipml::Zipml,
+    Fastsgd "fastsgd" => super::fastsgd::FastSgd,
+    Gspar "gspar" => super::gspar::Gspar,
+    Topk "topk" => super::topk::TopK,
+    Randomk "randomk" => super::randomk::RandomK,
+    Threshold "threshold" => super::threshold::Threshold,
+    Qsgd "qsgd" => super::qsgd::Qsgd,
+    Terngrad "terngrad" => super::terngrad::TernGrad,
+    Signsgd "signsgd" => super::signsgd::SignSgd,
+    Logquant "logquant" => super::logquant::LogQuant,
+}
+
+impl Default for CodecSpec {
+    fn default() -> Self {
+        CodecSpec::None(Default::default())
     }
 }
 
-/// The names a job may use.
-pub const CODEC_NAMES: &[&str] = &["none"];
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_with_defaults_and_reject_unknown_fields() {
+        #[derive(Deserialize)]
+        struct J {
+            compressor: CodecSpec,
+        }
+        let j: J = toml::from_str("compressor = { name = \"topk\", ratio = 0.25 }").unwrap();
+        match &j.compressor {
+            CodecSpec::Topk(p) => assert_eq!(p.ratio, 0.25),
+            other => panic!("{other:?}"),
+        }
+        assert!(toml::from_str::<J>("compressor = { name = \"topk\", ratoi = 0.25 }").is_err());
+        assert!(toml::from_str::<J>("compressor = { name = \"nope\" }").is_err());
+        let j: J = toml::from_str("compressor = { name = \"none\" }").unwrap();
+        assert_eq!(j.compressor, CodecSpec::default());
+        for name in CODEC_NAMES {
+            let spec = CodecSpec::with_defaults(name).unwrap();
+            assert_eq!(build_codec(&spec).unwrap().name(), *name);
+        }
+    }
+}

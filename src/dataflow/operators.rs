@@ -129,6 +129,14 @@ pub struct TrainHandle {
     pub rows: Rc<RefCell<Vec<MetricsRow>>>,
 }
 
+/// The job's codec; a bad parameter (jobs validate them first) fails the run.
+fn codec_or_fail(spec: &CodecSpec, supervisor: &Supervisor) -> Box<dyn Codec> {
+    build_codec(spec).unwrap_or_else(|e| {
+        supervisor.fail(format!("train.compressor: {e}"));
+        Box::new(NoneCodec)
+    })
+}
+
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
@@ -198,7 +206,7 @@ pub fn gradient<'s>(
         let mut stats_cap = caps.pop();
         let mut grad_cap = caps.pop();
         let mut stash: BTreeMap<u64, Vec<Envelope>> = BTreeMap::new();
-        let mut codec = build_codec(&plan.codec);
+        let mut codec = codec_or_fail(&plan.codec, &supervisor);
         let mut update_codec = NoneCodec;
         let mut router = Router::new(plan.exchange, plan.dim, peers);
         let mut workspace = GradientWorkspace::new(plan.dim);
@@ -381,7 +389,7 @@ pub fn aggregate<'s>(
         "Aggregate",
         move |_cap, _info| {
             let mut stash: BTreeMap<u64, (timely::dataflow::operators::Capability<RoundTime>, Vec<Envelope>)> = BTreeMap::new();
-            let mut codec: Box<dyn Codec> = build_codec(&plan.codec);
+            let mut codec: Box<dyn Codec> = codec_or_fail(&plan.codec, &supervisor);
             let mut update_codec = NoneCodec;
             let mut aggregator = Aggregator::default();
             let mut optimizer = Optimizer::new(plan.optimizer.clone(), lo, hi);

@@ -297,6 +297,8 @@ impl Job {
                 self.model.lambda
             ));
         }
+        crate::codec::build_codec(&self.train.compressor)
+            .map_err(|e| format!("train.compressor: {e}"))?;
         self.optimizer.validate()
     }
 

@@ -1,0 +1,150 @@
+//! `fastsgd`: FastSGD (Algorithm 1 and 2 of the paper in `shared/papers/fastsgd.txt`).
+//!
+//! Values (§3.2, reciprocal mapper + log quantization + threshold filter): with `sum = Σ|v|`,
+//! only values with `|v| >= sum / b^τ` are kept; a kept value has `R = sum / |v| >= 1` and code
+//! `L = ceil(log_b R)`, decoded as `sum / b^L`. The ceiling makes every decoded magnitude at most
+//! the true one; the encoder checks this with the decoder's own arithmetic and bumps `L` where
+//! rounding would break it. One byte per value: the sign bit and `max(L, 1) - 1` in 7 bits (so
+//! `τ <= 128`; `L = 0` happens only for a lone value and is sent as 1, still an underestimate).
+//!
+//! Keys (§3.3): adaptive bit-level deltas with `l`-bit length flags ([`super::keys::adaptive`]).
+//!
+//! Body: sum (f32), b (f32), τ (8 bits), l (3 bits), keys, values.
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::adaptive;
+use super::{
+    check_finite, check_scale, read_message, write_message, Codec, CodecError, EncodeContext,
+    FromParams,
+};
+use crate::model::SparseGrad;
+
+const ID: u8 = 3;
+const VERSION: u8 = 1;
+
+/// Parameters of `fastsgd` (defaults from the paper).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FastSgdParams {
+    /// Logarithm base `b > 1`.
+    pub b: f32,
+    /// Threshold exponent `τ` (values below `sum / b^τ` are dropped), at most 128.
+    pub tau: u32,
+    /// Length-flag bits of the key coder.
+    pub l: u32,
+}
+
+impl Default for FastSgdParams {
+    fn default() -> Self {
+        FastSgdParams {
+            b: 1.1,
+            tau: 128,
+            l: 2,
+        }
+    }
+}
+
+/// FastSGD compression.
+pub struct FastSgd {
+    p: FastSgdParams,
+}
+
+impl FromParams for FastSgd {
+    type Params = FastSgdParams;
+    fn from_params(p: &FastSgdParams) -> Result<Self, String> {
+        if !(p.b.is_finite() && p.b > 1.0) {
+            return Err(format!("fastsgd.b: must be a number > 1, got {}", p.b));
+        }
+        if !(1..=128).contains(&p.tau) {
+            return Err(format!("fastsgd.tau: must be in 1..=128, got {}", p.tau));
+        }
+        if !(1..=4).contains(&p.l) {
+            return Err(format!("fastsgd.l: must be in 1..=4, got {}", p.l));
+        }
+        Ok(FastSgd { p: p.clone() })
+    }
+}
+
+/// The decoder's magnitude for code `level`: shared by both sides so that the bound is exact.
+#[inline]
+fn magnitude(sum: f32, b: f32, level: u32) -> f32 {
+    (sum as f64 / (b as f64).powi(level as i32)) as f32
+}
+
+impl Codec for FastSgd {
+    fn name(&self) -> &'static str {
+        "fastsgd"
+    }
+
+    fn encode(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        dim: u32,
+        _ctx: EncodeContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        check_finite(keys, values)?;
+        let (b, tau) = (self.p.b, self.p.tau);
+        let sum = values.iter().map(|v| v.abs() as f64).sum::<f64>() as f32;
+        let ln_b = (b as f64).ln();
+        let mut kept_keys = Vec::with_capacity(keys.len());
+        let mut codes = Vec::with_capacity(keys.len());
+        for (&k, &v) in keys.iter().zip(values) {
+            let a = v.abs();
+            if a == 0.0 || a < magnitude(sum, b, tau) {
+                continue;
+            }
+            let mut level = (((sum as f64) / a as f64).ln() / ln_b).ceil().max(1.0) as u32;
+            level = level.min(tau);
+            while level < tau && magnitude(sum, b, level) > a {
+                level += 1;
+            }
+            if magnitude(sum, b, level) > a {
+                continue; // cannot be represented without overestimating
+            }
+            kept_keys.push(k);
+            codes.push(((v < 0.0) as u64) << 7 | (level - 1) as u64);
+        }
+        write_message(out, ID, VERSION, dim, kept_keys.len(), |w| {
+            w.write_f32(sum);
+            w.write_f32(b);
+            w.write(tau as u64, 8);
+            w.write(self.p.l as u64, 3);
+            adaptive::encode(&kept_keys, self.p.l, w);
+            for &c in &codes {
+                w.write(c, 8);
+            }
+        });
+        Ok(())
+    }
+
+    fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        read_message(bytes, ID, VERSION, out, |h, r, out| {
+            let sum = check_scale("sum", r.read_f32()?)?;
+            let b = r.read_f32()?;
+            if !(b.is_finite() && b > 1.0) {
+                return Err(CodecError::Corrupt(format!("base {b}")));
+            }
+            let tau = r.read(8)? as u32;
+            let l = r.read(3)? as u32;
+            if !(1..=128).contains(&tau) || !(1..=4).contains(&l) {
+                return Err(CodecError::Corrupt(format!("tau {tau}, l {l}")));
+            }
+            adaptive::decode(h.count as usize, h.dim, l, r, &mut out.keys)?;
+            for _ in 0..h.count {
+                let c = r.read(8)? as u32;
+                let level = (c & 127) + 1;
+                if level > tau {
+                    return Err(CodecError::Corrupt(format!(
+                        "level {level} above tau {tau}"
+                    )));
+                }
+                let m = magnitude(sum, b, level);
+                out.values.push(if c >> 7 == 1 { -m } else { m });
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! `logquant`: base-2 logarithmic quantization (LogQuant, Miyashita et al. 2016). A value becomes
+//! `sign · 2^e` with `e = round(log2 |v|)`; exponents are sent as offsets below the largest one
+//! in `bits` bits, and values more than `2^bits - 1` octaves below the largest are dropped.
+//! Body: largest exponent (10 bits, offset by 512), keys, per key a sign bit and the offset.
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::KeyCoding;
+use super::{
+    check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
+};
+use crate::model::SparseGrad;
+
+const ID: u8 = 12;
+const VERSION: u8 = 1;
+const EXP_BIAS: i32 = 512;
+
+/// Parameters of `logquant`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogQuantParams {
+    /// Bits per exponent offset.
+    pub bits: u32,
+    /// Key coder.
+    pub keys: KeyCoding,
+}
+
+impl Default for LogQuantParams {
+    fn default() -> Self {
+        LogQuantParams {
+            bits: 4,
+            keys: KeyCoding::Raw,
+        }
+    }
+}
+
+/// Power-of-two quantization.
+pub struct LogQuant {
+    p: LogQuantParams,
+}
+
+impl FromParams for LogQuant {
+    type Params = LogQuantParams;
+    fn from_params(p: &LogQuantParams) -> Result<Self, String> {
+        if !(1..=8).contains(&p.bits) {
+            return Err(format!("logquant.bits: must be 1..=8, got {}", p.bits));
+        }
+        Ok(LogQuant { p: p.clone() })
+    }
+}
+
+fn exponent(v: f32) -> i32 {
+    (v.abs() as f64).log2().round() as i32
+}
+
+impl Codec for LogQuant {
+    fn name(&self) -> &'static str {
+        "logquant"
+    }
+
+    fn encode(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        dim: u32,
+        _ctx: EncodeContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        check_finite(keys, values)?;
+        let emax = values
+            .iter()
+            .filter(|v| **v != 0.0)
+            .map(|&v| exponent(v))
+            .max()
+            .unwrap_or(0);
+        let span = (1i32 << self.p.bits) - 1;
+        let kept: Vec<usize> = (0..values.len())
+            .filter(|&i| values[i] != 0.0 && emax - exponent(values[i]) <= span)
+            .collect();
+        let kept_keys: Vec<u32> = kept.iter().map(|&i| keys[i]).collect();
+        write_message(out, ID, VERSION, dim, kept.len(), |w| {
+            w.write((emax + EXP_BIAS) as u64, 10);
+            self.p.keys.encode(&kept_keys, w);
+            for &i in &kept {
+                w.write(values[i].is_sign_negative() as u64, 1);
+                w.write((emax - exponent(values[i])) as u64, self.p.bits);
+            }
+        });
+        Ok(())
+    }
+
+    fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        let (coder, bits) = (self.p.keys, self.p.bits);
+        read_message(bytes, ID, VERSION, out, |h, r, out| {
+            let emax = r.read(10)? as i32 - EXP_BIAS;
+            coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
+            for _ in 0..h.count {
+                let neg = r.read(1)? == 1;
+                let e = emax - r.read(bits)? as i32;
+                let v = 2f64.powi(e) as f32;
+                out.values.push(if neg { -v } else { v });
+            }
+            Ok(())
+        })
+    }
+}

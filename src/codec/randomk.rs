@@ -1,0 +1,69 @@
+//! `randomk`: keep `k = ceil(ratio · n)` of the gradient's keys chosen uniformly at random
+//! without replacement, scaled by `n / k` so that the decoded gradient is unbiased.
+
+use rand::seq::index::sample;
+
+use super::topk::{read_kept, write_kept, KeepRatio};
+use super::{check_finite, Codec, CodecError, EncodeContext, FromParams, Selection};
+use crate::model::SparseGrad;
+
+const ID: u8 = 6;
+
+/// Uniform random sparsification with unbiased scaling.
+pub struct RandomK {
+    p: KeepRatio,
+}
+
+impl FromParams for RandomK {
+    type Params = KeepRatio;
+    fn from_params(p: &KeepRatio) -> Result<Self, String> {
+        p.validate("randomk")?;
+        Ok(RandomK { p: p.clone() })
+    }
+}
+
+impl Codec for RandomK {
+    fn name(&self) -> &'static str {
+        "randomk"
+    }
+
+    fn encode(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        dim: u32,
+        ctx: EncodeContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        check_finite(keys, values)?;
+        let n = values.len();
+        let k = self.p.count(n);
+        let mut kept: Vec<u32> = sample(&mut ctx.rng(), n, k)
+            .into_iter()
+            .map(|i| i as u32)
+            .collect();
+        kept.sort_unstable();
+        let scale = if k == 0 {
+            1.0
+        } else {
+            (n as f64 / k as f64) as f32
+        };
+        write_kept(
+            out,
+            ID,
+            dim,
+            self.p.keys,
+            &Selection {
+                keys,
+                values,
+                kept: &kept,
+            },
+            scale,
+        );
+        Ok(())
+    }
+
+    fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        read_kept(bytes, ID, self.p.keys, out)
+    }
+}

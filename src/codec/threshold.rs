@@ -1,0 +1,84 @@
+//! `threshold`: keep the values with `|v| >= threshold` (Threshold-v), sent exactly.
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::KeyCoding;
+use super::topk::{read_kept, write_kept};
+use super::{check_finite, Codec, CodecError, EncodeContext, FromParams, Selection};
+use crate::model::SparseGrad;
+
+const ID: u8 = 7;
+
+/// Parameters of `threshold`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThresholdParams {
+    /// Smallest magnitude sent.
+    pub threshold: f32,
+    /// Key coder.
+    pub keys: KeyCoding,
+}
+
+impl Default for ThresholdParams {
+    fn default() -> Self {
+        ThresholdParams {
+            threshold: 1e-3,
+            keys: KeyCoding::Raw,
+        }
+    }
+}
+
+/// Magnitude-threshold sparsification.
+pub struct Threshold {
+    p: ThresholdParams,
+}
+
+impl FromParams for Threshold {
+    type Params = ThresholdParams;
+    fn from_params(p: &ThresholdParams) -> Result<Self, String> {
+        if !(p.threshold.is_finite() && p.threshold >= 0.0) {
+            return Err(format!(
+                "threshold.threshold: must be a finite number >= 0, got {}",
+                p.threshold
+            ));
+        }
+        Ok(Threshold { p: p.clone() })
+    }
+}
+
+impl Codec for Threshold {
+    fn name(&self) -> &'static str {
+        "threshold"
+    }
+
+    fn encode(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        dim: u32,
+        _ctx: EncodeContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        check_finite(keys, values)?;
+        let kept: Vec<u32> = (0..values.len() as u32)
+            .filter(|&i| values[i as usize].abs() >= self.p.threshold)
+            .collect();
+        write_kept(
+            out,
+            ID,
+            dim,
+            self.p.keys,
+            &Selection {
+                keys,
+                values,
+                kept: &kept,
+            },
+            1.0,
+        );
+        Ok(())
+    }
+
+    fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        read_kept(bytes, ID, self.p.keys, out)
+    }
+}

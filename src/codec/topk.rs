@@ -1,0 +1,135 @@
+//! `topk`: keep the `k = ceil(ratio · n)` values of largest magnitude (ties by key), send them
+//! exactly. Biased; usually paired with error feedback.
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::KeyCoding;
+use super::{
+    by_magnitude, check_finite, read_message, write_message, Codec, CodecError, EncodeContext,
+    FromParams, Selection,
+};
+use crate::model::SparseGrad;
+
+const ID: u8 = 5;
+const VERSION: u8 = 1;
+
+/// Parameters of `topk` and `randomk`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeepRatio {
+    /// Fraction of the gradient's keys to send, in (0, 1].
+    pub ratio: f64,
+    /// Key coder.
+    pub keys: KeyCoding,
+}
+
+impl Default for KeepRatio {
+    fn default() -> Self {
+        KeepRatio {
+            ratio: 0.1,
+            keys: KeyCoding::Raw,
+        }
+    }
+}
+
+impl KeepRatio {
+    /// Validates `ratio` for codec `name`.
+    pub fn validate(&self, name: &str) -> Result<(), String> {
+        if self.ratio > 0.0 && self.ratio <= 1.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{name}.ratio: must be in (0, 1], got {}",
+                self.ratio
+            ))
+        }
+    }
+    /// How many of `n` keys to keep.
+    pub fn count(&self, n: usize) -> usize {
+        ((self.ratio * n as f64).ceil() as usize).min(n)
+    }
+}
+
+/// Writes `(keys[i], values[i] * scale)` for the sorted positions `kept` as f32 pairs.
+pub(crate) fn write_kept(
+    out: &mut Vec<u8>,
+    id: u8,
+    dim: u32,
+    coder: KeyCoding,
+    sel: &Selection,
+    scale: f32,
+) {
+    let kept_keys = sel.kept_keys();
+    write_message(out, id, VERSION, dim, kept_keys.len(), |w| {
+        coder.encode(&kept_keys, w);
+        for v in sel.kept_values() {
+            w.write_f32(v * scale);
+        }
+    });
+}
+
+/// Reads a message written by [`write_kept`].
+pub(crate) fn read_kept(
+    bytes: &[u8],
+    id: u8,
+    coder: KeyCoding,
+    out: &mut SparseGrad,
+) -> Result<u32, CodecError> {
+    read_message(bytes, id, VERSION, out, |h, r, out| {
+        coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
+        for _ in 0..h.count {
+            out.values.push(r.read_f32()?);
+        }
+        Ok(())
+    })
+}
+
+/// Largest-magnitude sparsification.
+pub struct TopK {
+    p: KeepRatio,
+}
+
+impl FromParams for TopK {
+    type Params = KeepRatio;
+    fn from_params(p: &KeepRatio) -> Result<Self, String> {
+        p.validate("topk")?;
+        Ok(TopK { p: p.clone() })
+    }
+}
+
+impl Codec for TopK {
+    fn name(&self) -> &'static str {
+        "topk"
+    }
+
+    fn encode(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        dim: u32,
+        _ctx: EncodeContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        check_finite(keys, values)?;
+        let mut kept = by_magnitude(values);
+        kept.truncate(self.p.count(values.len()));
+        kept.sort_unstable();
+        write_kept(
+            out,
+            ID,
+            dim,
+            self.p.keys,
+            &Selection {
+                keys,
+                values,
+                kept: &kept,
+            },
+            1.0,
+        );
+        Ok(())
+    }
+
+    fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        read_kept(bytes, ID, self.p.keys, out)
+    }
+}

@@ -1,0 +1,399 @@
+//! Properties of every codec, as tests that fail when the property breaks.
+
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
+
+use gradflow::codec::{build_codec, Codec, CodecError, CodecSpec, EncodeContext, CODEC_NAMES};
+use gradflow::model::SparseGrad;
+
+fn codec(name: &str) -> Box<dyn Codec> {
+    build_codec(&CodecSpec::with_defaults(name).unwrap()).unwrap()
+}
+
+fn spec(toml_table: &str) -> Box<dyn Codec> {
+    #[derive(serde::Deserialize)]
+    struct J {
+        c: CodecSpec,
+    }
+    let j: J = toml::from_str(&format!("c = {toml_table}")).unwrap();
+    build_codec(&j.c).unwrap()
+}
+
+/// `n` random keys below `dim` with Laplace(0, scale) values.
+fn laplace_grad(n: usize, dim: u32, scale: f64, seed: u64) -> SparseGrad {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut keys: Vec<u32> = (0..n).map(|_| rng.random_range(0..dim)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let values = keys
+        .iter()
+        .map(|_| {
+            let u: f64 = rng.random::<f64>() - 0.5;
+            (-scale * u.signum() * (1.0 - 2.0 * u.abs()).max(1e-300).ln()) as f32
+        })
+        .collect();
+    SparseGrad { keys, values }
+}
+
+fn round_trip(c: &mut dyn Codec, g: &SparseGrad, dim: u32, seed: u64) -> (Vec<u8>, SparseGrad) {
+    let mut buf = Vec::new();
+    c.encode(
+        &g.keys,
+        &g.values,
+        dim,
+        EncodeContext {
+            seed,
+            round: 0,
+            worker: 0,
+        },
+        &mut buf,
+    )
+    .unwrap();
+    let mut out = SparseGrad::default();
+    assert_eq!(c.decode(&buf, &mut out).unwrap(), dim, "{}", c.name());
+    (buf, out)
+}
+
+/// Position of each decoded key in the original (the decoded keys must be a subset).
+fn positions(g: &SparseGrad, out: &SparseGrad, name: &str) -> Vec<usize> {
+    out.keys
+        .iter()
+        .map(|k| {
+            g.keys
+                .binary_search(k)
+                .unwrap_or_else(|_| panic!("{name}: decoded key {k} was never sent"))
+        })
+        .collect()
+}
+
+#[test]
+fn keys_decode_exactly_for_every_codec() {
+    let dim = 1_000_000;
+    let g = laplace_grad(5000, dim, 0.01, 1);
+    for name in CODEC_NAMES {
+        let mut c = codec(name);
+        let (_, out) = round_trip(c.as_mut(), &g, dim, 7);
+        positions(&g, &out, name);
+        assert!(out.keys.windows(2).all(|w| w[0] < w[1]));
+        if ["none", "none64", "zipml", "signsgd"].contains(name) {
+            assert_eq!(out.keys, g.keys, "{name} sends every key");
+        }
+        if ["none", "none64"].contains(name) {
+            assert_eq!(out.values, g.values, "{name} is lossless");
+        }
+    }
+}
+
+#[test]
+fn every_key_coder_keeps_keys_exact_inside_a_codec() {
+    let dim = 29_000_000;
+    let g = laplace_grad(3000, dim, 0.01, 2);
+    for keys in ["raw", "delta_binary", "adaptive", "rice"] {
+        let mut c = spec(&format!("{{ name = \"zipml\", keys = \"{keys}\" }}"));
+        let (_, out) = round_trip(c.as_mut(), &g, dim, 1);
+        assert_eq!(out.keys, g.keys, "{keys}");
+    }
+}
+
+#[test]
+fn fastsgd_never_overestimates_nor_flips_a_sign() {
+    for seed in 0..20 {
+        let g = laplace_grad(2000, 100_000, 0.01, seed);
+        let mut c = codec("fastsgd");
+        let (buf, out) = round_trip(c.as_mut(), &g, 100_000, seed);
+        let pos = positions(&g, &out, "fastsgd");
+        for (i, &p) in pos.iter().enumerate() {
+            let (t, d) = (g.values[p], out.values[i]);
+            assert!(d.abs() <= t.abs(), "seed {seed}: |{d}| > |{t}|");
+            assert!(
+                d.signum() == t.signum(),
+                "seed {seed}: sign of {t} flipped to {d}"
+            );
+        }
+        // One byte per value: the message is header, scalars (8 + 8 + 3 bits), keys, values.
+        let mut keys_only = Vec::new();
+        let mut w = gradflow::codec::bits::BitWriter::new(&mut keys_only);
+        gradflow::codec::keys::adaptive::encode(&out.keys, 2, &mut w);
+        let key_bits = w.finish() * 8;
+        let value_bytes = (buf.len() - 10) as f64 - (64.0 + 11.0 + key_bits as f64) / 8.0;
+        assert!(
+            (value_bytes - out.len() as f64).abs() <= 2.0,
+            "{value_bytes} value bytes for {} values",
+            out.len()
+        );
+    }
+}
+
+#[test]
+fn zipml_error_is_at_most_one_step() {
+    for bits in [8, 16] {
+        let g = laplace_grad(4000, 100_000, 0.01, bits as u64);
+        let mut c = spec(&format!("{{ name = \"zipml\", bits = {bits} }}"));
+        let (_, out) = round_trip(c.as_mut(), &g, 100_000, 3);
+        let (lo, hi) = g
+            .values
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+        let step = (hi - lo) as f64 / ((1u64 << bits) - 1) as f64;
+        for (t, d) in g.values.iter().zip(&out.values) {
+            assert!(
+                ((t - d) as f64).abs() <= step * (1.0 + 1e-5) + 1e-12,
+                "{bits} bits: {t} -> {d}, step {step}"
+            );
+        }
+    }
+}
+
+/// Mean over 1000 seeds within 4 standard errors of the true value, for every coordinate of a
+/// fixed gradient whose magnitudes lie in [0.2, 1] x 0.01 (so that every coordinate is sampled
+/// often enough in 1000 trials for its standard error to mean something).
+fn assert_unbiased(c: &mut dyn Codec, label: &str) {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(42);
+    let keys: Vec<u32> = (0..120).map(|i| i * 83 + 5).collect();
+    let values = keys
+        .iter()
+        .map(|_| (if rng.random::<bool>() { 0.01 } else { -0.01 }) * rng.random_range(0.2f32..1.0))
+        .collect();
+    let g = SparseGrad { keys, values };
+    let n = g.len();
+    let trials = 1000;
+    let (mut sum, mut sq, mut big) = (vec![0f64; n], vec![0f64; n], vec![0f64; n]);
+    for seed in 0..trials {
+        let (_, out) = round_trip(c, &g, 10_000, seed);
+        let mut dense = vec![0f64; n];
+        for (i, p) in positions(&g, &out, label).into_iter().enumerate() {
+            dense[p] = out.values[i] as f64;
+        }
+        for i in 0..n {
+            sum[i] += dense[i];
+            sq[i] += dense[i] * dense[i];
+            big[i] = big[i].max(dense[i].abs());
+        }
+    }
+    for i in 0..n {
+        let mean = sum[i] / trials as f64;
+        let var = (sq[i] / trials as f64 - mean * mean).max(0.0);
+        let se = (var / trials as f64).sqrt();
+        let t = g.values[i] as f64;
+        // The sample standard error is 0 when an outcome of probability near 0 or 1 never shows
+        // up in the trials; the resolution of one such event (largest value / trials) bounds
+        // what that can hide.
+        let tolerance = 4.0 * se + 4.0 * big[i] / trials as f64;
+        assert!(
+            (mean - t).abs() <= tolerance,
+            "{label}: coordinate {i}: mean {mean} vs {t} (se {se})"
+        );
+    }
+}
+
+#[test]
+fn unbiased_codecs_are_unbiased_over_many_seeds() {
+    for name in ["qsgd", "terngrad", "randomk"] {
+        assert_unbiased(codec(name).as_mut(), name);
+    }
+    assert_unbiased(
+        spec("{ name = \"gspar\", variant = \"greedy\", density = 0.2 }").as_mut(),
+        "gspar greedy",
+    );
+    assert_unbiased(
+        spec("{ name = \"gspar\", variant = \"closed_form\", eps = 0.5 }").as_mut(),
+        "gspar closed form",
+    );
+    assert_unbiased(
+        spec("{ name = \"qsgd\", levels = 2 }").as_mut(),
+        "qsgd 2 levels",
+    );
+}
+
+#[test]
+fn gspar_greedy_meets_its_density_and_hybrid_coding_pays() {
+    let g = laplace_grad(20_000, 1_000_000, 0.01, 5);
+    let mut c = spec("{ name = \"gspar\", density = 0.1 }");
+    let (buf, out) = round_trip(c.as_mut(), &g, 1_000_000, 9);
+    let density = out.len() as f64 / g.len() as f64;
+    assert!((0.07..0.13).contains(&density), "density {density}");
+    // Most kept coordinates are (key, sign): well under key + f32 per pair.
+    assert!(
+        (buf.len() as f64) < out.len() as f64 * 6.0,
+        "{} bytes for {} pairs",
+        buf.len(),
+        out.len()
+    );
+}
+
+#[test]
+fn topk_keeps_the_largest_and_threshold_the_large() {
+    let g = laplace_grad(1000, 50_000, 0.01, 6);
+    let mut c = spec("{ name = \"topk\", ratio = 0.05 }");
+    let (_, out) = round_trip(c.as_mut(), &g, 50_000, 0);
+    assert_eq!(
+        out.len(),
+        50.min(g.len()).max((0.05 * g.len() as f64).ceil() as usize)
+    );
+    let smallest_kept = out.values.iter().fold(f32::MAX, |m, v| m.min(v.abs()));
+    let bigger_dropped = g.values.iter().filter(|v| v.abs() > smallest_kept).count();
+    assert_eq!(bigger_dropped, out.len() - 1);
+    let mut c = spec("{ name = \"threshold\", threshold = 0.02 }");
+    let (_, out) = round_trip(c.as_mut(), &g, 50_000, 0);
+    assert_eq!(
+        out.len(),
+        g.values.iter().filter(|v| v.abs() >= 0.02).count()
+    );
+}
+
+#[test]
+fn signsgd_and_logquant_keep_signs() {
+    let g = laplace_grad(1000, 50_000, 0.01, 8);
+    for name in ["signsgd", "logquant", "terngrad", "qsgd"] {
+        let mut c = codec(name);
+        let (_, out) = round_trip(c.as_mut(), &g, 50_000, 1);
+        for (i, p) in positions(&g, &out, name).into_iter().enumerate() {
+            assert_eq!(out.values[i].signum(), g.values[p].signum(), "{name}");
+        }
+    }
+    // logquant: within a factor sqrt(2) of the true magnitude for what it keeps.
+    let mut c = codec("logquant");
+    let (_, out) = round_trip(c.as_mut(), &g, 50_000, 1);
+    for (i, p) in positions(&g, &out, "logquant").into_iter().enumerate() {
+        let ratio = (out.values[i] / g.values[p]) as f64;
+        assert!((0.70..=1.415).contains(&ratio), "ratio {ratio}");
+    }
+}
+
+#[test]
+fn decoders_return_errors_on_corrupt_messages_never_panic() {
+    let dim = 200_000;
+    let g = laplace_grad(300, dim, 0.01, 11);
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+    for name in CODEC_NAMES {
+        let mut c = codec(name);
+        let (buf, _) = round_trip(c.as_mut(), &g, dim, 3);
+        let mut out = SparseGrad::default();
+        for cut in 0..buf.len() {
+            assert!(
+                c.decode(&buf[..cut], &mut out).is_err(),
+                "{name}: truncated to {cut} of {} bytes decoded",
+                buf.len()
+            );
+        }
+        let mut longer = buf.clone();
+        longer.push(0);
+        assert!(
+            c.decode(&longer, &mut out).is_err(),
+            "{name}: an extended message decoded"
+        );
+        for _ in 0..2000 {
+            let mut b = buf.clone();
+            for _ in 0..rng.random_range(1..4) {
+                let i = rng.random_range(0..b.len());
+                b[i] ^= 1 << rng.random_range(0..8);
+            }
+            if c.decode(&b, &mut out).is_ok() {
+                assert!(
+                    out.keys.windows(2).all(|w| w[0] < w[1])
+                        && out.keys.iter().all(|&k| k < u32::MAX)
+                );
+                assert!(
+                    out.values.iter().all(|v| v.is_finite()),
+                    "{name}: corrupt message decoded to non-finite values"
+                );
+            }
+        }
+        // A message of another codec is rejected.
+        let mut other = codec(if *name == "none" { "zipml" } else { "none" });
+        let mut foreign = Vec::new();
+        other
+            .encode(
+                &g.keys,
+                &g.values,
+                dim,
+                EncodeContext::default(),
+                &mut foreign,
+            )
+            .unwrap();
+        assert!(
+            matches!(
+                c.decode(&foreign, &mut out),
+                Err(CodecError::WrongCodec { .. })
+            ),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn edge_cases_empty_single_and_huge_keys() {
+    let cases = [
+        SparseGrad::default(),
+        SparseGrad {
+            keys: vec![0],
+            values: vec![0.5],
+        },
+        SparseGrad {
+            keys: vec![u32::MAX - 2, u32::MAX - 1],
+            values: vec![-0.25, 1.0],
+        },
+        SparseGrad {
+            keys: vec![3, 4, 5],
+            values: vec![0.0, 0.0, 0.0],
+        },
+    ];
+    for name in CODEC_NAMES {
+        for g in &cases {
+            let mut c = codec(name);
+            let (_, out) = round_trip(c.as_mut(), g, u32::MAX, 0);
+            positions(g, &out, name);
+        }
+    }
+}
+
+#[test]
+fn non_finite_values_are_an_error_naming_the_first_bad_key() {
+    let g = SparseGrad {
+        keys: vec![1, 5, 9],
+        values: vec![0.1, f32::INFINITY, f32::NAN],
+    };
+    for name in CODEC_NAMES {
+        let mut c = codec(name);
+        let e = c
+            .encode(
+                &g.keys,
+                &g.values,
+                10,
+                EncodeContext::default(),
+                &mut Vec::new(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, CodecError::NonFinite { key: 5, .. }),
+            "{name}: {e}"
+        );
+    }
+}
+
+#[test]
+fn randomised_codecs_are_deterministic_per_seed_round_and_worker() {
+    let g = laplace_grad(2000, 100_000, 0.01, 3);
+    for name in ["zipml", "randomk", "qsgd", "terngrad", "gspar"] {
+        let mut c = codec(name);
+        let enc = |c: &mut Box<dyn Codec>, round, worker| {
+            let mut b = Vec::new();
+            c.encode(
+                &g.keys,
+                &g.values,
+                100_000,
+                EncodeContext {
+                    seed: 1,
+                    round,
+                    worker,
+                },
+                &mut b,
+            )
+            .unwrap();
+            b
+        };
+        assert_eq!(enc(&mut c, 1, 0), enc(&mut c, 1, 0), "{name}");
+        assert_ne!(enc(&mut c, 1, 0), enc(&mut c, 2, 0), "{name}");
+        assert_ne!(enc(&mut c, 1, 0), enc(&mut c, 1, 1), "{name}");
+    }
+}
