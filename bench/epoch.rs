@@ -42,7 +42,7 @@ fn epoch(c: &mut Criterion) {
         lambda: 0.01,
         optimizer: OptimizerConfig::default(),
         exchange: ExchangeKind::Sharded,
-        codec: CodecSpec::None,
+        codec: CodecSpec::default(),
         rounds_per_epoch: 10,
         epochs: 1,
         seed: 1,
