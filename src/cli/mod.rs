@@ -10,12 +10,14 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use gradflow::codec::measure::{measure_codec, measure_keys, read_gradient, synth_gradient};
+use gradflow::codec::{CodecSpec, CODEC_NAMES};
 use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use gradflow::dataflow::Supervisor;
 use gradflow::job::{Job, SynthKind, SynthSection};
 use gradflow::metrics::{epoch_line, human_bytes, write_csv, MetricsRow};
 use gradflow::model::file::ModelFile;
-use gradflow::model::{margin, EvalPart};
+use gradflow::model::{margin, EvalPart, SparseGrad};
 use gradflow::runtime::{run_job, ClusterSpec, ObserverFactory};
 
 /// Data-parallel SGD on timely dataflow with pluggable, measured gradient exchange.
@@ -37,6 +39,46 @@ enum Command {
     /// Dataset utilities.
     #[command(subcommand)]
     Data(DataCommand),
+    /// Measure gradient codecs and key coders on one gradient.
+    #[command(subcommand)]
+    Codec(CodecCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum CodecCommand {
+    /// Size, speed and error of each codec (median times over --repeats runs after a warm-up).
+    Compare(CompareArgs),
+    /// Size and speed of each key coder against the entropy bound log2(C(D, d)) / d.
+    Keys(GradientSource),
+}
+
+/// Where the gradient comes from.
+#[derive(Args, Debug)]
+struct GradientSource {
+    /// Gradient file: little-endian u64 count, count u32 keys (strictly increasing), count f32 values.
+    #[arg(long, requires = "dim", conflicts_with = "synth")]
+    input: Option<PathBuf>,
+    /// Dimension of --input.
+    #[arg(long)]
+    dim: Option<u32>,
+    /// Generate one instead: D,d[,seed] (d uniform keys of D, Laplace(0, 0.01) values).
+    #[arg(long, value_name = "D,d[,seed]")]
+    synth: Option<String>,
+    /// Timed runs per measurement.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Print CSV instead of a table.
+    #[arg(long)]
+    csv: bool,
+}
+
+#[derive(Args, Debug)]
+struct CompareArgs {
+    #[command(flatten)]
+    source: GradientSource,
+    /// Comma-separated codec names (default: all).
+    #[arg(long, value_delimiter = ',')]
+    codecs: Vec<String>,
 }
 
 /// Job-field overrides shared by `train` and `cluster`.
@@ -224,7 +266,71 @@ pub fn run(cli: Cli) -> Result<(), String> {
         ),
         Command::Predict(a) => predict(a),
         Command::Data(DataCommand::Synth(a)) => data_synth(a),
+        Command::Codec(CodecCommand::Compare(a)) => codec_compare(a),
+        Command::Codec(CodecCommand::Keys(a)) => codec_keys(a),
     }
+}
+
+impl GradientSource {
+    fn load(&self) -> Result<(SparseGrad, u32), String> {
+        match (&self.input, &self.synth) {
+            (Some(path), None) => {
+                let dim = self.dim.ok_or("--input needs --dim")?;
+                Ok((read_gradient(path, dim)?, dim))
+            }
+            (None, Some(spec)) => {
+                let parts: Vec<&str> = spec.split(',').map(str::trim).collect();
+                let num = |i: usize, what: &str| -> Result<u64, String> {
+                    parts[i]
+                        .parse()
+                        .map_err(|_| format!("--synth: bad {what} '{}'", parts[i]))
+                };
+                if !(2..=3).contains(&parts.len()) {
+                    return Err(format!("--synth expects D,d[,seed], got '{spec}'"));
+                }
+                let dim = u32::try_from(num(0, "D")?)
+                    .map_err(|_| "--synth: D must fit in 32 bits".to_string())?;
+                let d = num(1, "d")? as usize;
+                if dim == 0 || d == 0 || d > dim as usize {
+                    return Err(format!("--synth: need 0 < d <= D, got D = {dim}, d = {d}"));
+                }
+                let seed = if parts.len() == 3 { num(2, "seed")? } else { 1 };
+                Ok((synth_gradient(dim, d, 0.01, seed), dim))
+            }
+            _ => Err("give either --input FILE --dim D or --synth D,d[,seed]".into()),
+        }
+    }
+}
+
+fn print_rows<T: serde::Serialize>(rows: &[T], csv_out: bool) -> Result<(), String> {
+    let mut w = csv::WriterBuilder::new()
+        .delimiter(if csv_out { b',' } else { b'\t' })
+        .from_writer(std::io::stdout());
+    for r in rows {
+        w.serialize(r).map_err(|e| e.to_string())?;
+    }
+    w.flush().map_err(|e| e.to_string())
+}
+
+fn codec_compare(a: CompareArgs) -> Result<(), String> {
+    let (g, dim) = a.source.load()?;
+    let names: Vec<String> = if a.codecs.is_empty() {
+        CODEC_NAMES.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.codecs.clone()
+    };
+    let mut rows = Vec::new();
+    for name in &names {
+        let spec = CodecSpec::with_defaults(name)
+            .ok_or_else(|| format!("unknown codec '{name}' (known: {})", CODEC_NAMES.join(", ")))?;
+        rows.push(measure_codec(&spec, name, &g, dim, a.source.repeats)?);
+    }
+    print_rows(&rows, a.source.csv)
+}
+
+fn codec_keys(a: GradientSource) -> Result<(), String> {
+    let (g, dim) = a.load()?;
+    print_rows(&measure_keys(&g.keys, dim, a.repeats)?, a.csv)
 }
 
 fn printer(quiet: bool) -> ObserverFactory {

@@ -21,16 +21,17 @@ impl<'a> BitWriter<'a> {
         }
     }
 
-    /// Writes the low `bits` bits of `value` (`bits <= 57`).
+    /// Writes the low `bits` bits of `value` (`bits <= 32`).
     #[inline]
     pub fn write(&mut self, value: u64, bits: u32) {
-        debug_assert!(bits <= 57 && (bits == 64 || value >> bits == 0));
+        debug_assert!(bits <= 32 && value >> bits == 0);
+        // `used < 32` on entry, so the accumulator never overflows; flush whole 32-bit words.
         self.acc |= value << self.used;
         self.used += bits;
-        while self.used >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.used -= 8;
+        if self.used >= 32 {
+            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
+            self.acc >>= 32;
+            self.used -= 32;
         }
     }
 
@@ -52,9 +53,10 @@ impl<'a> BitWriter<'a> {
 
     /// Pads the last byte with zeros and returns the number of bytes written in total.
     pub fn finish(mut self) -> usize {
-        if self.used > 0 {
+        while self.used > 0 {
             self.out.push(self.acc as u8);
-            self.used = 0;
+            self.acc >>= 8;
+            self.used = self.used.saturating_sub(8);
         }
         self.out.len()
     }
@@ -81,6 +83,12 @@ impl<'a> BitReader<'a> {
 
     #[inline]
     fn refill(&mut self, bits: u32) -> Result<(), CodecError> {
+        if self.avail < bits && self.avail <= 32 && self.pos + 4 <= self.bytes.len() {
+            let word = u32::from_le_bytes(self.bytes[self.pos..self.pos + 4].try_into().unwrap());
+            self.acc |= (word as u64) << self.avail;
+            self.avail += 32;
+            self.pos += 4;
+        }
         while self.avail < bits {
             let Some(&b) = self.bytes.get(self.pos) else {
                 return Err(CodecError::Truncated {
@@ -95,7 +103,7 @@ impl<'a> BitReader<'a> {
         Ok(())
     }
 
-    /// Reads `bits` bits (`bits <= 57`).
+    /// Reads `bits` bits (`bits <= 32`).
     #[inline]
     pub fn read(&mut self, bits: u32) -> Result<u64, CodecError> {
         if bits == 0 {
@@ -126,7 +134,7 @@ impl<'a> BitReader<'a> {
                 return Err(CodecError::Corrupt(format!("unary value above {max}")));
             }
             if ones < self.avail {
-                self.acc >>= ones + 1;
+                self.acc = self.acc.checked_shr(ones + 1).unwrap_or(0);
                 self.avail -= ones + 1;
                 return Ok(n);
             }
@@ -163,7 +171,7 @@ mod tests {
         let mut buf = Vec::new();
         let mut w = BitWriter::new(&mut buf);
         let fields: Vec<(u64, u32)> = (0..500)
-            .map(|i| ((i * 7919) as u64 % (1 << (i % 40)), (i % 40) as u32))
+            .map(|i| ((i * 7919) as u64 % (1 << (i % 33)), (i % 33) as u32))
             .collect();
         for &(v, b) in &fields {
             w.write(v, b);
@@ -172,9 +180,15 @@ mod tests {
         let n = w.finish();
         assert_eq!(n, buf.len());
         let mut r = BitReader::new(&buf);
-        for &(v, b) in &fields {
-            assert_eq!(r.read(b).unwrap(), v);
-            assert_eq!(r.read_unary(100).unwrap(), v % 70);
+        for (i, &(v, b)) in fields.iter().enumerate() {
+            assert_eq!(r.read(b).unwrap(), v, "field {i}");
+            assert_eq!(
+                r.read_unary(100).unwrap(),
+                v % 70,
+                "unary {i} (bits {b}, avail {}, acc {:x})",
+                r.avail,
+                r.acc
+            );
         }
         r.finish().unwrap();
         let mut short = BitReader::new(&buf[..buf.len() - 1]);

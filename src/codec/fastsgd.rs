@@ -120,6 +120,10 @@ impl Codec for FastSgd {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        super::keys::KeyCoding::Adaptive
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         read_message(bytes, ID, VERSION, out, |h, r, out| {
             let sum = check_scale("sum", r.read_f32()?)?;

@@ -194,6 +194,10 @@ impl Codec for Gspar {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         let coder = self.p.keys;
         read_message(bytes, ID, VERSION, out, |h, r, out| {

@@ -49,8 +49,28 @@ impl FromParams for LogQuant {
     }
 }
 
+/// `round(log2 |v|)` for nonzero finite `v`: the binary exponent, plus one when the mantissa is
+/// at least √2 (exact for normal floats; subnormals take the slow path).
+#[inline]
 fn exponent(v: f32) -> i32 {
-    (v.abs() as f64).log2().round() as i32
+    let bits = v.to_bits() & 0x7FFF_FFFF;
+    let biased = (bits >> 23) as i32;
+    if biased == 0 {
+        return (v.abs() as f64).log2().round() as i32;
+    }
+    // The smallest mantissa above √2 (1.41421353... has mantissa 0x3504F3 and lies below it).
+    const SQRT2_MANTISSA: u32 = 0x3504F4;
+    biased - 127 + ((bits & 0x7F_FFFF) >= SQRT2_MANTISSA) as i32
+}
+
+/// `2^e` as an f32 (exact; built from the exponent bits in the normal range).
+#[inline]
+fn power_of_two(e: i32) -> f32 {
+    if (-126..=127).contains(&e) {
+        f32::from_bits(((e + 127) as u32) << 23)
+    } else {
+        2f64.powi(e) as f32
+    }
 }
 
 impl Codec for LogQuant {
@@ -89,6 +109,10 @@ impl Codec for LogQuant {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         let (coder, bits) = (self.p.keys, self.p.bits);
         read_message(bytes, ID, VERSION, out, |h, r, out| {
@@ -97,10 +121,29 @@ impl Codec for LogQuant {
             for _ in 0..h.count {
                 let neg = r.read(1)? == 1;
                 let e = emax - r.read(bits)? as i32;
-                let v = 2f64.powi(e) as f32;
+                let v = power_of_two(e);
                 out.values.push(if neg { -v } else { v });
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exponent_matches_rounded_log2() {
+        let mut x = 1e-38f32;
+        while x < 1e38 {
+            for v in [x, -x, x * 1.41421356, x * 1.4142135, x * 1.4142137] {
+                assert_eq!(exponent(v), (v.abs() as f64).log2().round() as i32, "{v}");
+            }
+            x *= 1.37;
+        }
+        assert_eq!(power_of_two(-3), 0.125);
+        assert_eq!(power_of_two(10), 1024.0);
+        assert_eq!(power_of_two(-140), 2f64.powi(-140) as f32);
     }
 }

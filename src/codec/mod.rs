@@ -16,6 +16,7 @@
 
 pub mod bits;
 pub mod keys;
+pub mod measure;
 pub mod registry;
 
 pub mod fastsgd;
@@ -127,6 +128,10 @@ pub trait Codec: Send {
     ) -> Result<(), CodecError>;
     /// Decodes a whole message into `out` (cleared first); returns the dimension it declares.
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError>;
+    /// The key coder the codec uses (for splitting its size into key and value bits).
+    fn key_coding(&self) -> keys::KeyCoding {
+        keys::KeyCoding::Raw
+    }
 }
 
 /// Fails with [`CodecError::NonFinite`] naming the first NaN or infinite value.
@@ -284,14 +289,20 @@ impl Selection<'_> {
     }
 }
 
-/// Indices of `values` sorted by decreasing magnitude, ties by index (deterministic).
-pub fn by_magnitude(values: &[f32]) -> Vec<u32> {
+/// Positions of the `k` values of largest magnitude (ties to the smaller position), in
+/// increasing position order. A selection, not a sort: O(n) expected.
+pub fn largest(values: &[f32], k: usize) -> Vec<u32> {
     let mut idx: Vec<u32> = (0..values.len() as u32).collect();
-    idx.sort_unstable_by(|&a, &b| {
-        values[b as usize]
-            .abs()
-            .total_cmp(&values[a as usize].abs())
-            .then(a.cmp(&b))
-    });
+    if k < idx.len() {
+        let before = |a: &u32, b: &u32| {
+            values[*b as usize]
+                .abs()
+                .total_cmp(&values[*a as usize].abs())
+                .then(a.cmp(b))
+        };
+        idx.select_nth_unstable_by(k, before);
+        idx.truncate(k);
+    }
+    idx.sort_unstable();
     idx
 }

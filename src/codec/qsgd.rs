@@ -101,6 +101,10 @@ impl Codec for Qsgd {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         let (coder, bits, s) = (self.p.keys, self.bits, self.p.levels as f64);
         read_message(bytes, ID, VERSION, out, |h, r, out| {

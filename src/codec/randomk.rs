@@ -63,6 +63,10 @@ impl Codec for RandomK {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         read_kept(bytes, ID, self.p.keys, out)
     }

@@ -92,6 +92,10 @@ impl Codec for SignSgd {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         read_signs(bytes, ID, self.p.keys, out)
     }

@@ -78,6 +78,10 @@ impl Codec for Threshold {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         read_kept(bytes, ID, self.p.keys, out)
     }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    by_magnitude, check_finite, read_message, write_message, Codec, CodecError, EncodeContext,
+    check_finite, largest, read_message, write_message, Codec, CodecError, EncodeContext,
     FromParams, Selection,
 };
 use crate::model::SparseGrad;
@@ -111,9 +111,7 @@ impl Codec for TopK {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
-        let mut kept = by_magnitude(values);
-        kept.truncate(self.p.count(values.len()));
-        kept.sort_unstable();
+        let kept = largest(values, self.p.count(values.len()));
         write_kept(
             out,
             ID,
@@ -127,6 +125,10 @@ impl Codec for TopK {
             1.0,
         );
         Ok(())
+    }
+
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {

@@ -98,6 +98,10 @@ impl Codec for Zipml {
         Ok(())
     }
 
+    fn key_coding(&self) -> super::keys::KeyCoding {
+        self.p.keys
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         let bits = self.p.bits;
         let coder = self.p.keys;
