@@ -137,7 +137,12 @@ mod tests {
     fn fast_exponent_matches_rounded_log2() {
         let mut x = 1e-38f32;
         while x < 1e38 {
-            for v in [x, -x, x * 1.41421356, x * 1.4142135, x * 1.4142137] {
+            let sqrt2 = std::f32::consts::SQRT_2;
+            let (below, above) = (
+                f32::from_bits(sqrt2.to_bits() - 1),
+                f32::from_bits(sqrt2.to_bits() + 1),
+            );
+            for v in [x, -x, x * sqrt2, x * below, x * above] {
                 assert_eq!(exponent(v), (v.abs() as f64).log2().round() as i32, "{v}");
             }
             x *= 1.37;
