@@ -125,6 +125,36 @@ fn fastsgd_never_overestimates_nor_flips_a_sign() {
 }
 
 #[test]
+fn sketchml_never_overestimates_nor_flips_a_sign_and_keeps_every_nonzero_key() {
+    for (seed, n, dim) in [
+        (1u64, 50_000usize, 29_000_000u32),
+        (2, 3000, 100_000),
+        (3, 40, 1000),
+    ] {
+        let g = laplace_grad(n, dim, 0.01, seed);
+        let mut c = codec("sketchml");
+        let (_, out) = round_trip(c.as_mut(), &g, dim, seed);
+        assert_eq!(out.keys, g.keys, "every nonzero key is sent");
+        let (mut rel, mut under) = (0.0, 0);
+        for (d, t) in out.values.iter().zip(&g.values) {
+            assert!(d.abs() <= t.abs(), "seed {seed}: |{d}| > |{t}|");
+            assert!(
+                d.signum() == t.signum(),
+                "seed {seed}: sign of {t} flipped to {d}"
+            );
+            rel += ((d - t) / t).abs() as f64;
+            under += (d.abs() < t.abs()) as usize;
+        }
+        let mean_rel = rel / out.len() as f64;
+        assert!(
+            mean_rel <= 0.30,
+            "seed {seed}: mean relative error {mean_rel}"
+        );
+        assert!(under > 0);
+    }
+}
+
+#[test]
 fn zipml_error_is_at_most_one_step() {
     for bits in [8, 16] {
         let g = laplace_grad(4000, 100_000, 0.01, bits as u64);

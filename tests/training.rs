@@ -185,6 +185,7 @@ fn two_processes_give_the_model_of_one_process_with_two_workers() {
         ("sharded", "none"),
         ("allgather", "none"),
         ("sharded", "gspar"),
+        ("sharded", "sketchml"),
     ] {
         let codec_set = format!("train.compressor={{name=\"{codec}\"}}");
         let threads = train_cli(

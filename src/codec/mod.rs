@@ -17,6 +17,8 @@
 pub mod bits;
 pub mod keys;
 pub mod measure;
+pub mod minmax;
+pub mod quantile;
 pub mod registry;
 
 pub mod fastsgd;
@@ -27,6 +29,7 @@ pub mod none64;
 pub mod qsgd;
 pub mod randomk;
 pub mod signsgd;
+pub mod sketchml;
 pub mod terngrad;
 pub mod threshold;
 pub mod topk;

@@ -54,6 +54,7 @@ registry! {
     Terngrad "terngrad" => super::terngrad::TernGrad,
     Signsgd "signsgd" => super::signsgd::SignSgd,
     Logquant "logquant" => super::logquant::LogQuant,
+    Sketchml "sketchml" => super::sketchml::SketchMl,
 }
 
 impl Default for CodecSpec {

@@ -70,7 +70,7 @@ impl super::Dataset {
 
 /// SplitMix64 finaliser: a well-mixed 64-bit hash of `(seed, x)`.
 #[inline]
-pub fn mix64(seed: u64, x: u64) -> u64 {
+pub const fn mix64(seed: u64, x: u64) -> u64 {
     let mut z = seed ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -1,0 +1,323 @@
+//! `sketchml`: SketchML (Jiang et al., SIGMOD'18, `shared/papers/sketchml-sigmod18.txt`).
+//!
+//! 1. Quantile buckets (§3.2): positive and negative values are bucketed separately (§3.3,
+//!    Solution 1), `q/2` equal-count magnitude buckets per sign ([`super::quantile`]), so no
+//!    bucket straddles zero and no sign can flip.
+//! 2. Grouped MinMaxSketch (§3.3): each sign's buckets are cut into `r/2` groups of consecutive
+//!    buckets; a group has its own [`MinMaxSketch`] of `s` rows and `ceil(ratio · n_g)` columns
+//!    holding bucket indexes local to the group.
+//! 3. Keys (§3.4): the keys of each group, delta-encoded (delta-binary by default).
+//!
+//! Decoding a key queries its group's sketch (never above its true bucket) and returns the
+//! bucket's zero-side edge. Choice: the paper decodes a bucket to its midpoint, which exceeds
+//! the values in the lower half of the bucket; the zero-side edge is the largest value that
+//! keeps `|decoded| <= |true|` for every value, which the issue requires. Zero values are not
+//! sent.
+//!
+//! Body: q (16 bits), r (8), s (4), ratio (f32), then for each sign the edge count (16 bits) and
+//! the edges (f32), then for each group its key count (32 bits), keys, and cells.
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::{bit_len, KeyCoding};
+use super::minmax::MinMaxSketch;
+use super::quantile::{bucket_edges, BucketFinder};
+use super::{
+    check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
+};
+use crate::model::SparseGrad;
+
+const ID: u8 = 13;
+const VERSION: u8 = 1;
+
+/// Parameters of `sketchml` (defaults: the paper's and the reference code's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SketchMlParams {
+    /// Quantile buckets (both signs together).
+    pub bins: u32,
+    /// Sketch groups (both signs together).
+    pub groups: u32,
+    /// Rows per sketch.
+    pub rows: u32,
+    /// Columns per sketch as a fraction of the group's keys.
+    pub column_ratio: f32,
+    /// Key coder.
+    pub keys: KeyCoding,
+}
+
+impl Default for SketchMlParams {
+    fn default() -> Self {
+        SketchMlParams {
+            bins: 256,
+            groups: 8,
+            rows: 2,
+            column_ratio: 0.3,
+            keys: KeyCoding::DeltaBinary,
+        }
+    }
+}
+
+/// Sizes derived from the parameters.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    half: usize,
+    groups_per_sign: usize,
+    per_group: usize,
+    cell_bits: u32,
+    rows: usize,
+    ratio: f32,
+}
+
+impl Shape {
+    fn new(bins: u32, groups: u32, rows: u32, ratio: f32) -> Result<Shape, String> {
+        if !(2..=4096).contains(&bins) || bins % 2 != 0 {
+            return Err(format!("bins: must be even and in 2..=4096, got {bins}"));
+        }
+        if !(2..=bins).contains(&groups) || groups % 2 != 0 {
+            return Err(format!(
+                "groups: must be even and in 2..=bins, got {groups}"
+            ));
+        }
+        if !(1..=8).contains(&rows) {
+            return Err(format!("rows: must be in 1..=8, got {rows}"));
+        }
+        if !(ratio.is_finite() && ratio > 0.0 && ratio <= 16.0) {
+            return Err(format!("column_ratio: must be in (0, 16], got {ratio}"));
+        }
+        let half = bins as usize / 2;
+        let groups_per_sign = groups as usize / 2;
+        let per_group = half.div_ceil(groups_per_sign);
+        if per_group > 256 {
+            return Err(format!(
+                "bins / groups must be at most 256 buckets per group, got {per_group}"
+            ));
+        }
+        Ok(Shape {
+            half,
+            groups_per_sign,
+            per_group,
+            cell_bits: bit_len(per_group as u64 - 1).max(1),
+            rows: rows as usize,
+            ratio,
+        })
+    }
+
+    fn columns(&self, keys: usize) -> usize {
+        ((self.ratio as f64 * keys as f64).ceil() as usize).max(1)
+    }
+}
+
+/// SketchML compression.
+pub struct SketchMl {
+    p: SketchMlParams,
+    shape: Shape,
+}
+
+impl FromParams for SketchMl {
+    type Params = SketchMlParams;
+    fn from_params(p: &SketchMlParams) -> Result<Self, String> {
+        let shape = Shape::new(p.bins, p.groups, p.rows, p.column_ratio)
+            .map_err(|e| format!("sketchml.{e}"))?;
+        Ok(SketchMl {
+            p: p.clone(),
+            shape,
+        })
+    }
+}
+
+/// Merges sorted per-group (key, value) lists into one sorted gradient, pairwise (a tree of
+/// two-way merges: log2(groups) linear passes).
+fn merge_groups(mut lists: Vec<SparseGrad>, out: &mut SparseGrad) -> Result<(), CodecError> {
+    let mut scratch = SparseGrad::default();
+    while lists.len() > 1 {
+        let mut next = Vec::with_capacity(lists.len().div_ceil(2));
+        let mut it = lists.into_iter();
+        while let Some(mut a) = it.next() {
+            if let Some(b) = it.next() {
+                merge_two(&a, &b, &mut scratch);
+                std::mem::swap(&mut a, &mut scratch);
+            }
+            next.push(a);
+        }
+        lists = next;
+    }
+    if let Some(only) = lists.pop() {
+        *out = only;
+    }
+    if let Some(w) = out.keys.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(CodecError::BadKeys(format!(
+            "key {} appears in two groups",
+            w[1]
+        )));
+    }
+    Ok(())
+}
+
+/// Two-way merge of sorted lists, branch-free in the loop (the interleaving of two groups'
+/// keys is random, so a branch would mispredict half the time). Keys in both lists end up
+/// adjacent and are caught by [`merge_groups`]'s order check.
+fn merge_two(a: &SparseGrad, b: &SparseGrad, out: &mut SparseGrad) {
+    let n = a.len() + b.len();
+    out.keys.resize(n, 0);
+    out.values.resize(n, 0.0);
+    let (mut i, mut j, mut k) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a.keys[i], b.keys[j]);
+        let take_a = x < y;
+        out.keys[k] = if take_a { x } else { y };
+        out.values[k] = if take_a { a.values[i] } else { b.values[j] };
+        i += take_a as usize;
+        j += !take_a as usize;
+        k += 1;
+    }
+    for (src, from) in [(a, i), (b, j)] {
+        let rest = src.len() - from;
+        out.keys[k..k + rest].copy_from_slice(&src.keys[from..]);
+        out.values[k..k + rest].copy_from_slice(&src.values[from..]);
+        k += rest;
+    }
+}
+
+impl Codec for SketchMl {
+    fn name(&self) -> &'static str {
+        "sketchml"
+    }
+
+    fn key_coding(&self) -> KeyCoding {
+        self.p.keys
+    }
+
+    fn encode(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        dim: u32,
+        _ctx: EncodeContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        check_finite(keys, values)?;
+        let sh = self.shape;
+        let mags: [Vec<f32>; 2] = [
+            values.iter().filter(|&&v| v > 0.0).copied().collect(),
+            values.iter().filter(|&&v| v < 0.0).map(|v| -v).collect(),
+        ];
+        let edges = [
+            bucket_edges(&mags[0], sh.half),
+            bucket_edges(&mags[1], sh.half),
+        ];
+        let max = |m: &[f32]| m.iter().copied().fold(0f32, f32::max);
+        let finders = [
+            BucketFinder::new(&edges[0], max(&mags[0])),
+            BucketFinder::new(&edges[1], max(&mags[1])),
+        ];
+        let n_groups = 2 * sh.groups_per_sign;
+        let mut group_keys: Vec<Vec<u32>> = vec![Vec::new(); n_groups];
+        let mut group_idx: Vec<Vec<u8>> = vec![Vec::new(); n_groups];
+        for (&k, &v) in keys.iter().zip(values) {
+            if v == 0.0 {
+                continue;
+            }
+            let sign = (v < 0.0) as usize;
+            let b = finders[sign].find(v.abs());
+            let g = sign * sh.groups_per_sign + b / sh.per_group;
+            group_keys[g].push(k);
+            group_idx[g].push((b % sh.per_group) as u8);
+        }
+        let sketches: Vec<MinMaxSketch> = (0..n_groups)
+            .map(|g| {
+                let mut s = MinMaxSketch::new(
+                    sh.rows,
+                    sh.columns(group_keys[g].len()),
+                    (sh.per_group - 1) as u8,
+                );
+                for (&k, &i) in group_keys[g].iter().zip(&group_idx[g]) {
+                    s.insert(k, i);
+                }
+                s
+            })
+            .collect();
+        let count: usize = group_keys.iter().map(Vec::len).sum();
+        write_message(out, ID, VERSION, dim, count, |w| {
+            w.write(self.p.bins as u64, 16);
+            w.write(self.p.groups as u64, 8);
+            w.write(self.p.rows as u64, 4);
+            w.write_f32(self.p.column_ratio);
+            for e in &edges {
+                w.write(e.len() as u64, 16);
+                e.iter().for_each(|&x| w.write_f32(x));
+            }
+            for g in 0..n_groups {
+                w.write(group_keys[g].len() as u64, 32);
+                self.p.keys.encode(&group_keys[g], w);
+                for &c in sketches[g].cells() {
+                    w.write(c as u64, sh.cell_bits);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        let coder = self.p.keys;
+        read_message(bytes, ID, VERSION, out, |h, r, out| {
+            let (bins, groups, rows) = (r.read(16)? as u32, r.read(8)? as u32, r.read(4)? as u32);
+            let ratio = r.read_f32()?;
+            let sh = Shape::new(bins, groups, rows, ratio).map_err(CodecError::Corrupt)?;
+            let mut edges: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
+            for e in edges.iter_mut() {
+                let n = r.read(16)? as usize;
+                if n > sh.half {
+                    return Err(CodecError::Corrupt(format!(
+                        "{n} edges for {} buckets",
+                        sh.half
+                    )));
+                }
+                for _ in 0..n {
+                    let x = r.read_f32()?;
+                    if !(x.is_finite() && x >= 0.0) || e.last().is_some_and(|&l| l >= x) {
+                        return Err(CodecError::Corrupt(format!("bucket edge {x}")));
+                    }
+                    e.push(x);
+                }
+            }
+            let mut decoded: Vec<SparseGrad> = Vec::with_capacity(2 * sh.groups_per_sign);
+            let mut seen = 0usize;
+            for g in 0..2 * sh.groups_per_sign {
+                let n = r.read(32)? as usize;
+                seen += n;
+                if seen > h.count as usize {
+                    return Err(CodecError::Corrupt(format!(
+                        "groups hold more than {} keys",
+                        h.count
+                    )));
+                }
+                let mut keys = Vec::new();
+                coder.decode(n, h.dim, r, &mut keys)?;
+                let cols = sh.columns(n);
+                let cells = (0..sh.rows * cols)
+                    .map(|_| r.read(sh.cell_bits).map(|c| c as u8))
+                    .collect::<Result<Vec<u8>, _>>()?;
+                let sketch =
+                    MinMaxSketch::from_cells(sh.rows, cols, (sh.per_group - 1) as u8, cells);
+                let (sign, first) = (
+                    g / sh.groups_per_sign,
+                    (g % sh.groups_per_sign) * sh.per_group,
+                );
+                let e = &edges[sign];
+                let values = keys
+                    .iter()
+                    .map(|&k| {
+                        let b = first + sketch.query(k) as usize;
+                        let m = *e.get(b).ok_or_else(|| {
+                            CodecError::Corrupt(format!("bucket {b} of {}", e.len()))
+                        })?;
+                        Ok(if sign == 1 { -m } else { m })
+                    })
+                    .collect::<Result<Vec<f32>, CodecError>>()?;
+                decoded.push(SparseGrad { keys, values });
+            }
+            merge_groups(decoded, out)
+        })
+    }
+}
