@@ -26,7 +26,7 @@ const MULTIPLIERS: [u64; MAX_ROWS] = {
     let mut m = [0u64; MAX_ROWS];
     let mut r = 0;
     while r < MAX_ROWS {
-        m[r] = mix64(0x5EED_0F_5EED, r as u64) | 1;
+        m[r] = mix64(0x005E_ED0F_5EED, r as u64) | 1;
         r += 1;
     }
     m
