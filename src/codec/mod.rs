@@ -15,6 +15,7 @@
 //! One codec per file behind the [`Codec`] trait; [`registry`] maps job-file names to codecs.
 
 pub mod bits;
+pub mod countsketch;
 pub mod keys;
 pub mod measure;
 pub mod minmax;
