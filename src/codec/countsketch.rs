@@ -36,7 +36,7 @@ impl CountSketch {
     #[inline]
     fn slot(&self, key: u32, row: usize) -> (usize, f32) {
         let h = mix64(self.seed ^ row as u64, key as u64);
-        let col = ((h >> 32) * self.cols as u64 >> 32) as usize;
+        let col = (((h >> 32) * self.cols as u64) >> 32) as usize;
         let sign = if h & 1 == 0 { 1.0 } else { -1.0 };
         (row * self.cols + col, sign)
     }
