@@ -19,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::bits::{BitReader, BitWriter};
 use super::keys::{bit_len, KeyCoding};
 use super::minmax::MinMaxSketch;
 use super::quantile::{bucket_edges, BucketFinder};
@@ -60,17 +61,17 @@ impl Default for SketchMlParams {
 
 /// Sizes derived from the parameters.
 #[derive(Clone, Copy, Debug)]
-struct Shape {
-    half: usize,
-    groups_per_sign: usize,
-    per_group: usize,
-    cell_bits: u32,
-    rows: usize,
-    ratio: f32,
+pub(crate) struct Shape {
+    pub(crate) half: usize,
+    pub(crate) groups_per_sign: usize,
+    pub(crate) per_group: usize,
+    pub(crate) cell_bits: u32,
+    pub(crate) rows: usize,
+    pub(crate) ratio: f32,
 }
 
 impl Shape {
-    fn new(bins: u32, groups: u32, rows: u32, ratio: f32) -> Result<Shape, String> {
+    pub(crate) fn new(bins: u32, groups: u32, rows: u32, ratio: f32) -> Result<Shape, String> {
         if !(2..=4096).contains(&bins) || bins % 2 != 0 {
             return Err(format!("bins: must be even and in 2..=4096, got {bins}"));
         }
@@ -103,7 +104,7 @@ impl Shape {
         })
     }
 
-    fn columns(&self, keys: usize) -> usize {
+    pub(crate) fn columns(&self, keys: usize) -> usize {
         ((self.ratio as f64 * keys as f64).ceil() as usize).max(1)
     }
 }
@@ -126,9 +127,148 @@ impl FromParams for SketchMl {
     }
 }
 
+/// The SketchML pipeline up to the message layout: per-sign bucket edges, the keys of each
+/// group and each group's MinMaxSketch. Shared with `skcompress`, which codes keys and cells
+/// differently.
+pub(crate) struct Sketched {
+    pub(crate) edges: [Vec<f32>; 2],
+    pub(crate) group_keys: Vec<Vec<u32>>,
+    pub(crate) sketches: Vec<MinMaxSketch>,
+}
+
+/// Buckets, groups and sketches a gradient (zero values are dropped).
+pub(crate) fn sketch_gradient(sh: &Shape, keys: &[u32], values: &[f32]) -> Sketched {
+    let mags: [Vec<f32>; 2] = [
+        values.iter().filter(|&&v| v > 0.0).copied().collect(),
+        values.iter().filter(|&&v| v < 0.0).map(|v| -v).collect(),
+    ];
+    let edges = [
+        bucket_edges(&mags[0], sh.half),
+        bucket_edges(&mags[1], sh.half),
+    ];
+    let max = |m: &[f32]| m.iter().copied().fold(0f32, f32::max);
+    let finders = [
+        BucketFinder::new(&edges[0], max(&mags[0])),
+        BucketFinder::new(&edges[1], max(&mags[1])),
+    ];
+    let n_groups = 2 * sh.groups_per_sign;
+    let mut group_keys: Vec<Vec<u32>> = vec![Vec::new(); n_groups];
+    let mut group_idx: Vec<Vec<u8>> = vec![Vec::new(); n_groups];
+    for (&k, &v) in keys.iter().zip(values) {
+        if v == 0.0 {
+            continue;
+        }
+        let sign = (v < 0.0) as usize;
+        let b = finders[sign].find(v.abs());
+        let g = sign * sh.groups_per_sign + b / sh.per_group;
+        group_keys[g].push(k);
+        group_idx[g].push((b % sh.per_group) as u8);
+    }
+    let sketches = (0..n_groups)
+        .map(|g| {
+            let mut s = MinMaxSketch::new(
+                sh.rows,
+                sh.columns(group_keys[g].len()),
+                (sh.per_group - 1) as u8,
+            );
+            for (&k, &i) in group_keys[g].iter().zip(&group_idx[g]) {
+                s.insert(k, i);
+            }
+            s
+        })
+        .collect();
+    Sketched {
+        edges,
+        group_keys,
+        sketches,
+    }
+}
+
+/// Values of group `g`'s keys from its sketch: the zero-side edge of the queried bucket.
+pub(crate) fn group_values(
+    sh: &Shape,
+    edges: &[Vec<f32>; 2],
+    g: usize,
+    keys: &[u32],
+    sketch: &MinMaxSketch,
+) -> Result<Vec<f32>, CodecError> {
+    let (sign, first) = (
+        g / sh.groups_per_sign,
+        (g % sh.groups_per_sign) * sh.per_group,
+    );
+    let e = &edges[sign];
+    keys.iter()
+        .map(|&k| {
+            let b = first + sketch.query(k) as usize;
+            let m = *e
+                .get(b)
+                .ok_or_else(|| CodecError::Corrupt(format!("bucket {b} of {}", e.len())))?;
+            Ok(if sign == 1 { -m } else { m })
+        })
+        .collect()
+}
+
+/// Writes the shape parameters and the per-sign edges.
+pub(crate) fn write_shape_and_edges(w: &mut BitWriter, p: &SketchMlParams, edges: &[Vec<f32>; 2]) {
+    w.write(p.bins as u64, 16);
+    w.write(p.groups as u64, 8);
+    w.write(p.rows as u64, 4);
+    w.write_f32(p.column_ratio);
+    for e in edges {
+        w.write(e.len() as u64, 16);
+        e.iter().for_each(|&x| w.write_f32(x));
+    }
+}
+
+/// Reads what [`write_shape_and_edges`] wrote, validating it.
+pub(crate) fn read_shape_and_edges(
+    r: &mut BitReader,
+) -> Result<(Shape, [Vec<f32>; 2]), CodecError> {
+    let (bins, groups, rows) = (r.read(16)? as u32, r.read(8)? as u32, r.read(4)? as u32);
+    let ratio = r.read_f32()?;
+    let sh = Shape::new(bins, groups, rows, ratio).map_err(CodecError::Corrupt)?;
+    let mut edges: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
+    for e in edges.iter_mut() {
+        let n = r.read(16)? as usize;
+        if n > sh.half {
+            return Err(CodecError::Corrupt(format!(
+                "{n} edges for {} buckets",
+                sh.half
+            )));
+        }
+        for _ in 0..n {
+            let x = r.read_f32()?;
+            if !(x.is_finite() && x >= 0.0) || e.last().is_some_and(|&l| l >= x) {
+                return Err(CodecError::Corrupt(format!("bucket edge {x}")));
+            }
+            e.push(x);
+        }
+    }
+    Ok((sh, edges))
+}
+
+/// Reads a group's key count, checking the running total against the header's count.
+pub(crate) fn read_group_count(
+    r: &mut BitReader,
+    seen: &mut usize,
+    count: u32,
+) -> Result<usize, CodecError> {
+    let n = r.read(32)? as usize;
+    *seen += n;
+    if *seen > count as usize {
+        return Err(CodecError::Corrupt(format!(
+            "groups hold more than {count} keys"
+        )));
+    }
+    Ok(n)
+}
+
 /// Merges sorted per-group (key, value) lists into one sorted gradient, pairwise (a tree of
 /// two-way merges: log2(groups) linear passes).
-fn merge_groups(mut lists: Vec<SparseGrad>, out: &mut SparseGrad) -> Result<(), CodecError> {
+pub(crate) fn merge_groups(
+    mut lists: Vec<SparseGrad>,
+    out: &mut SparseGrad,
+) -> Result<(), CodecError> {
     let mut scratch = SparseGrad::default();
     while lists.len() > 1 {
         let mut next = Vec::with_capacity(lists.len().div_ceil(2));
@@ -198,59 +338,18 @@ impl Codec for SketchMl {
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
         let sh = self.shape;
-        let mags: [Vec<f32>; 2] = [
-            values.iter().filter(|&&v| v > 0.0).copied().collect(),
-            values.iter().filter(|&&v| v < 0.0).map(|v| -v).collect(),
-        ];
-        let edges = [
-            bucket_edges(&mags[0], sh.half),
-            bucket_edges(&mags[1], sh.half),
-        ];
-        let max = |m: &[f32]| m.iter().copied().fold(0f32, f32::max);
-        let finders = [
-            BucketFinder::new(&edges[0], max(&mags[0])),
-            BucketFinder::new(&edges[1], max(&mags[1])),
-        ];
-        let n_groups = 2 * sh.groups_per_sign;
-        let mut group_keys: Vec<Vec<u32>> = vec![Vec::new(); n_groups];
-        let mut group_idx: Vec<Vec<u8>> = vec![Vec::new(); n_groups];
-        for (&k, &v) in keys.iter().zip(values) {
-            if v == 0.0 {
-                continue;
-            }
-            let sign = (v < 0.0) as usize;
-            let b = finders[sign].find(v.abs());
-            let g = sign * sh.groups_per_sign + b / sh.per_group;
-            group_keys[g].push(k);
-            group_idx[g].push((b % sh.per_group) as u8);
-        }
-        let sketches: Vec<MinMaxSketch> = (0..n_groups)
-            .map(|g| {
-                let mut s = MinMaxSketch::new(
-                    sh.rows,
-                    sh.columns(group_keys[g].len()),
-                    (sh.per_group - 1) as u8,
-                );
-                for (&k, &i) in group_keys[g].iter().zip(&group_idx[g]) {
-                    s.insert(k, i);
-                }
-                s
-            })
-            .collect();
+        let Sketched {
+            edges,
+            group_keys,
+            sketches,
+        } = sketch_gradient(&sh, keys, values);
         let count: usize = group_keys.iter().map(Vec::len).sum();
         write_message(out, ID, VERSION, dim, count, |w| {
-            w.write(self.p.bins as u64, 16);
-            w.write(self.p.groups as u64, 8);
-            w.write(self.p.rows as u64, 4);
-            w.write_f32(self.p.column_ratio);
-            for e in &edges {
-                w.write(e.len() as u64, 16);
-                e.iter().for_each(|&x| w.write_f32(x));
-            }
-            for g in 0..n_groups {
-                w.write(group_keys[g].len() as u64, 32);
-                self.p.keys.encode(&group_keys[g], w);
-                for &c in sketches[g].cells() {
+            write_shape_and_edges(w, &self.p, &edges);
+            for (keys, sketch) in group_keys.iter().zip(&sketches) {
+                w.write(keys.len() as u64, 32);
+                self.p.keys.encode(keys, w);
+                for &c in sketch.cells() {
                     w.write(c as u64, sh.cell_bits);
                 }
             }
@@ -261,37 +360,11 @@ impl Codec for SketchMl {
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         let coder = self.p.keys;
         read_message(bytes, ID, VERSION, out, |h, r, out| {
-            let (bins, groups, rows) = (r.read(16)? as u32, r.read(8)? as u32, r.read(4)? as u32);
-            let ratio = r.read_f32()?;
-            let sh = Shape::new(bins, groups, rows, ratio).map_err(CodecError::Corrupt)?;
-            let mut edges: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
-            for e in edges.iter_mut() {
-                let n = r.read(16)? as usize;
-                if n > sh.half {
-                    return Err(CodecError::Corrupt(format!(
-                        "{n} edges for {} buckets",
-                        sh.half
-                    )));
-                }
-                for _ in 0..n {
-                    let x = r.read_f32()?;
-                    if !(x.is_finite() && x >= 0.0) || e.last().is_some_and(|&l| l >= x) {
-                        return Err(CodecError::Corrupt(format!("bucket edge {x}")));
-                    }
-                    e.push(x);
-                }
-            }
+            let (sh, edges) = read_shape_and_edges(r)?;
             let mut decoded: Vec<SparseGrad> = Vec::with_capacity(2 * sh.groups_per_sign);
             let mut seen = 0usize;
             for g in 0..2 * sh.groups_per_sign {
-                let n = r.read(32)? as usize;
-                seen += n;
-                if seen > h.count as usize {
-                    return Err(CodecError::Corrupt(format!(
-                        "groups hold more than {} keys",
-                        h.count
-                    )));
-                }
+                let n = read_group_count(r, &mut seen, h.count)?;
                 let mut keys = Vec::new();
                 coder.decode(n, h.dim, r, &mut keys)?;
                 let cols = sh.columns(n);
@@ -300,21 +373,7 @@ impl Codec for SketchMl {
                     .collect::<Result<Vec<u8>, _>>()?;
                 let sketch =
                     MinMaxSketch::from_cells(sh.rows, cols, (sh.per_group - 1) as u8, cells);
-                let (sign, first) = (
-                    g / sh.groups_per_sign,
-                    (g % sh.groups_per_sign) * sh.per_group,
-                );
-                let e = &edges[sign];
-                let values = keys
-                    .iter()
-                    .map(|&k| {
-                        let b = first + sketch.query(k) as usize;
-                        let m = *e.get(b).ok_or_else(|| {
-                            CodecError::Corrupt(format!("bucket {b} of {}", e.len()))
-                        })?;
-                        Ok(if sign == 1 { -m } else { m })
-                    })
-                    .collect::<Result<Vec<f32>, CodecError>>()?;
+                let values = group_values(&sh, &edges, g, &keys, &sketch)?;
                 decoded.push(SparseGrad { keys, values });
             }
             merge_groups(decoded, out)
