@@ -125,32 +125,44 @@ fn fastsgd_never_overestimates_nor_flips_a_sign() {
 }
 
 #[test]
-fn sketchml_never_overestimates_nor_flips_a_sign_and_keeps_every_nonzero_key() {
+fn sketchml_and_skcompress_never_overestimate_nor_flip_a_sign_and_keep_every_nonzero_key() {
     for (seed, n, dim) in [
         (1u64, 50_000usize, 29_000_000u32),
         (2, 3000, 100_000),
         (3, 40, 1000),
     ] {
         let g = laplace_grad(n, dim, 0.01, seed);
-        let mut c = codec("sketchml");
-        let (_, out) = round_trip(c.as_mut(), &g, dim, seed);
-        assert_eq!(out.keys, g.keys, "every nonzero key is sent");
-        let (mut rel, mut under) = (0.0, 0);
-        for (d, t) in out.values.iter().zip(&g.values) {
-            assert!(d.abs() <= t.abs(), "seed {seed}: |{d}| > |{t}|");
+        let mut sizes = Vec::new();
+        for name in ["sketchml", "skcompress"] {
+            let mut c = codec(name);
+            let (buf, out) = round_trip(c.as_mut(), &g, dim, seed);
+            sizes.push(buf.len());
+            assert_eq!(out.keys, g.keys, "{name}: every nonzero key is sent");
+            let (mut rel, mut under) = (0.0, 0);
+            for (d, t) in out.values.iter().zip(&g.values) {
+                assert!(d.abs() <= t.abs(), "{name} seed {seed}: |{d}| > |{t}|");
+                assert!(
+                    d.signum() == t.signum(),
+                    "seed {seed}: sign of {t} flipped to {d}"
+                );
+                rel += ((d - t) / t).abs() as f64;
+                under += (d.abs() < t.abs()) as usize;
+            }
+            let mean_rel = rel / out.len() as f64;
             assert!(
-                d.signum() == t.signum(),
-                "seed {seed}: sign of {t} flipped to {d}"
+                mean_rel <= 0.30,
+                "seed {seed}: mean relative error {mean_rel}"
             );
-            rel += ((d - t) / t).abs() as f64;
-            under += (d.abs() < t.abs()) as usize;
+            assert!(under > 0, "{name}");
         }
-        let mean_rel = rel / out.len() as f64;
-        assert!(
-            mean_rel <= 0.30,
-            "seed {seed}: mean relative error {mean_rel}"
-        );
-        assert!(under > 0);
+        if n >= 3000 {
+            assert!(
+                sizes[1] < sizes[0],
+                "skcompress {} bytes vs sketchml {}",
+                sizes[1],
+                sizes[0]
+            );
+        }
     }
 }
 

@@ -120,8 +120,8 @@ impl Codec for FastSgd {
         Ok(())
     }
 
-    fn key_coding(&self) -> super::keys::KeyCoding {
-        super::keys::KeyCoding::Adaptive
+    fn key_coding(&self) -> Option<super::keys::KeyCoding> {
+        Some(super::keys::KeyCoding::Adaptive)
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {

@@ -95,10 +95,10 @@ pub struct CodecRow {
     pub bytes: usize,
     /// Bytes per input pair.
     pub bytes_per_pair: f64,
-    /// Key bits per transmitted key.
-    pub key_bits_per_key: f64,
-    /// Value bits per transmitted value (everything but header and keys).
-    pub value_bits_per_value: f64,
+    /// Key bits per transmitted key (absent for codecs that code keys in groups).
+    pub key_bits_per_key: Option<f64>,
+    /// Value bits per transmitted value: everything but header and keys (absent as above).
+    pub value_bits_per_value: Option<f64>,
     /// Median encode time.
     pub encode_ms: f64,
     /// Median decode time.
@@ -156,10 +156,12 @@ pub fn measure_codec(
             dec.push(d);
         }
     }
-    let mut key_buf = Vec::new();
-    let mut w = BitWriter::new(&mut key_buf);
-    codec.key_coding().encode(&out.keys, &mut w);
-    let key_bits = (w.finish() * 8) as f64;
+    let key_bits = codec.key_coding().map(|coding| {
+        let mut key_buf = Vec::new();
+        let mut w = BitWriter::new(&mut key_buf);
+        coding.encode(&out.keys, &mut w);
+        (w.finish() * 8) as f64
+    });
     let n = out.len().max(1) as f64;
     let (mut rel_sum, mut rel_n, mut max_abs, mut diff2, mut true2, mut flips, mut under) =
         (0.0, 0usize, 0f64, 0.0, 0.0, 0usize, 0usize);
@@ -184,8 +186,9 @@ pub fn measure_codec(
         codec: name.to_string(),
         bytes: buf.len(),
         bytes_per_pair: buf.len() as f64 / g.len().max(1) as f64,
-        key_bits_per_key: key_bits / n,
-        value_bits_per_value: ((buf.len() - HEADER_LEN) as f64 * 8.0 - key_bits).max(0.0) / n,
+        key_bits_per_key: key_bits.map(|k| k / n),
+        value_bits_per_value: key_bits
+            .map(|k| ((buf.len() - HEADER_LEN) as f64 * 8.0 - k).max(0.0) / n),
         encode_ms: median(enc),
         decode_ms: median(dec),
         mean_rel_err: rel_sum / rel_n.max(1) as f64,
@@ -310,7 +313,7 @@ mod tests {
                 none.key_bits_per_key,
                 none.value_bits_per_value
             ),
-            (0.0, 1.0, 32.0, 32.0)
+            (0.0, 1.0, Some(32.0), Some(32.0))
         );
         let keys = measure_keys(&g.keys, 100_000, 1).unwrap();
         let rice = keys.iter().find(|r| r.coder == "rice").unwrap();

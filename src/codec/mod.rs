@@ -16,6 +16,7 @@
 
 pub mod bits;
 pub mod countsketch;
+pub mod entropy;
 pub mod keys;
 pub mod measure;
 pub mod minmax;
@@ -30,6 +31,7 @@ pub mod none64;
 pub mod qsgd;
 pub mod randomk;
 pub mod signsgd;
+pub mod skcompress;
 pub mod sketchml;
 pub mod terngrad;
 pub mod threshold;
@@ -132,9 +134,11 @@ pub trait Codec: Send {
     ) -> Result<(), CodecError>;
     /// Decodes a whole message into `out` (cleared first); returns the dimension it declares.
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError>;
-    /// The key coder the codec uses (for splitting its size into key and value bits).
-    fn key_coding(&self) -> keys::KeyCoding {
-        keys::KeyCoding::Raw
+    /// The key coder the codec applies to the transmitted key set, used to split a message's
+    /// size into key and value bits; `None` where keys are not coded as one set (grouped
+    /// codecs), and the split is not reported.
+    fn key_coding(&self) -> Option<keys::KeyCoding> {
+        Some(keys::KeyCoding::Raw)
     }
 }
 

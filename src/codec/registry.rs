@@ -55,6 +55,7 @@ registry! {
     Signsgd "signsgd" => super::signsgd::SignSgd,
     Logquant "logquant" => super::logquant::LogQuant,
     Sketchml "sketchml" => super::sketchml::SketchMl,
+    Skcompress "skcompress" => super::skcompress::SkCompress,
 }
 
 impl Default for CodecSpec {

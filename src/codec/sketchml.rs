@@ -324,8 +324,8 @@ impl Codec for SketchMl {
         "sketchml"
     }
 
-    fn key_coding(&self) -> KeyCoding {
-        self.p.keys
+    fn key_coding(&self) -> Option<KeyCoding> {
+        None
     }
 
     fn encode(

@@ -78,8 +78,8 @@ impl Codec for Threshold {
         Ok(())
     }
 
-    fn key_coding(&self) -> super::keys::KeyCoding {
-        self.p.keys
+    fn key_coding(&self) -> Option<super::keys::KeyCoding> {
+        Some(self.p.keys)
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
