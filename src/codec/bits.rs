@@ -143,16 +143,19 @@ impl<'a> BitReader<'a> {
         }
     }
 
-    /// Bytes consumed so far (a partly read byte counts).
+    /// Bytes consumed so far (a partly read byte counts; bytes merely buffered do not).
     pub fn bytes_consumed(&self) -> usize {
-        self.pos
+        (self.pos * 8 - self.avail as usize).div_ceil(8)
     }
 
-    /// Fails unless everything after the last field is zero padding within the last byte.
+    /// Fails unless the fields read so far end in the last byte and the rest of that byte is
+    /// zero padding. (The reader buffers up to four bytes ahead, so this counts bits consumed,
+    /// not bytes fetched.)
     pub fn finish(self) -> Result<(), CodecError> {
-        if self.pos != self.bytes.len() {
+        let used = self.bytes_consumed();
+        if used != self.bytes.len() {
             return Err(CodecError::Trailing {
-                extra: self.bytes.len() - self.pos,
+                extra: self.bytes.len() - used,
             });
         }
         if self.acc != 0 {
@@ -191,6 +194,21 @@ mod tests {
             );
         }
         r.finish().unwrap();
+        // Bytes after the last field are an error however the reader buffered them.
+        for extra in 1..6 {
+            let mut longer = buf.clone();
+            longer.extend(std::iter::repeat_n(0u8, extra));
+            let mut r = BitReader::new(&longer);
+            for &(v, b) in &fields {
+                r.read(b).unwrap();
+                r.read_unary(100).unwrap();
+                let _ = v;
+            }
+            assert!(
+                matches!(r.finish(), Err(CodecError::Trailing { .. })),
+                "{extra} extra bytes"
+            );
+        }
         let mut short = BitReader::new(&buf[..buf.len() - 1]);
         let mut failed = false;
         for &(_, b) in &fields {

@@ -183,6 +183,7 @@ impl Codec for Gspar {
             dim,
             top_keys.len() + rest_keys.len(),
             |w| {
+                self.p.keys.write_id(w);
                 w.write_f32(scale);
                 w.write(top_keys.len() as u64, 32);
                 self.p.keys.encode(&top_keys, w);
@@ -199,8 +200,8 @@ impl Codec for Gspar {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        let coder = self.p.keys;
         read_message(bytes, ID, VERSION, out, |h, r, out| {
+            let coder = KeyCoding::read_id(r)?;
             let scale = check_scale("scale", r.read_f32()?)?;
             let n_top = r.read(32)? as usize;
             if n_top > h.count as usize {

@@ -99,6 +99,8 @@ impl Codec for LogQuant {
             .collect();
         let kept_keys: Vec<u32> = kept.iter().map(|&i| keys[i]).collect();
         write_message(out, ID, VERSION, dim, kept.len(), |w| {
+            w.write(self.p.bits as u64, 4);
+            self.p.keys.write_id(w);
             w.write((emax + EXP_BIAS) as u64, 10);
             self.p.keys.encode(&kept_keys, w);
             for &i in &kept {
@@ -114,8 +116,12 @@ impl Codec for LogQuant {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        let (coder, bits) = (self.p.keys, self.p.bits);
         read_message(bytes, ID, VERSION, out, |h, r, out| {
+            let bits = r.read(4)? as u32;
+            if !(1..=8).contains(&bits) {
+                return Err(CodecError::Corrupt(format!("{bits} exponent bits")));
+            }
+            let coder = KeyCoding::read_id(r)?;
             let emax = r.read(10)? as i32 - EXP_BIAS;
             coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
             for _ in 0..h.count {

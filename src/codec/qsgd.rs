@@ -91,6 +91,8 @@ impl Codec for Qsgd {
         }
         let kept_keys: Vec<u32> = kept.iter().map(|t| t.0).collect();
         write_message(out, ID, VERSION, dim, kept.len(), |w| {
+            w.write(self.p.levels as u64 - 1, 20);
+            self.p.keys.write_id(w);
             w.write_f32(norm as f32);
             self.p.keys.encode(&kept_keys, w);
             for &(_, level, neg) in &kept {
@@ -106,8 +108,10 @@ impl Codec for Qsgd {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        let (coder, bits, s) = (self.p.keys, self.bits, self.p.levels as f64);
         read_message(bytes, ID, VERSION, out, |h, r, out| {
+            let levels = r.read(20)? + 1;
+            let (bits, s) = (bit_len(levels - 1), levels as f64);
+            let coder = KeyCoding::read_id(r)?;
             let norm = check_scale("norm", r.read_f32()?)? as f64;
             coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
             for _ in 0..h.count {

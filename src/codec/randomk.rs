@@ -68,6 +68,6 @@ impl Codec for RandomK {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_kept(bytes, ID, self.p.keys, out)
+        read_kept(bytes, ID, out)
     }
 }

@@ -24,6 +24,7 @@ pub(crate) fn write_signs(
     let kept_keys = sel.kept_keys();
     write_message(out, id, VERSION, dim, kept_keys.len(), |w| {
         w.write_f32(scale);
+        coder.write_id(w);
         coder.encode(&kept_keys, w);
         for v in sel.kept_values() {
             w.write(v.is_sign_negative() as u64, 1);
@@ -32,14 +33,10 @@ pub(crate) fn write_signs(
 }
 
 /// Reads a message written by [`write_signs`]: every value is `±scale`.
-pub(crate) fn read_signs(
-    bytes: &[u8],
-    id: u8,
-    coder: KeyCoding,
-    out: &mut SparseGrad,
-) -> Result<u32, CodecError> {
+pub(crate) fn read_signs(bytes: &[u8], id: u8, out: &mut SparseGrad) -> Result<u32, CodecError> {
     read_message(bytes, id, VERSION, out, |h, r, out| {
         let scale = check_scale("scale", r.read_f32()?)?;
+        let coder = KeyCoding::read_id(r)?;
         coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
         for _ in 0..h.count {
             out.values
@@ -97,6 +94,6 @@ impl Codec for SignSgd {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_signs(bytes, ID, self.p.keys, out)
+        read_signs(bytes, ID, out)
     }
 }

@@ -346,6 +346,7 @@ impl Codec for SketchMl {
         let count: usize = group_keys.iter().map(Vec::len).sum();
         write_message(out, ID, VERSION, dim, count, |w| {
             write_shape_and_edges(w, &self.p, &edges);
+            self.p.keys.write_id(w);
             for (keys, sketch) in group_keys.iter().zip(&sketches) {
                 w.write(keys.len() as u64, 32);
                 self.p.keys.encode(keys, w);
@@ -358,9 +359,9 @@ impl Codec for SketchMl {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        let coder = self.p.keys;
         read_message(bytes, ID, VERSION, out, |h, r, out| {
             let (sh, edges) = read_shape_and_edges(r)?;
+            let coder = KeyCoding::read_id(r)?;
             let mut decoded: Vec<SparseGrad> = Vec::with_capacity(2 * sh.groups_per_sign);
             let mut seen = 0usize;
             for g in 0..2 * sh.groups_per_sign {

@@ -61,6 +61,6 @@ impl Codec for TernGrad {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_signs(bytes, ID, self.p.keys, out)
+        read_signs(bytes, ID, out)
     }
 }

@@ -83,6 +83,6 @@ impl Codec for Threshold {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_kept(bytes, ID, self.p.keys, out)
+        read_kept(bytes, ID, out)
     }
 }

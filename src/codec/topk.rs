@@ -61,6 +61,7 @@ pub(crate) fn write_kept(
 ) {
     let kept_keys = sel.kept_keys();
     write_message(out, id, VERSION, dim, kept_keys.len(), |w| {
+        coder.write_id(w);
         coder.encode(&kept_keys, w);
         for v in sel.kept_values() {
             w.write_f32(v * scale);
@@ -69,13 +70,9 @@ pub(crate) fn write_kept(
 }
 
 /// Reads a message written by [`write_kept`].
-pub(crate) fn read_kept(
-    bytes: &[u8],
-    id: u8,
-    coder: KeyCoding,
-    out: &mut SparseGrad,
-) -> Result<u32, CodecError> {
+pub(crate) fn read_kept(bytes: &[u8], id: u8, out: &mut SparseGrad) -> Result<u32, CodecError> {
     read_message(bytes, id, VERSION, out, |h, r, out| {
+        let coder = KeyCoding::read_id(r)?;
         coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
         for _ in 0..h.count {
             out.values.push(r.read_f32()?);
@@ -132,6 +129,6 @@ impl Codec for TopK {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_kept(bytes, ID, self.p.keys, out)
+        read_kept(bytes, ID, out)
     }
 }

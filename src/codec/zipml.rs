@@ -81,6 +81,8 @@ impl Codec for Zipml {
         let step = (hi as f64 - lo as f64) / top;
         let mut rng = ctx.rng();
         write_message(out, ID, VERSION, dim, keys.len(), |w| {
+            w.write(self.p.bits as u64, 5);
+            self.p.keys.write_id(w);
             w.write_f32(lo);
             w.write_f32(hi);
             self.p.keys.encode(keys, w);
@@ -103,9 +105,12 @@ impl Codec for Zipml {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        let bits = self.p.bits;
-        let coder = self.p.keys;
         read_message(bytes, ID, VERSION, out, |h, r, out| {
+            let bits = r.read(5)? as u32;
+            if !(1..=16).contains(&bits) {
+                return Err(CodecError::Corrupt(format!("{bits} bits per value")));
+            }
+            let coder = KeyCoding::read_id(r)?;
             let lo = r.read_f32()?;
             let hi = r.read_f32()?;
             if !(lo.is_finite() && hi.is_finite() && lo <= hi) {

@@ -46,6 +46,16 @@ impl KeyCoding {
         }
     }
 
+    /// Writes which coder this is (2 bits), so that messages name their own key coding.
+    pub fn write_id(self, w: &mut BitWriter) {
+        w.write(Self::ALL.iter().position(|&c| c == self).unwrap() as u64, 2);
+    }
+
+    /// Reads a coder written by [`KeyCoding::write_id`].
+    pub fn read_id(r: &mut BitReader) -> Result<KeyCoding, CodecError> {
+        Ok(Self::ALL[r.read(2)? as usize])
+    }
+
     /// Encodes `keys` (strictly increasing).
     pub fn encode(self, keys: &[u32], w: &mut BitWriter) {
         match self {
