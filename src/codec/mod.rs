@@ -297,6 +297,72 @@ impl Selection<'_> {
     }
 }
 
+/// How a sparsifying codec writes the values it keeps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KeptValues {
+    /// Each value times this factor, as an f32.
+    Exact(f32),
+    /// One sign bit per value; every value decodes to ± this magnitude (sent once).
+    Signs(f32),
+}
+
+/// Writes a selection: (for `Signs`) the magnitude, the key coder, the kept keys, the values.
+/// Shared by `topk`, `randomk`, `threshold` (exact values) and `signsgd`, `terngrad` (signs).
+pub(crate) fn write_selection(
+    out: &mut Vec<u8>,
+    id: u8,
+    dim: u32,
+    coder: keys::KeyCoding,
+    sel: &Selection,
+    values: KeptValues,
+) {
+    let kept_keys = sel.kept_keys();
+    write_message(out, id, 1, dim, kept_keys.len(), |w| {
+        if let KeptValues::Signs(magnitude) = values {
+            w.write_f32(magnitude);
+        }
+        coder.write_id(w);
+        coder.encode(&kept_keys, w);
+        for v in sel.kept_values() {
+            match values {
+                KeptValues::Exact(factor) => w.write_f32(v * factor),
+                KeptValues::Signs(_) => w.write(v.is_sign_negative() as u64, 1),
+            }
+        }
+    });
+}
+
+/// Reads a message written by [`write_selection`] (`signs` tells which value form it holds).
+pub(crate) fn read_selection(
+    bytes: &[u8],
+    id: u8,
+    signs: bool,
+    out: &mut SparseGrad,
+) -> Result<u32, CodecError> {
+    read_message(bytes, id, 1, out, |h, r, out| {
+        let magnitude = if signs {
+            check_scale("scale", r.read_f32()?)?
+        } else {
+            0.0
+        };
+        let coder = keys::KeyCoding::read_id(r)?;
+        coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
+        for _ in 0..h.count {
+            let v = if signs {
+                if r.read(1)? == 1 {
+                    -magnitude
+                } else {
+                    magnitude
+                }
+            } else {
+                r.read_f32()?
+            };
+            out.values.push(v);
+        }
+        Ok(())
+    })
+}
+
 /// Positions of the `k` values of largest magnitude (ties to the smaller position), in
 /// increasing position order. A selection, not a sort: O(n) expected.
 pub fn largest(values: &[f32], k: usize) -> Vec<u32> {

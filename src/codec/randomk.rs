@@ -3,8 +3,11 @@
 
 use rand::seq::index::sample;
 
-use super::topk::{read_kept, write_kept, KeepRatio};
-use super::{check_finite, Codec, CodecError, EncodeContext, FromParams, Selection};
+use super::topk::KeepRatio;
+use super::{
+    check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
+    KeptValues, Selection,
+};
 use crate::model::SparseGrad;
 
 const ID: u8 = 6;
@@ -48,7 +51,7 @@ impl Codec for RandomK {
         } else {
             (n as f64 / k as f64) as f32
         };
-        write_kept(
+        write_selection(
             out,
             ID,
             dim,
@@ -58,7 +61,7 @@ impl Codec for RandomK {
                 values,
                 kept: &kept,
             },
-            scale,
+            KeptValues::Exact(scale),
         );
         Ok(())
     }
@@ -68,6 +71,6 @@ impl Codec for RandomK {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_kept(bytes, ID, out)
+        read_selection(bytes, ID, false, out)
     }
 }

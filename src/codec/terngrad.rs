@@ -4,8 +4,10 @@
 
 use rand::RngExt;
 
-use super::signsgd::{read_signs, write_signs};
-use super::{check_finite, Codec, CodecError, EncodeContext, FromParams, KeysOnly, Selection};
+use super::{
+    check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
+    KeptValues, KeysOnly, Selection,
+};
 use crate::model::SparseGrad;
 
 const ID: u8 = 10;
@@ -41,7 +43,7 @@ impl Codec for TernGrad {
         let kept: Vec<u32> = (0..values.len() as u32)
             .filter(|&i| s > 0.0 && rng.random::<f64>() < (values[i as usize].abs() / s) as f64)
             .collect();
-        write_signs(
+        write_selection(
             out,
             ID,
             dim,
@@ -51,7 +53,7 @@ impl Codec for TernGrad {
                 values,
                 kept: &kept,
             },
-            s,
+            KeptValues::Signs(s),
         );
         Ok(())
     }
@@ -61,6 +63,6 @@ impl Codec for TernGrad {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_signs(bytes, ID, out)
+        read_selection(bytes, ID, true, out)
     }
 }

@@ -3,8 +3,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
-use super::topk::{read_kept, write_kept};
-use super::{check_finite, Codec, CodecError, EncodeContext, FromParams, Selection};
+use super::{
+    check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
+    KeptValues, Selection,
+};
 use crate::model::SparseGrad;
 
 const ID: u8 = 7;
@@ -63,7 +65,7 @@ impl Codec for Threshold {
         let kept: Vec<u32> = (0..values.len() as u32)
             .filter(|&i| values[i as usize].abs() >= self.p.threshold)
             .collect();
-        write_kept(
+        write_selection(
             out,
             ID,
             dim,
@@ -73,7 +75,7 @@ impl Codec for Threshold {
                 values,
                 kept: &kept,
             },
-            1.0,
+            KeptValues::Exact(1.0),
         );
         Ok(())
     }
@@ -83,6 +85,6 @@ impl Codec for Threshold {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_kept(bytes, ID, out)
+        read_selection(bytes, ID, false, out)
     }
 }

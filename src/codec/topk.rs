@@ -5,13 +5,12 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    check_finite, largest, read_message, write_message, Codec, CodecError, EncodeContext,
-    FromParams, Selection,
+    check_finite, largest, read_selection, write_selection, Codec, CodecError, EncodeContext,
+    FromParams, KeptValues, Selection,
 };
 use crate::model::SparseGrad;
 
 const ID: u8 = 5;
-const VERSION: u8 = 1;
 
 /// Parameters of `topk` and `randomk`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -50,37 +49,6 @@ impl KeepRatio {
     }
 }
 
-/// Writes `(keys[i], values[i] * scale)` for the sorted positions `kept` as f32 pairs.
-pub(crate) fn write_kept(
-    out: &mut Vec<u8>,
-    id: u8,
-    dim: u32,
-    coder: KeyCoding,
-    sel: &Selection,
-    scale: f32,
-) {
-    let kept_keys = sel.kept_keys();
-    write_message(out, id, VERSION, dim, kept_keys.len(), |w| {
-        coder.write_id(w);
-        coder.encode(&kept_keys, w);
-        for v in sel.kept_values() {
-            w.write_f32(v * scale);
-        }
-    });
-}
-
-/// Reads a message written by [`write_kept`].
-pub(crate) fn read_kept(bytes: &[u8], id: u8, out: &mut SparseGrad) -> Result<u32, CodecError> {
-    read_message(bytes, id, VERSION, out, |h, r, out| {
-        let coder = KeyCoding::read_id(r)?;
-        coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
-        for _ in 0..h.count {
-            out.values.push(r.read_f32()?);
-        }
-        Ok(())
-    })
-}
-
 /// Largest-magnitude sparsification.
 pub struct TopK {
     p: KeepRatio,
@@ -109,7 +77,7 @@ impl Codec for TopK {
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
         let kept = largest(values, self.p.count(values.len()));
-        write_kept(
+        write_selection(
             out,
             ID,
             dim,
@@ -119,7 +87,7 @@ impl Codec for TopK {
                 values,
                 kept: &kept,
             },
-            1.0,
+            KeptValues::Exact(1.0),
         );
         Ok(())
     }
@@ -129,6 +97,6 @@ impl Codec for TopK {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        read_kept(bytes, ID, out)
+        read_selection(bytes, ID, false, out)
     }
 }
