@@ -4,6 +4,24 @@
 //! Layers, each ignorant of the ones above it:
 //! [`data`] → [`model`] → [`codec`] → [`exchange`] → [`optim`] → [`dataflow`] (timely operators)
 //! → [`job`] (TOML + CLI) and [`runtime`] (timely configuration, processes); [`metrics`] observes.
+//!
+//! A codec round trip (SketchML never overestimates a magnitude nor flips a sign):
+//!
+//! ```
+//! use gradflow::codec::{build_codec, CodecSpec, EncodeContext};
+//! use gradflow::model::SparseGrad;
+//!
+//! let mut codec = build_codec(&CodecSpec::with_defaults("sketchml").unwrap()).unwrap();
+//! let (keys, values) = (vec![3, 17, 40, 99], vec![0.5f32, -0.25, 0.125, -2.0]);
+//! let mut message = Vec::new();
+//! codec.encode(&keys, &values, 100, EncodeContext::default(), &mut message).unwrap();
+//! let mut decoded = SparseGrad::default();
+//! assert_eq!(codec.decode(&message, &mut decoded).unwrap(), 100);
+//! assert_eq!(decoded.keys, keys);
+//! for (d, t) in decoded.values.iter().zip(&values) {
+//!     assert!(d.abs() <= t.abs() && d.signum() == t.signum());
+//! }
+//! ```
 
 pub mod codec;
 pub mod data;
