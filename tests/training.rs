@@ -465,3 +465,90 @@ fn predict_reads_the_saved_model() {
     assert_eq!(p.len(), 3000);
     assert!(p.iter().all(|x| (0.0..=1.0).contains(x)));
 }
+
+#[test]
+fn codec_commands_print_the_documented_columns_and_reject_bad_input() {
+    let out = Command::new(BIN)
+        .args([
+            "codec",
+            "compare",
+            "--synth",
+            "100000,2000,3",
+            "--repeats",
+            "1",
+            "--csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "codec,bytes,bytes_per_pair,key_bits_per_key,value_bits_per_value,encode_ms,decode_ms,mean_rel_err,max_abs_err,rel_l2_err,sign_flips,underestimated,kept"
+    );
+    assert_eq!(
+        lines.count(),
+        gradflow::codec::CODEC_NAMES.len(),
+        "one row per codec"
+    );
+
+    // A gradient file round trip through --input.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g.bin");
+    gradflow::codec::measure::write_gradient(
+        &file,
+        &gradflow::codec::measure::synth_gradient(50_000, 1000, 0.01, 1),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["codec", "keys", "--csv", "--dim", "50000", "--input"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(
+            "coder,bits_per_key,entropy_bits_per_key,encode_mkeys_per_s,decode_mkeys_per_s"
+        ),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 5, "raw, delta_binary, adaptive, rice");
+
+    for (args, needle) in [
+        (vec!["codec", "compare", "--synth", "10,20"], "0 < d <= D"),
+        (vec!["codec", "compare", "--synth", "100,x"], "bad d"),
+        (
+            vec!["codec", "compare", "--synth", "1000,10", "--codecs", "zstd"],
+            "unknown codec 'zstd'",
+        ),
+        (
+            vec![
+                "codec",
+                "keys",
+                "--dim",
+                "10",
+                "--input",
+                "/nonexistent/g.bin",
+            ],
+            "/nonexistent/g.bin",
+        ),
+        (vec!["codec", "keys", "--dim", "100"], "--input"),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+}
