@@ -11,7 +11,7 @@ use gradflow::codec::bits::{BitReader, BitWriter};
 use gradflow::codec::keys::KeyCoding;
 use gradflow::codec::measure::synth_gradient;
 use gradflow::codec::{build_codec, CodecSpec, EncodeContext, CODEC_NAMES};
-use gradflow::model::SparseGrad;
+use gradflow::sparse::SparseGrad;
 
 const DIM: u32 = 29_000_000;
 const KEYS: usize = 1_000_000;
@@ -28,6 +28,7 @@ fn codecs(c: &mut Criterion) {
             seed: 1,
             round: 0,
             worker: 0,
+            piece: 0,
         };
         let mut buf = Vec::new();
         group.bench_function(format!("{name}/encode"), |b| {

@@ -10,13 +10,10 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
-use gradflow::codec::CodecSpec;
 use gradflow::data::synth::{ctr, CtrParams};
 use gradflow::data::Dataset;
-use gradflow::dataflow::{build_training, Supervisor, TrainPlan, WorkerData};
-use gradflow::exchange::ExchangeKind;
-use gradflow::model::Loss;
-use gradflow::optim::OptimizerConfig;
+use gradflow::dataflow::{build_training, Supervisor, WorkerData};
+use gradflow::job::Job;
 
 fn epoch(c: &mut Criterion) {
     let rows: usize = std::env::var("GRADFLOW_BENCH_ROWS")
@@ -36,18 +33,11 @@ fn epoch(c: &mut Criterion) {
         train.dim,
         train.nnz() as f64 / train.rows() as f64
     );
-    let plan = TrainPlan {
-        dim: params.dim,
-        loss: Loss::Logistic,
-        lambda: 0.01,
-        optimizer: OptimizerConfig::default(),
-        exchange: ExchangeKind::Sharded,
-        codec: CodecSpec::default(),
-        rounds_per_epoch: 10,
-        epochs: 1,
-        seed: 1,
-        threads_per_process: 1,
-    };
+    let mut job = Job::default(); // logistic, Adam, sharded, no compression
+    job.train.batch_fraction = 0.1;
+    job.train.epochs = 1;
+    job.train.seed = 1;
+    let plan = job.plan(params.dim, 1);
     let mut group = c.benchmark_group("epoch");
     group.sample_size(10);
     group.bench_function("150k_x_1M_adam_1_worker", |b| {

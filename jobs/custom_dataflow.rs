@@ -9,12 +9,10 @@ use std::rc::Rc;
 
 use gradflow::data::synth::{ctr, CtrParams};
 use gradflow::data::RowFilter;
-use gradflow::dataflow::{
-    aggregate, collect, gradient, Supervisor, TrainPlan, WorkerData, WorkerState,
-};
+use gradflow::dataflow::{aggregate, collect, gradient, Supervisor, WorkerData, WorkerState};
 use gradflow::exchange::Envelope;
+use gradflow::job::Job;
 use gradflow::metrics::epoch_line;
-use gradflow::model::Loss;
 use gradflow::optim::{OptimizerConfig, OptimizerKind};
 use timely::dataflow::operators::{ConnectLoop, Inspect, LoopVariable};
 
@@ -28,22 +26,18 @@ fn main() {
         dim: 50_000,
         ..CtrParams::default()
     };
-    let plan = TrainPlan {
-        dim: params.dim,
-        loss: Loss::Logistic,
-        lambda: 0.01,
+    // The plan every worker shares: a default job with our own optimizer settings.
+    let mut job = Job {
         optimizer: OptimizerConfig {
             kind: OptimizerKind::Adam,
             lr: 0.05,
             ..Default::default()
         },
-        exchange: gradflow::exchange::ExchangeKind::Sharded,
-        codec: Default::default(),
-        rounds_per_epoch: 10,
-        epochs: 5,
-        seed: 3,
-        threads_per_process: workers,
+        ..Job::default()
     };
+    job.train.epochs = 5;
+    job.train.seed = 3;
+    let plan = job.plan(params.dim, workers);
     let supervisor = Supervisor::new();
     timely::execute(timely::Config::process(workers), move |worker| {
         let (index, peers) = (worker.index(), worker.peers());
@@ -52,7 +46,7 @@ fn main() {
         let filter = RowFilter { worker: index, workers: peers, test_fraction: 0.2, seed: plan.seed };
         let (train, test) = all.split(&filter);
         let data = WorkerData { train, test };
-        let state = WorkerState::shared(plan.dim);
+        let state = WorkerState::shared(&plan);
         let rows = Rc::new(RefCell::new(Vec::new()));
         let sup = supervisor.clone();
         let plan = plan.clone();
@@ -61,13 +55,13 @@ fn main() {
                 let (handle, updates) = inner.loop_variable::<Vec<Envelope>>(1);
                 let (grads, stats) = gradient(updates, &plan, data, state.clone(), sup.clone(), None);
                 aggregate(grads, &plan, state.clone(), sup.clone())
-                    // Our own operator on the feedback edge: log the updates leaving this worker.
+                    // Our own operator on the feedback edge: log the model changes leaving this worker.
                     .inspect_core(move |event| {
                         if let (0, Ok((stamp, batch))) = (index, event) {
                             let round = stamp.iter().next().map_or(0, |t| t.inner);
                             if round % 10 == 9 {
                                 let bytes: usize = batch.iter().map(|e| e.payload.len()).sum();
-                                println!("worker 0, round {round:>3}: {} update messages, {bytes} payload bytes", batch.len());
+                                println!("worker 0, round {round:>3}: {} change messages, {bytes} payload bytes", batch.len());
                             }
                         }
                     })

@@ -2,14 +2,15 @@
 //! exchange (codec and pattern) pluggable and measured.
 //!
 //! Layers, each ignorant of the ones above it:
-//! [`data`] → [`model`] → [`codec`] → [`exchange`] → [`optim`] → [`dataflow`] (timely operators)
-//! → [`job`] (TOML + CLI) and [`runtime`] (timely configuration, processes); [`metrics`] observes.
+//! [`sparse`] (the shared sparse vector) → [`data`] → [`model`] → [`codec`] with [`memory`]
+//! (error feedback) beside it → [`exchange`] → [`optim`] → [`dataflow`] (timely operators) →
+//! [`job`] (TOML + CLI) and [`runtime`] (timely configuration, processes); [`metrics`] observes.
 //!
 //! A codec round trip (SketchML never overestimates a magnitude nor flips a sign):
 //!
 //! ```
 //! use gradflow::codec::{build_codec, CodecSpec, EncodeContext};
-//! use gradflow::model::SparseGrad;
+//! use gradflow::sparse::SparseGrad;
 //!
 //! let mut codec = build_codec(&CodecSpec::with_defaults("sketchml").unwrap()).unwrap();
 //! let (keys, values) = (vec![3, 17, 40, 99], vec![0.5f32, -0.25, 0.125, -2.0]);
@@ -29,7 +30,9 @@ pub mod dataflow;
 pub mod exchange;
 pub mod job;
 pub mod mem;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod runtime;
+pub mod sparse;

@@ -14,7 +14,7 @@ use timely::CommunicationConfig;
 
 use crate::dataflow::{build_training, Supervisor, TrainPlan};
 use crate::job::Job;
-use crate::metrics::{MetricsRow, WireBytes, WireCounters};
+use crate::metrics::{MetricsRow, Traffic, WireBytes, WireCounters};
 
 /// Where this process sits in the computation.
 #[derive(Clone, Debug)]
@@ -109,6 +109,11 @@ pub struct RunOutcome {
     pub weights: Option<Vec<f32>>,
     /// Bytes this process sent to other processes.
     pub wire: WireBytes,
+    /// Payload bytes this process's workers sent and received, by direction.
+    pub traffic: Traffic,
+    /// `(worker, digest of its final replica)` for this process's workers: replicas that must
+    /// agree bit for bit have equal digests.
+    pub replica_digests: Vec<(u32, u64)>,
     /// Wall-clock seconds of the run (start-up included).
     pub seconds: f64,
 }
@@ -121,7 +126,23 @@ pub fn quiet() -> ObserverFactory {
     Arc::new(|_| Box::new(|_| {}))
 }
 
-type WorkerResult = Result<Option<(Vec<MetricsRow>, Vec<f32>, TrainPlan)>, String>;
+/// What one worker thread hands back.
+struct WorkerReport {
+    index: u32,
+    traffic: Traffic,
+    digest: u64,
+    /// Worker 0 only: metrics rows, final model, plan.
+    first: Option<(Vec<MetricsRow>, Vec<f32>, TrainPlan)>,
+}
+
+type WorkerResult = Result<WorkerReport, String>;
+
+/// A digest of a replica's exact bits.
+pub fn replica_digest(weights: &[f32]) -> u64 {
+    weights.iter().fold(0x9e37_79b9_7f4a_7c15, |h, w| {
+        crate::data::partition::mix64(h, w.to_bits() as u64)
+    })
+}
 
 /// Runs `job` as this process of `cluster`. Returns when every local worker is done, or with
 /// the first error of this process (a failed worker, a peer that disconnected, a peer that
@@ -171,13 +192,17 @@ pub fn run_job(
                 }
                 worker.step_or_park(Some(Duration::from_millis(100)));
             }
-            if index == 0 {
-                let weights = handle.state.borrow().weights.to_vec();
+            let st = handle.state.borrow();
+            let first = (index == 0).then(|| {
                 let rows = std::mem::take(&mut *handle.rows.borrow_mut());
-                Ok(Some((rows, weights, plan)))
-            } else {
-                Ok(None)
-            }
+                (rows, st.weights.to_vec(), plan)
+            });
+            Ok(WorkerReport {
+                index: index as u32,
+                traffic: st.traffic_total,
+                digest: replica_digest(&st.weights),
+                first,
+            })
         },
     )?;
 
@@ -210,12 +235,15 @@ pub fn run_job(
     let mut outcome = RunOutcome::default();
     for r in results {
         match r {
-            Ok(Ok(Some((rows, weights, plan)))) => {
-                outcome.rows = rows;
-                outcome.weights = Some(weights);
-                outcome.plan = Some(plan);
+            Ok(Ok(report)) => {
+                outcome.traffic.add(&report.traffic);
+                outcome.replica_digests.push((report.index, report.digest));
+                if let Some((rows, weights, plan)) = report.first {
+                    outcome.rows = rows;
+                    outcome.weights = Some(weights);
+                    outcome.plan = Some(plan);
+                }
             }
-            Ok(Ok(None)) => {}
             Ok(Err(e)) => return Err(supervisor.message().unwrap_or(e)),
             Err(panic) => return Err(supervisor.message().unwrap_or(panic)),
         }

@@ -4,7 +4,7 @@ use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
 use gradflow::codec::{build_codec, Codec, CodecError, CodecSpec, EncodeContext, CODEC_NAMES};
-use gradflow::model::SparseGrad;
+use gradflow::sparse::SparseGrad;
 
 fn codec(name: &str) -> Box<dyn Codec> {
     build_codec(&CodecSpec::with_defaults(name).unwrap()).unwrap()
@@ -45,6 +45,7 @@ fn round_trip(c: &mut dyn Codec, g: &SparseGrad, dim: u32, seed: u64) -> (Vec<u8
             seed,
             round: 0,
             worker: 0,
+            piece: 0,
         },
         &mut buf,
     )
@@ -428,6 +429,7 @@ fn randomised_codecs_are_deterministic_per_seed_round_and_worker() {
                     seed: 1,
                     round,
                     worker,
+                    piece: 0,
                 },
                 &mut b,
             )

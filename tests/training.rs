@@ -276,7 +276,7 @@ fn bytes_on_the_wire_are_the_payloads_plus_framing() {
         let payload: u64 = rows
             .iter()
             .filter(|r| r.kind == "round")
-            .map(|r| r.gradient_payload_bytes + r.update_payload_bytes)
+            .map(|r| r.uplink_bytes + r.downlink_bytes)
             .sum();
         let wire: u64 = outs.iter().map(|o| o.wire.data).sum();
         let messages: u64 = outs.iter().map(|o| o.wire.data_messages).sum();

@@ -87,7 +87,7 @@ pub struct Overrides {
     /// Override train.epochs.
     #[arg(long)]
     epochs: Option<u64>,
-    /// Override train.exchange (sharded or allgather).
+    /// Override train.exchange (sharded, allgather or sketch).
     #[arg(long)]
     exchange: Option<String>,
     /// Override train.seed.
@@ -389,10 +389,14 @@ fn train(a: TrainArgs) -> Result<(), String> {
         }
     };
     if spec.processes > 1 {
-        let w = outcome.wire;
+        let (w, t) = (outcome.wire, outcome.traffic);
         println!(
-            "process {} sent {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({})",
+            "process {} sent {} up + {} down, received {} up + {} down (payload, to and from other processes); wire: {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({})",
             a.process,
+            human_bytes(t.up_sent),
+            human_bytes(t.down_sent),
+            human_bytes(t.up_received),
+            human_bytes(t.down_received),
             w.data,
             w.data_messages,
             human_bytes(w.data),

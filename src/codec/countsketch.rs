@@ -3,11 +3,25 @@
 //! `s_j(i) · g_i` to `S[j][h_j(i)]`; a coordinate's estimate is the median over rows of
 //! `s_j(i) · S[j][h_j(i)]`. Sketches of the same shape and seed are linear: the sum of the
 //! workers' sketches is the sketch of the summed gradient ([`CountSketch::merge`]). The
-//! two-round protocol that uses it comes with the Sketched-SGD exchange.
+//! two-round protocol that uses it is `exchange::sketch`.
 
 use crate::codec::bits::{BitReader, BitWriter};
 use crate::codec::CodecError;
 use crate::data::partition::mix64;
+
+/// The most rows a sketch may have (estimates are taken on the stack).
+pub const MAX_ROWS: usize = 16;
+
+/// The median of a few values (the mean of the middle two for an even count).
+fn median(v: &mut [f32]) -> f32 {
+    v.sort_unstable_by(f32::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        0.5 * (v[m - 1] + v[m])
+    }
+}
 
 /// A count sketch.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,8 +36,8 @@ impl CountSketch {
     /// An empty sketch; every party that merges or queries it must use the same shape and seed.
     pub fn new(rows: usize, cols: usize, seed: u64) -> Self {
         assert!(
-            rows > 0 && cols > 0,
-            "a count sketch needs rows and columns"
+            (1..=MAX_ROWS).contains(&rows) && cols > 0,
+            "a count sketch needs 1 to {MAX_ROWS} rows and some columns"
         );
         CountSketch {
             rows,
@@ -52,19 +66,49 @@ impl CountSketch {
 
     /// The median-of-rows estimate of `key`'s value.
     pub fn estimate(&self, key: u32) -> f32 {
-        let mut est: Vec<f32> = (0..self.rows)
-            .map(|r| {
-                let (i, s) = self.slot(key, r);
-                s * self.cells[i]
-            })
-            .collect();
-        est.sort_unstable_by(f32::total_cmp);
-        let m = est.len() / 2;
-        if est.len() % 2 == 1 {
-            est[m]
-        } else {
-            0.5 * (est[m - 1] + est[m])
+        let mut est = [0f32; MAX_ROWS];
+        for (r, e) in est.iter_mut().enumerate().take(self.rows) {
+            let (i, s) = self.slot(key, r);
+            *e = s * self.cells[i];
         }
+        median(&mut est[..self.rows])
+    }
+
+    /// The estimate of every key `0..dim` into `out` (resized): what Sketched-SGD does on its
+    /// parameter server (§5.2: "query the sketch for every gradient coordinate").
+    pub fn estimate_all(&self, dim: u32, out: &mut Vec<f32>) {
+        out.clear();
+        out.extend((0..dim).map(|k| self.estimate(k)));
+    }
+
+    /// The estimate of ‖g‖²: the median over rows of the row's sum of squared cells (each row is
+    /// an unbiased estimate; HEAVYMIX's ℓ̂²).
+    pub fn l2_squared_estimate(&self) -> f32 {
+        let mut sums = [0f32; MAX_ROWS];
+        for (r, row) in self.cells.chunks_exact(self.cols).enumerate() {
+            sums[r] = row.iter().map(|c| c * c).sum();
+        }
+        median(&mut sums[..self.rows])
+    }
+
+    /// Number of columns.
+    pub fn columns(&self) -> usize {
+        self.cols
+    }
+
+    /// The cells, row by row.
+    pub fn cells(&self) -> &[f32] {
+        &self.cells
+    }
+
+    /// The cells, row by row, for writing (a summed slice received from a peer).
+    pub fn cells_mut(&mut self) -> &mut [f32] {
+        &mut self.cells
+    }
+
+    /// Zeroes every cell.
+    pub fn clear(&mut self) {
+        self.cells.iter_mut().for_each(|c| *c = 0.0);
     }
 
     /// Adds another sketch of the same shape and seed (linearity).
@@ -105,7 +149,7 @@ impl CountSketch {
         let rows = r.read(8)? as usize;
         let cols = r.read(32)? as usize;
         let seed = r.read(32)? | (r.read(32)? << 32);
-        if rows == 0 || cols == 0 || rows * cols > max_cells {
+        if rows == 0 || rows > MAX_ROWS || cols == 0 || rows * cols > max_cells {
             return Err(CodecError::Corrupt(format!(
                 "count sketch of {rows}x{cols}"
             )));

@@ -18,7 +18,7 @@ use super::{
     check_finite, check_scale, read_message, write_message, Codec, CodecError, EncodeContext,
     FromParams,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 3;
 const VERSION: u8 = 1;

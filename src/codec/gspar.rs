@@ -23,7 +23,7 @@ use super::{
     check_finite, check_scale, read_message, write_message, Codec, CodecError, EncodeContext,
     FromParams,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 4;
 const VERSION: u8 = 1;
@@ -62,7 +62,7 @@ impl Default for GsparParams {
             density: 0.1,
             iterations: 2,
             eps: 1.0,
-            keys: KeyCoding::Raw,
+            keys: KeyCoding::Rice,
         }
     }
 }

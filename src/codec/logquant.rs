@@ -9,7 +9,7 @@ use super::keys::KeyCoding;
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 12;
 const VERSION: u8 = 1;
@@ -29,7 +29,7 @@ impl Default for LogQuantParams {
     fn default() -> Self {
         LogQuantParams {
             bits: 4,
-            keys: KeyCoding::Raw,
+            keys: KeyCoding::Rice,
         }
     }
 }

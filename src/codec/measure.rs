@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::bits::{BitReader, BitWriter};
 use super::keys::KeyCoding;
 use super::{build_codec, check_keys, CodecSpec, EncodeContext, HEADER_LEN};
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 /// Reads a gradient file; errors name the file and what is wrong.
 pub fn read_gradient(path: &Path, dim: u32) -> Result<SparseGrad, String> {
@@ -135,6 +135,7 @@ pub fn measure_codec(
         seed: 1,
         round: 0,
         worker: 0,
+        ..Default::default()
     };
     let mut buf = Vec::new();
     let mut out = SparseGrad::default();

@@ -5,7 +5,7 @@ use super::{
     check_finite, check_keys, read_header, write_header, Codec, CodecError, EncodeContext,
 };
 use super::{FromParams, NoParams};
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 0;
 const VERSION: u8 = 1;

@@ -3,7 +3,7 @@
 
 use super::keys::KeyCoding;
 use super::{read_message, write_message, Codec, CodecError, EncodeContext, FromParams, NoParams};
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 1;
 const VERSION: u8 = 1;

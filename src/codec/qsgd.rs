@@ -11,7 +11,7 @@ use super::{
     check_finite, check_scale, read_message, write_message, Codec, CodecError, EncodeContext,
     FromParams,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 9;
 const VERSION: u8 = 1;
@@ -30,7 +30,7 @@ impl Default for QsgdParams {
     fn default() -> Self {
         QsgdParams {
             levels: 16,
-            keys: KeyCoding::Raw,
+            keys: KeyCoding::Rice,
         }
     }
 }

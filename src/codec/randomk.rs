@@ -8,7 +8,7 @@ use super::{
     check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
     KeptValues, Selection,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 6;
 

@@ -6,7 +6,7 @@ use super::{
     check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
     KeptValues, KeysOnly, Selection,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 11;
 
@@ -51,6 +51,10 @@ impl Codec for SignSgd {
             KeptValues::Signs(mean as f32),
         );
         Ok(())
+    }
+
+    fn error_feedback(&self) -> super::ErrorFeedback {
+        super::ErrorFeedback::ResidualUnlessAdam
     }
 
     fn key_coding(&self) -> Option<super::keys::KeyCoding> {

@@ -23,7 +23,7 @@ use super::sketchml::{
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 14;
 const VERSION: u8 = 1;

@@ -26,7 +26,7 @@ use super::quantile::{bucket_edges, BucketFinder};
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 13;
 const VERSION: u8 = 1;

@@ -7,7 +7,7 @@ use super::{
     check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
     KeptValues, Selection,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 7;
 
@@ -25,7 +25,7 @@ impl Default for ThresholdParams {
     fn default() -> Self {
         ThresholdParams {
             threshold: 1e-3,
-            keys: KeyCoding::Raw,
+            keys: KeyCoding::Rice,
         }
     }
 }
@@ -78,6 +78,10 @@ impl Codec for Threshold {
             KeptValues::Exact(1.0),
         );
         Ok(())
+    }
+
+    fn error_feedback(&self) -> super::ErrorFeedback {
+        super::ErrorFeedback::Residual
     }
 
     fn key_coding(&self) -> Option<super::keys::KeyCoding> {

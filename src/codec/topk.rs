@@ -8,7 +8,7 @@ use super::{
     check_finite, largest, read_selection, write_selection, Codec, CodecError, EncodeContext,
     FromParams, KeptValues, Selection,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 5;
 
@@ -26,7 +26,7 @@ impl Default for KeepRatio {
     fn default() -> Self {
         KeepRatio {
             ratio: 0.1,
-            keys: KeyCoding::Raw,
+            keys: KeyCoding::Rice,
         }
     }
 }
@@ -90,6 +90,10 @@ impl Codec for TopK {
             KeptValues::Exact(1.0),
         );
         Ok(())
+    }
+
+    fn error_feedback(&self) -> super::ErrorFeedback {
+        super::ErrorFeedback::Residual
     }
 
     fn key_coding(&self) -> Option<super::keys::KeyCoding> {

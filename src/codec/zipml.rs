@@ -11,7 +11,7 @@ use super::keys::KeyCoding;
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
 };
-use crate::model::SparseGrad;
+use crate::sparse::SparseGrad;
 
 const ID: u8 = 2;
 const VERSION: u8 = 1;
@@ -30,7 +30,7 @@ impl Default for ZipmlParams {
     fn default() -> Self {
         ZipmlParams {
             bits: 8,
-            keys: KeyCoding::Raw,
+            keys: KeyCoding::Rice,
         }
     }
 }

@@ -1,21 +1,33 @@
-//! Exchange strategies: how gradient messages move between workers and how the receiving side
-//! turns them into one aggregated gradient. Knows the codec layer (messages are opaque codec
-//! bytes inside an [`Envelope`]) but not the dataflow that carries them.
+//! Exchange strategies: how messages move between workers and how the receiving side turns
+//! them into one update. Knows the codec and memory layers (messages are opaque codec bytes
+//! inside an [`Envelope`]) but not the dataflow that carries them.
 //!
-//! * `sharded` (parameter-server style, without a single driver): the key space is split into `W`
-//!   contiguous ranges ([`KeyRanges`]); worker `j` receives from every worker only the piece of
-//!   its gradient that falls in range `j`, holds range `j`'s optimizer state, applies the update
-//!   and broadcasts the new values of the touched keys of its range.
+//! * `sharded` (parameter-server style, without a single driver): every key has an owner
+//!   ([`Owners`]: a seeded hash by default, or contiguous ranges); worker `j` receives from
+//!   every worker only the piece of its gradient that `j` owns (uplink), sums the pieces, holds
+//!   its keys' optimizer state and sends the change of its keys to every other worker, encoded
+//!   with the downlink codec and with a residual ([`Downlink`]).
 //! * `allgather`: every worker receives every worker's whole gradient, sums them in worker order
-//!   and applies the same update to its own full replica.
+//!   and applies the same update to its own full replica. Bytes grow with `W²`.
+//! * `sketch`: Sketched-SGD's two-round protocol ([`sketch`]): count sketches summed sharded by
+//!   column range, `P·k` candidates, their exact values, the top `k` applied everywhere. Bytes
+//!   per worker do not depend on `W`.
 //!
-//! Both sum the received pieces in source-worker order with the same arithmetic, so for the same
-//! job they produce bit-identical models.
+//! `sharded` (with a lossless downlink) and `allgather` sum the received pieces in source-worker
+//! order with the same arithmetic, so for the same job they produce bit-identical models.
+
+pub mod aggregate;
+pub mod downlink;
+pub mod ownership;
+pub mod router;
+pub mod sketch;
+
+pub use aggregate::Aggregator;
+pub use downlink::Downlink;
+pub use ownership::{Owners, Ownership};
+pub use router::Router;
 
 use serde::{Deserialize, Serialize};
-
-use crate::codec::{Codec, CodecError, EncodeContext};
-use crate::model::SparseGrad;
 
 /// Which exchange pattern a job uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -26,6 +38,8 @@ pub enum ExchangeKind {
     Sharded,
     /// Every worker receives every gradient and updates a full replica.
     Allgather,
+    /// Sketched-SGD: summed count sketches, then exact values of the candidates.
+    Sketch,
 }
 
 impl std::str::FromStr for ExchangeKind {
@@ -34,8 +48,9 @@ impl std::str::FromStr for ExchangeKind {
         match s {
             "sharded" => Ok(ExchangeKind::Sharded),
             "allgather" => Ok(ExchangeKind::Allgather),
+            "sketch" => Ok(ExchangeKind::Sketch),
             _ => Err(format!(
-                "unknown exchange '{s}' (expected sharded or allgather)"
+                "unknown exchange '{s}' (expected sharded, allgather or sketch)"
             )),
         }
     }
@@ -62,164 +77,12 @@ pub struct Envelope {
 /// Bytes an envelope adds around its payload in bincode: three u32 and the u64 length.
 pub const ENVELOPE_OVERHEAD: usize = 3 * 4 + 8;
 
-/// The contiguous key ranges of the `sharded` strategy: range `w` is
-/// `[⌊D·w/W⌋, ⌊D·(w+1)/W⌋)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeyRanges {
-    /// Dimension.
-    pub dim: u32,
-    /// Number of ranges (workers).
-    pub parts: u32,
-}
-
-impl KeyRanges {
-    /// Lower bound of range `w`.
-    pub fn lo(&self, w: u32) -> u32 {
-        ((self.dim as u64 * w as u64) / self.parts as u64) as u32
-    }
-    /// The range of worker `w`.
-    pub fn range(&self, w: u32) -> (u32, u32) {
-        (self.lo(w), self.lo(w + 1))
-    }
-    /// Splits sorted `keys` into the index ranges `[cut[w], cut[w+1])` falling in each key range.
-    pub fn cuts(&self, keys: &[u32], cuts: &mut Vec<usize>) {
-        cuts.clear();
-        cuts.push(0);
-        for w in 1..self.parts {
-            let bound = self.lo(w);
-            let start = *cuts.last().unwrap();
-            cuts.push(start + keys[start..].partition_point(|&k| k < bound));
-        }
-        cuts.push(keys.len());
-    }
-}
-
-/// Encodes a worker's gradient into the envelopes of its round, one per receiving worker
-/// (empty pieces are sent too: a receiver weights pieces by their `rows`).
-pub struct Router {
-    kind: ExchangeKind,
-    ranges: KeyRanges,
-    cuts: Vec<usize>,
-}
-
-impl Router {
-    /// A router for `workers` workers over dimension `dim`.
-    pub fn new(kind: ExchangeKind, dim: u32, workers: u32) -> Self {
-        Router {
-            kind,
-            ranges: KeyRanges {
-                dim,
-                parts: workers,
-            },
-            cuts: Vec::new(),
-        }
-    }
-
-    /// Calls `emit` with the envelope for each receiver. `allgather` encodes once and copies.
-    pub fn route(
-        &mut self,
-        codec: &mut dyn Codec,
-        grad: &SparseGrad,
-        rows: u32,
-        ctx: EncodeContext,
-        mut emit: impl FnMut(Envelope),
-    ) -> Result<(), CodecError> {
-        let workers = self.ranges.parts;
-        match self.kind {
-            ExchangeKind::Allgather => {
-                let mut payload = Vec::new();
-                codec.encode(&grad.keys, &grad.values, self.ranges.dim, ctx, &mut payload)?;
-                for dest in 0..workers {
-                    emit(Envelope {
-                        dest,
-                        src: ctx.worker,
-                        rows,
-                        payload: payload.clone(),
-                    });
-                }
-            }
-            ExchangeKind::Sharded => {
-                self.ranges.cuts(&grad.keys, &mut self.cuts);
-                for dest in 0..workers {
-                    let (a, b) = (self.cuts[dest as usize], self.cuts[dest as usize + 1]);
-                    let mut payload = Vec::new();
-                    codec.encode(
-                        &grad.keys[a..b],
-                        &grad.values[a..b],
-                        self.ranges.dim,
-                        ctx,
-                        &mut payload,
-                    )?;
-                    emit(Envelope {
-                        dest,
-                        src: ctx.worker,
-                        rows,
-                        payload,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Decodes and sums the gradient envelopes one worker received for one round.
-#[derive(Default)]
-pub struct Aggregator {
-    piece: SparseGrad,
-    scratch: SparseGrad,
-    /// The aggregated gradient of the last call.
-    pub sum: SparseGrad,
-}
-
-impl Aggregator {
-    /// `sum = Σ_w (rows_w / Σ rows) · decode(payload_w)`, in increasing source order (so the
-    /// result does not depend on arrival order). Checks that each message's dimension is `dim`.
-    pub fn aggregate(
-        &mut self,
-        codec: &mut dyn Codec,
-        msgs: &mut [Envelope],
-        dim: u32,
-    ) -> Result<&SparseGrad, CodecError> {
-        msgs.sort_by_key(|m| m.src);
-        let total: u64 = msgs.iter().map(|m| m.rows as u64).sum();
-        self.sum.clear();
-        for m in msgs.iter() {
-            let d = codec.decode(&m.payload, &mut self.piece)?;
-            if d != dim {
-                return Err(CodecError::Corrupt(format!(
-                    "message dimension {d}, job dimension {dim}"
-                )));
-            }
-            let weight = if total == 0 {
-                0.0
-            } else {
-                (m.rows as f64 / total as f64) as f32
-            };
-            self.sum.add_scaled(&self.piece, weight, &mut self.scratch);
-        }
-        Ok(&self.sum)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codec::none::NoneCodec;
-
-    #[test]
-    fn ranges_cover_the_key_space() {
-        let r = KeyRanges { dim: 10, parts: 3 };
-        assert_eq!(
-            (0..3).map(|w| r.range(w)).collect::<Vec<_>>(),
-            vec![(0, 3), (3, 6), (6, 10)]
-        );
-        let mut cuts = Vec::new();
-        r.cuts(&[0, 2, 3, 9], &mut cuts);
-        assert_eq!(cuts, vec![0, 2, 3, 4]);
-        r.cuts(&[], &mut cuts);
-        assert_eq!(cuts, vec![0, 0, 0, 0]);
-    }
+    use crate::codec::EncodeContext;
+    use crate::sparse::SparseGrad;
 
     #[test]
     fn sharded_and_allgather_aggregate_identically() {
@@ -240,13 +103,14 @@ mod tests {
                 worker: w as u32,
                 ..Default::default()
             };
-            Router::new(ExchangeKind::Sharded, dim, 2)
-                .route(&mut codec, g, rows, ctx, |e| {
+            let owners = Owners::new(Ownership::Hashed, dim, 2, 1);
+            Router::new(ExchangeKind::Sharded, owners)
+                .route(&mut codec, g, rows, ctx, None, |e| {
                     per_dest[e.dest as usize].push(e)
                 })
                 .unwrap();
-            Router::new(ExchangeKind::Allgather, dim, 2)
-                .route(&mut codec, g, rows, ctx, |e| {
+            Router::new(ExchangeKind::Allgather, owners)
+                .route(&mut codec, g, rows, ctx, None, |e| {
                     gathered[e.dest as usize].push(e)
                 })
                 .unwrap();

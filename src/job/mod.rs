@@ -8,11 +8,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::CodecSpec;
+use crate::codec::{CodecSpec, ErrorFeedback};
 use crate::data::synth::{self, CtrParams, GsparParams};
 use crate::data::{read_libsvm, Dataset, LibsvmOptions, RowFilter};
 use crate::dataflow::{TrainPlan, WorkerData};
-use crate::exchange::ExchangeKind;
+use crate::exchange::sketch::SketchParams;
+use crate::exchange::{ExchangeKind, Ownership};
+use crate::memory::MemorySpec;
 use crate::model::Loss;
 use crate::optim::OptimizerConfig;
 
@@ -165,10 +167,21 @@ pub struct TrainSection {
     pub epochs: u64,
     /// Mini-batch size as a fraction of the training set (0.1: ten rounds per epoch).
     pub batch_fraction: f64,
-    /// `sharded` or `allgather`.
+    /// `sharded`, `allgather` or `sketch`.
     pub exchange: ExchangeKind,
     /// Gradient codec, e.g. `{ name = "none" }`.
     pub compressor: CodecSpec,
+    /// Error-feedback memory beside the compressor: `"none"`, `"residual"` or
+    /// `{ name = "dgc", momentum = 0.9 }`. Absent: what the compressor's paper does (residual for
+    /// topk and threshold, and for signsgd unless the optimizer is Adam; none for the others;
+    /// dgc for the `sketch` exchange).
+    pub memory: Option<MemorySpec>,
+    /// Codec of the `sharded` downlink (the owners' model changes), with a residual at the owner.
+    pub downlink: CodecSpec,
+    /// Key ownership under `sharded`: `hashed` (default) or `ranges`.
+    pub ownership: Ownership,
+    /// Parameters of the `sketch` exchange.
+    pub sketch: SketchParams,
     /// Seed of every random choice (split, batches, randomised codecs).
     pub seed: u64,
 }
@@ -180,6 +193,10 @@ impl Default for TrainSection {
             batch_fraction: 0.1,
             exchange: ExchangeKind::Sharded,
             compressor: CodecSpec::default(),
+            memory: None,
+            downlink: CodecSpec::default(),
+            ownership: Ownership::Hashed,
+            sketch: SketchParams::default(),
             seed: 42,
         }
     }
@@ -299,7 +316,26 @@ impl Job {
         }
         crate::codec::build_codec(&self.train.compressor)
             .map_err(|e| format!("train.compressor: {e}"))?;
+        crate::codec::build_codec(&self.train.downlink)
+            .map_err(|e| format!("train.downlink: {e}"))?;
+        self.train.sketch.validate()?;
         self.optimizer.validate()
+    }
+
+    /// The uplink memory: the job's, or the paper default of its compressor and exchange.
+    pub fn memory(&self) -> MemorySpec {
+        if let Some(m) = &self.train.memory {
+            return m.clone();
+        }
+        if self.train.exchange == ExchangeKind::Sketch {
+            return MemorySpec::Dgc { momentum: 0.9 };
+        }
+        let adam = self.optimizer.kind == crate::optim::OptimizerKind::Adam;
+        match crate::codec::build_codec(&self.train.compressor).map(|c| c.error_feedback()) {
+            Ok(ErrorFeedback::Residual) => MemorySpec::Residual,
+            Ok(ErrorFeedback::ResidualUnlessAdam) if !adam => MemorySpec::Residual,
+            _ => MemorySpec::None,
+        }
     }
 
     /// Rounds per epoch: `ceil(1 / batch_fraction)`.
@@ -376,6 +412,10 @@ impl Job {
             optimizer: self.optimizer.clone(),
             exchange: self.train.exchange,
             codec: self.train.compressor.clone(),
+            memory: self.memory(),
+            downlink: self.train.downlink.clone(),
+            ownership: self.train.ownership,
+            sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
             epochs: self.train.epochs,
             seed: self.train.seed,

@@ -44,11 +44,81 @@ impl StageTimes {
     }
 }
 
-/// One row of the metrics CSV: a round or an epoch.
+/// Payload bytes (codec messages, sketches, values) moved by one worker or process, by
+/// direction. Uplink: gradients, sketches and exact values on their way to an owner or
+/// aggregator; downlink: model changes, summed sketches and sums on their way back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Traffic {
+    /// Uplink bytes sent to workers of other processes.
+    pub up_sent: u64,
+    /// Downlink bytes sent to workers of other processes.
+    pub down_sent: u64,
+    /// Uplink bytes received from workers of other processes.
+    pub up_received: u64,
+    /// Downlink bytes received from workers of other processes.
+    pub down_received: u64,
+    /// Uplink bytes addressed to any worker, this process's own included: the protocol's cost
+    /// as if every worker were a machine of its own (what the papers count).
+    pub logical_up: u64,
+    /// Downlink bytes addressed to any worker, this process's own included.
+    pub logical_down: u64,
+}
+
+impl Traffic {
+    /// Records a message of `bytes` sent (`remote`: to another process).
+    pub fn sent(&mut self, uplink: bool, bytes: usize, remote: bool) {
+        let b = bytes as u64;
+        match (uplink, remote) {
+            (true, true) => self.up_sent += b,
+            (false, true) => self.down_sent += b,
+            _ => {}
+        }
+        if uplink {
+            self.logical_up += b;
+        } else {
+            self.logical_down += b;
+        }
+    }
+
+    /// Records a message of `bytes` received (`remote`: from another process).
+    pub fn received(&mut self, uplink: bool, bytes: usize, remote: bool) {
+        if remote {
+            if uplink {
+                self.up_received += bytes as u64;
+            } else {
+                self.down_received += bytes as u64;
+            }
+        }
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, o: &Traffic) {
+        self.up_sent += o.up_sent;
+        self.down_sent += o.down_sent;
+        self.up_received += o.up_received;
+        self.down_received += o.down_received;
+        self.logical_up += o.logical_up;
+        self.logical_down += o.logical_down;
+    }
+
+    /// Bytes sent to other processes, both directions.
+    pub fn total_sent(&self) -> u64 {
+        self.up_sent + self.down_sent
+    }
+
+    /// Bytes received from other processes, both directions.
+    pub fn total_received(&self) -> u64 {
+        self.up_received + self.down_received
+    }
+}
+
+/// One row of the metrics CSV: a round, an epoch, or (at the end) a process's totals.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MetricsRow {
-    /// `round` or `epoch`.
+    /// `round`, `epoch` or `process`.
     pub kind: &'static str,
+    /// The process a `process` row describes.
+    pub process: Option<u32>,
     /// Epoch (1-based).
     pub epoch: u64,
     /// Round (0-based, global); for an epoch row, its last round.
@@ -67,10 +137,21 @@ pub struct MetricsRow {
     pub test_rmse: Option<f64>,
     /// Keys in the workers' gradients (sum over workers).
     pub gradient_keys: u64,
-    /// Payload bytes of the gradient messages sent to other processes.
-    pub gradient_payload_bytes: u64,
-    /// Payload bytes of the model-update messages sent to other processes.
-    pub update_payload_bytes: u64,
+    /// Uplink payload bytes sent to other processes (all processes; a `process` row: its own).
+    pub uplink_bytes: u64,
+    /// Downlink payload bytes sent to other processes.
+    pub downlink_bytes: u64,
+    /// Uplink payload bytes received from other processes.
+    pub uplink_received_bytes: u64,
+    /// Downlink payload bytes received from other processes.
+    pub downlink_received_bytes: u64,
+    /// Uplink payload bytes addressed to any worker, own process included (see [`Traffic`]).
+    pub logical_uplink_bytes: u64,
+    /// Downlink payload bytes addressed to any worker, own process included.
+    pub logical_downlink_bytes: u64,
+    /// The most payload bytes one process sent to the others (both directions): the busiest
+    /// link. A `process` row: that process's own.
+    pub max_process_sent_bytes: u64,
     /// Bytes timely sent on data channels between processes (all processes).
     pub wire_data_bytes: u64,
     /// Bytes timely sent on progress channels between processes (all processes).
@@ -88,6 +169,17 @@ pub struct MetricsRow {
 }
 
 impl MetricsRow {
+    /// Sets the traffic columns (`busiest`: the most one process sent).
+    pub fn set_traffic(&mut self, t: &Traffic, busiest: u64) {
+        self.uplink_bytes = t.up_sent;
+        self.downlink_bytes = t.down_sent;
+        self.uplink_received_bytes = t.up_received;
+        self.downlink_received_bytes = t.down_received;
+        self.logical_uplink_bytes = t.logical_up;
+        self.logical_downlink_bytes = t.logical_down;
+        self.max_process_sent_bytes = busiest;
+    }
+
     /// The per-stage times of this row.
     pub fn times(&self) -> StageTimes {
         StageTimes {
@@ -137,9 +229,9 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-/// The one-line summary of an epoch. `sent` counts the payload bytes (gradients and model
-/// updates) addressed to other processes; the wire totals, framing and progress traffic
-/// included, are known when the run ends.
+/// The one-line summary of an epoch. `sent` counts the payload bytes all processes addressed to
+/// other processes in the epoch, split into uplink and downlink; the wire totals, framing and
+/// progress traffic included, are known when the run ends.
 pub fn epoch_line(row: &MetricsRow) -> String {
     let mut s = format!(
         "epoch {:>3}  {:>7.2}s  train_loss {:.4}",
@@ -158,8 +250,10 @@ pub fn epoch_line(row: &MetricsRow) -> String {
         s += &format!("  rmse {r:.4}");
     }
     s += &format!(
-        "  sent {}",
-        human_bytes(row.gradient_payload_bytes + row.update_payload_bytes)
+        "  sent {} (all processes: up {}, down {})",
+        human_bytes(row.uplink_bytes + row.downlink_bytes),
+        human_bytes(row.uplink_bytes),
+        human_bytes(row.downlink_bytes)
     );
     s
 }

@@ -1,6 +1,7 @@
-//! Optimizers. Each holds state for one contiguous key range (the whole model for `allgather`,
-//! one shard for `sharded`) and updates only the keys present in the aggregated gradient, as the
-//! papers' systems do. Adam bias correction uses the global step (the round number + 1).
+//! Optimizers. Each holds state for one contiguous key range (the whole model; under `sharded`
+//! an owner only ever touches the keys it owns) and updates only the keys present in the
+//! aggregated gradient, as the papers' systems do. A step yields *changes* of the weights, which
+//! is what the `sharded` downlink transmits. Adam bias correction uses the global step (the round number + 1).
 
 use serde::{Deserialize, Serialize};
 
@@ -123,22 +124,22 @@ impl Optimizer {
         }
     }
 
-    /// Applies one step (`step` counts from 0) of the gradient `(keys, grads)` to `weights`
-    /// (indexed by global key). Every key must lie in this optimizer's range.
-    pub fn apply(&mut self, step: u64, keys: &[u32], grads: &[f32], weights: &mut [f32]) {
+    /// Computes one step (`step` counts from 0) of the gradient `(keys, grads)`: `changes[i]`
+    /// is what weight `keys[i]` must add (`-lr·g` for SGD). Every key must lie in this
+    /// optimizer's range. Optimizer state advances; no weight is read.
+    pub fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>) {
         let c = &self.cfg;
+        changes.clear();
         match c.kind {
             OptimizerKind::Sgd => {
                 let lr = c.lr / (1.0 + c.decay * step as f32);
-                for (&k, &g) in keys.iter().zip(grads) {
-                    weights[k as usize] -= lr * g;
-                }
+                changes.extend(grads.iter().map(|&g| -(lr * g)));
             }
             OptimizerKind::Momentum => {
                 for (&k, &g) in keys.iter().zip(grads) {
                     let u = &mut self.first[(k - self.lo) as usize];
                     *u = c.momentum * *u + g;
-                    weights[k as usize] -= c.lr * *u;
+                    changes.push(-(c.lr * *u));
                 }
             }
             OptimizerKind::Adam => {
@@ -154,9 +155,18 @@ impl Optimizer {
                     *m = c.beta1 * *m + (1.0 - c.beta1) * g;
                     let v = &mut self.second[i];
                     *v = c.beta2 * *v + (1.0 - c.beta2) * g * g;
-                    weights[k as usize] -= lr_t * self.first[i] / (self.second[i].sqrt() + eps_t);
+                    changes.push(-(lr_t * self.first[i] / (self.second[i].sqrt() + eps_t)));
                 }
             }
+        }
+    }
+
+    /// [`Optimizer::step`] applied to `weights` (indexed by global key).
+    pub fn apply(&mut self, step: u64, keys: &[u32], grads: &[f32], weights: &mut [f32]) {
+        let mut changes = Vec::with_capacity(keys.len());
+        self.step(step, keys, grads, &mut changes);
+        for (&k, &c) in keys.iter().zip(&changes) {
+            weights[k as usize] += c;
         }
     }
 }

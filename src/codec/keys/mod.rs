@@ -17,13 +17,15 @@ use super::CodecError;
 #[serde(rename_all = "snake_case")]
 pub enum KeyCoding {
     /// 32 bits per key.
-    #[default]
     Raw,
     /// SketchML §3.4: each delta in 1-4 bytes behind a 2-bit byte-count flag.
     DeltaBinary,
     /// FastSGD §3.3 (Algorithm 2): bit-level deltas in one of 4 lengths behind a 2-bit flag.
     Adaptive,
-    /// Golomb-Rice codes of the gaps: near the entropy bound for uniformly spread keys.
+    /// Golomb-Rice codes of the gaps: near the entropy bound for uniformly spread keys. The
+    /// default for codecs whose paper prescribes no key coder (best measured: 0.8% over the
+    /// entropy bound at D = 29M, d = 1M).
+    #[default]
     Rice,
 }
 

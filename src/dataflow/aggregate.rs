@@ -1,0 +1,95 @@
+//! The aggregation operator of `sharded` and `allgather`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use timely::dataflow::Stream;
+
+use super::{add_changes, check_finite, codec_or_fail, ms, per_round};
+use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
+use crate::codec::EncodeContext;
+use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners};
+use crate::optim::Optimizer;
+use crate::sparse::SparseGrad;
+
+/// The aggregation operator. Input: gradient envelopes (routed to their `dest`). Output: model
+/// changes for the other workers (`sharded`), nothing (`allgather`: every worker updates its own
+/// replica).
+///
+/// Round `r` runs once every gradient of round `r` is in: decode, sum in worker order weighted
+/// by batch rows, take the optimizer step on the summed keys; `allgather` adds it to the local
+/// replica, `sharded` encodes it (plus the downlink residual) and every replica, this one
+/// included, adds the decoded change.
+pub fn aggregate<'s>(
+    grads: Stream<'s, RoundTime, Vec<Envelope>>,
+    plan: &TrainPlan,
+    state: Rc<RefCell<WorkerState>>,
+    supervisor: Supervisor,
+) -> Stream<'s, RoundTime, Vec<Envelope>> {
+    let scope = grads.scope();
+    let me = scope.index() as u32;
+    let peers = scope.peers() as u32;
+    let plan = plan.clone();
+    let owners = Owners::new(plan.ownership, plan.dim, peers, plan.seed);
+    let mut codec = codec_or_fail("train.compressor", &plan.codec, &supervisor);
+    let downlink_codec = codec_or_fail("train.downlink", &plan.downlink, &supervisor);
+    let mut downlink = Downlink::new(downlink_codec, plan.dim);
+    let mut aggregator = Aggregator::default();
+    let mut optimizer = Optimizer::new(plan.optimizer.clone(), 0, plan.dim);
+    let mut change = SparseGrad::default();
+    per_round(grads, "Aggregate", supervisor, move |r, mut msgs, out| {
+        let mut st = state.borrow_mut();
+        let remote = |w: u32| plan.process_of(w) != plan.process_of(me);
+        msgs.iter()
+            .for_each(|m| st.received(true, m.payload.len(), remote(m.src)));
+        // Decode and sum, in worker order.
+        let t_agg = Instant::now();
+        let sum = aggregator
+            .aggregate(codec.as_mut(), &mut msgs, plan.dim)
+            .map_err(|e| format!("worker {me}, round {r}: bad gradient message: {e}"))?;
+        if plan.exchange == ExchangeKind::Sharded {
+            if let Some(&k) = sum.keys.iter().find(|&&k| owners.owner(k) != me) {
+                return Err(format!(
+                    "worker {me}, round {r}: received key {k}, which worker {} owns",
+                    owners.owner(k)
+                ));
+            }
+        }
+        st.aggregate_ms = ms(t_agg);
+        // Optimizer step on the summed keys.
+        let t_update = Instant::now();
+        change.keys.clone_from(&sum.keys);
+        optimizer.step(r, &sum.keys, &sum.values, &mut change.values);
+        // Apply it here; `sharded` sends it, encoded, to every other replica.
+        let applied = if plan.exchange == ExchangeKind::Sharded {
+            let ctx = EncodeContext {
+                seed: plan.seed,
+                round: r,
+                worker: me,
+                piece: 0,
+            };
+            let mut payload = Vec::new();
+            let decoded = downlink
+                .encode(&mut change, plan.dim, ctx, &mut payload)
+                .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+            for dest in (0..peers).filter(|&d| d != me) {
+                st.sent(false, payload.len(), remote(dest));
+                out.push(Envelope {
+                    dest,
+                    src: me,
+                    rows: 0,
+                    payload: payload.clone(),
+                });
+            }
+            decoded
+        } else {
+            &change
+        };
+        add_changes(applied, &mut st.weights);
+        check_finite(applied, &st.weights)
+            .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+        st.update_ms = ms(t_update);
+        Ok(())
+    })
+}

@@ -1,0 +1,324 @@
+//! The gradient operator: the start of every round.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Instant;
+
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Exchange;
+use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
+use timely::dataflow::operators::generic::OutputBuilder;
+use timely::dataflow::Stream;
+
+use super::{codec_or_fail, ms, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
+use super::{WorkerData, WorkerState};
+use crate::codec::countsketch::CountSketch;
+use crate::codec::{Codec, EncodeContext};
+use crate::data::partition::mix64;
+use crate::exchange::sketch::{part, sketch_seed, write_slice, SketchShape};
+use crate::exchange::{Envelope, ExchangeKind, Owners, Router};
+use crate::metrics::WireCounters;
+use crate::model::{EvalPart, GradientWorkspace};
+use crate::sparse::SparseGrad;
+
+/// The gradient operator. Input: model changes (routed to their `dest`). Outputs: gradient
+/// envelopes (one per receiving worker per round) and round statistics.
+///
+/// Round `r` runs once the input frontier has passed `r`, in named steps: apply the changes of
+/// round `r - 1`, evaluate on the test rows at epoch ends, take the next mini-batch, compute its
+/// gradient, pass it through the memory, encode and send it; then hold the capability for round
+/// `r + 1`. After the last round it only applies the final changes, evaluates, and releases its
+/// capabilities.
+pub fn gradient<'s>(
+    changes: Stream<'s, RoundTime, Vec<Envelope>>,
+    plan: &TrainPlan,
+    data: WorkerData,
+    state: Rc<RefCell<WorkerState>>,
+    supervisor: Supervisor,
+    wire: Option<WireCounters>,
+) -> (
+    Stream<'s, RoundTime, Vec<Envelope>>,
+    Stream<'s, RoundTime, Vec<RoundStats>>,
+) {
+    let scope = changes.scope();
+    let me = scope.index() as u32;
+    let peers = scope.peers() as u32;
+    let mut builder = OperatorBuilder::new("Gradient".to_owned(), scope);
+    let mut input = builder.new_input(changes, Exchange::new(|e: &Envelope| e.dest as u64));
+    let (grad_out, grad_stream) = builder.new_output::<Vec<Envelope>>();
+    let (stats_out, stats_stream) = builder.new_output::<Vec<RoundStats>>();
+    let mut grad_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<Envelope>>> =
+        OutputBuilder::from(grad_out);
+    let mut stats_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<RoundStats>>> =
+        OutputBuilder::from(stats_out);
+    let wire = wire.filter(|_| me as usize % plan.threads_per_process == 0);
+    let mut worker = GradientStep::new(me, peers, plan, data, &supervisor);
+
+    builder.build(move |mut caps| {
+        let mut stats_cap = caps.pop();
+        let mut grad_cap = caps.pop();
+        let mut stash: BTreeMap<u64, Vec<Envelope>> = BTreeMap::new();
+        let mut envelopes = Vec::new();
+        move |frontiers| {
+            input.for_each(|cap, batch| {
+                if let Some(t) = cap.least() {
+                    stash.entry(round_of(t)).or_default().append(batch);
+                }
+            });
+            while let Some(cap) = grad_cap.as_mut() {
+                if frontiers[0].less_equal(cap.time()) || supervisor.is_failed() {
+                    break;
+                }
+                let r = round_of(cap.time());
+                if let Some(w) = &wire {
+                    w.mark_round(r);
+                }
+                let changes = stash.remove(&r).unwrap_or_default();
+                let stats = match worker.round(r, changes, &mut state.borrow_mut(), &mut envelopes)
+                {
+                    Ok(stats) => stats,
+                    Err(e) => {
+                        supervisor.fail(e);
+                        return;
+                    }
+                };
+                grad_out
+                    .activate()
+                    .session(&*cap)
+                    .give_iterator(envelopes.drain(..));
+                let sc = stats_cap
+                    .as_mut()
+                    .expect("held with the gradient capability");
+                stats_out.activate().session(&*sc).give(stats);
+                if r < worker.rounds {
+                    cap.downgrade(&super::at(r + 1));
+                    sc.downgrade(&super::at(r + 1));
+                } else {
+                    grad_cap = None;
+                    stats_cap = None;
+                }
+            }
+        }
+    });
+    (grad_stream, stats_stream)
+}
+
+/// The gradient operator's state and its named steps.
+struct GradientStep {
+    me: u32,
+    peers: u32,
+    plan: TrainPlan,
+    data: WorkerData,
+    rounds: u64,
+    codec: Box<dyn Codec>,
+    downlink: Box<dyn Codec>,
+    router: Router,
+    sketch: Option<(CountSketch, SketchShape)>,
+    workspace: GradientWorkspace,
+    grad: SparseGrad,
+    sent: SparseGrad,
+    scratch: SparseGrad,
+    order: Vec<u32>,
+    last_emit: Option<Instant>,
+}
+
+impl GradientStep {
+    fn new(me: u32, peers: u32, plan: &TrainPlan, data: WorkerData, sup: &Supervisor) -> Self {
+        let owners = Owners::new(plan.ownership, plan.dim, peers, plan.seed);
+        let sketch = (plan.exchange == ExchangeKind::Sketch).then(|| {
+            let shape = plan.sketch.shape(plan.dim);
+            let s = CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed));
+            (s, shape)
+        });
+        GradientStep {
+            me,
+            peers,
+            rounds: plan.rounds(),
+            codec: codec_or_fail("train.compressor", &plan.codec, sup),
+            downlink: codec_or_fail("train.downlink", &plan.downlink, sup),
+            router: Router::new(plan.exchange, owners),
+            sketch,
+            workspace: GradientWorkspace::new(plan.dim),
+            grad: SparseGrad::default(),
+            sent: SparseGrad::default(),
+            scratch: SparseGrad::default(),
+            order: (0..data.train.rows() as u32).collect(),
+            data,
+            plan: plan.clone(),
+            last_emit: None,
+        }
+    }
+
+    /// One firing at round `r`: leaves this round's gradient envelopes in `out`.
+    fn round(
+        &mut self,
+        r: u64,
+        changes: Vec<Envelope>,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<RoundStats, String> {
+        let mut stats = RoundStats {
+            worker: self.me,
+            ..Default::default()
+        };
+        let t_update = Instant::now();
+        self.apply_changes(r, changes, st)?;
+        if r > 0 {
+            stats.prev_update_ms = st.update_ms + ms(t_update);
+            stats.prev_aggregate_ms = st.aggregate_ms;
+            if let Some(t) = self.last_emit {
+                let between = ms(t);
+                stats.prev_wait_ms = (between - st.aggregate_ms - st.update_ms).max(0.0);
+            }
+        }
+        stats.prev_traffic = std::mem::take(&mut st.traffic);
+        let rpe = self.plan.rounds_per_epoch;
+        if r > 0 && r % rpe == 0 {
+            stats.eval = Some(EvalPart::evaluate(
+                &self.data.test,
+                &st.weights,
+                self.plan.loss,
+            ));
+        }
+        if r < self.rounds {
+            let t_grad = Instant::now();
+            let batch = self.next_batch(r);
+            let rows = batch.len();
+            let bs = self.workspace.minibatch(
+                &self.data.train,
+                &self.order[batch],
+                &st.weights,
+                self.plan.loss,
+                self.plan.lambda,
+                &mut self.grad,
+            );
+            stats.gradient_ms = ms(t_grad);
+            stats.has_gradient = true;
+            stats.loss_sum = bs.loss_sum;
+            stats.rows = rows as u64;
+            stats.grad_keys = self.grad.len() as u64;
+            let t_encode = Instant::now();
+            self.send(r, rows as u32, st, out)?;
+            stats.encode_ms = ms(t_encode);
+            stats.traffic = std::mem::take(&mut st.traffic);
+        }
+        self.last_emit = Some(Instant::now());
+        Ok(stats)
+    }
+
+    /// Step 1: add the changes of round `r - 1` that the owners of other keys sent (`sharded`;
+    /// the other exchanges update the replica in their own operators).
+    fn apply_changes(
+        &mut self,
+        r: u64,
+        changes: Vec<Envelope>,
+        st: &mut WorkerState,
+    ) -> Result<(), String> {
+        for msg in changes {
+            let remote = self.plan.process_of(msg.src) != self.plan.process_of(self.me);
+            st.received(false, msg.payload.len(), remote);
+            let bad = |e: String| {
+                format!(
+                    "worker {}, round {r}: bad model change from worker {}: {e}",
+                    self.me, msg.src
+                )
+            };
+            let d = self
+                .downlink
+                .decode(&msg.payload, &mut self.scratch)
+                .map_err(|e| bad(e.to_string()))?;
+            if d != self.plan.dim {
+                return Err(bad(format!("dimension {d}, expected {}", self.plan.dim)));
+            }
+            super::add_changes(&self.scratch, &mut st.weights);
+        }
+        Ok(())
+    }
+
+    /// Step 2: the positions in `order` of round `r`'s mini-batch. Each epoch shuffles the worker's rows with
+    /// a generator seeded by (job seed, epoch, worker); within a batch the rows are visited in
+    /// storage order, so that row data streams through the cache (the gradient is a sum: the
+    /// order only changes rounding).
+    fn next_batch(&mut self, r: u64) -> std::ops::Range<usize> {
+        let rpe = self.plan.rounds_per_epoch;
+        let n = self.order.len() as u64;
+        let (epoch, b) = (r / rpe, r % rpe);
+        let range = |b: u64| (b * n / rpe) as usize..((b + 1) * n / rpe) as usize;
+        if b == 0 {
+            let seed = mix64(self.plan.seed, (epoch << 20) ^ self.me as u64);
+            self.order
+                .shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
+            for b in 0..rpe {
+                self.order[range(b)].sort_unstable();
+            }
+        }
+        range(b)
+    }
+
+    /// Step 3: pass the gradient through the memory, encode it and address it.
+    fn send(
+        &mut self,
+        r: u64,
+        rows: u32,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(), String> {
+        crate::codec::check_finite(&self.grad.keys, &self.grad.values)
+            .map_err(|e| format!("worker {}, round {r}: {e}", self.me))?;
+        st.memory.compensate(&mut self.grad, &mut self.scratch);
+        let ctx = EncodeContext {
+            seed: self.plan.seed,
+            round: r,
+            worker: self.me,
+            piece: 0,
+        };
+        match &mut self.sketch {
+            None => {
+                let needs_sent = st.memory.needs_sent();
+                self.router
+                    .route(
+                        self.codec.as_mut(),
+                        &self.grad,
+                        rows,
+                        ctx,
+                        needs_sent.then_some(&mut self.sent),
+                        |env| out.push(env),
+                    )
+                    .map_err(|e| {
+                        format!("worker {}, round {r}: cannot encode gradient: {e}", self.me)
+                    })?;
+                if needs_sent {
+                    st.memory.update(&self.grad, &self.sent);
+                }
+            }
+            Some((sketch, shape)) => {
+                // Sketched-SGD step 1: sketch v; column slice j goes to worker j.
+                sketch.clear();
+                for (&k, &v) in self.grad.keys.iter().zip(&self.grad.values) {
+                    sketch.insert(k, v);
+                }
+                for dest in 0..self.peers {
+                    let (lo, hi) = part(shape.columns, self.peers as usize, dest as usize);
+                    let mut payload = Vec::with_capacity(4 * shape.rows * (hi - lo));
+                    write_slice(sketch, lo, hi, &mut payload);
+                    out.push(Envelope {
+                        dest,
+                        src: self.me,
+                        rows,
+                        payload,
+                    });
+                }
+                std::mem::swap(&mut st.compensated, &mut self.grad);
+            }
+        }
+        for env in out.iter() {
+            let remote = self.plan.process_of(env.dest) != self.plan.process_of(self.me);
+            st.sent(true, env.payload.len(), remote);
+        }
+        Ok(())
+    }
+}

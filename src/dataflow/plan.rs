@@ -1,0 +1,159 @@
+//! What the operators share: the plan of a run, a worker's data and its model state.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::CodecSpec;
+use crate::data::Dataset;
+use crate::exchange::sketch::SketchParams;
+use crate::exchange::{ExchangeKind, Ownership};
+use crate::memory::{Memory, MemorySpec};
+use crate::metrics::{MetricsRow, Traffic};
+use crate::model::{EvalPart, Loss};
+use crate::optim::OptimizerConfig;
+use crate::sparse::SparseGrad;
+
+/// Everything about a training run that all workers share.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainPlan {
+    /// Number of features.
+    pub dim: u32,
+    /// The loss.
+    pub loss: Loss,
+    /// L2 regularisation λ.
+    pub lambda: f32,
+    /// Optimizer.
+    pub optimizer: OptimizerConfig,
+    /// Exchange strategy.
+    pub exchange: ExchangeKind,
+    /// Gradient (uplink) codec.
+    pub codec: CodecSpec,
+    /// Error-feedback memory of the uplink (resolved: the codec's paper default when the job
+    /// names none).
+    pub memory: MemorySpec,
+    /// Codec of the `sharded` downlink (model changes).
+    pub downlink: CodecSpec,
+    /// Key ownership under `sharded`.
+    pub ownership: Ownership,
+    /// Parameters of the `sketch` exchange.
+    pub sketch: SketchParams,
+    /// Rounds (mini-batches) per epoch.
+    pub rounds_per_epoch: u64,
+    /// Epochs.
+    pub epochs: u64,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Worker threads per process (to tell which receivers are in another process).
+    pub threads_per_process: usize,
+}
+
+impl TrainPlan {
+    /// Total number of rounds.
+    pub fn rounds(&self) -> u64 {
+        self.rounds_per_epoch * self.epochs
+    }
+
+    /// The process of worker `w`.
+    pub fn process_of(&self, w: u32) -> usize {
+        w as usize / self.threads_per_process
+    }
+}
+
+/// The rows one worker trains and tests on.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerData {
+    /// Training rows.
+    pub train: Dataset,
+    /// Test rows.
+    pub test: Dataset,
+}
+
+/// Model state a worker's operators share: its replica of the weights, its error-feedback
+/// memory, and what the downstream operators leave for the next round's statistics.
+pub struct WorkerState {
+    /// Full replica of the model.
+    pub weights: crate::mem::ZeroedArray<f32>,
+    /// The uplink memory.
+    pub memory: Box<dyn Memory>,
+    /// This round's compensated vector (the `sketch` exchange reads it in its second round).
+    pub compensated: SparseGrad,
+    /// This round's sketch candidates (`sketch` exchange).
+    pub candidates: Vec<u32>,
+    /// Traffic since the last statistics report.
+    pub traffic: Traffic,
+    /// Traffic of the whole run.
+    pub traffic_total: Traffic,
+    pub(crate) aggregate_ms: f64,
+    pub(crate) update_ms: f64,
+}
+
+impl WorkerState {
+    /// A shared state holding a zero model and fresh memory for `plan`.
+    pub fn shared(plan: &TrainPlan) -> Rc<RefCell<WorkerState>> {
+        Rc::new(RefCell::new(WorkerState {
+            weights: crate::mem::ZeroedArray::new(plan.dim as usize),
+            memory: plan.memory.build(plan.dim),
+            compensated: SparseGrad::default(),
+            candidates: Vec::new(),
+            traffic: Traffic::default(),
+            traffic_total: Traffic::default(),
+            aggregate_ms: 0.0,
+            update_ms: 0.0,
+        }))
+    }
+
+    /// Records a message sent by this worker.
+    pub fn sent(&mut self, uplink: bool, bytes: usize, remote: bool) {
+        self.traffic.sent(uplink, bytes, remote);
+        self.traffic_total.sent(uplink, bytes, remote);
+    }
+
+    /// Records a message received by this worker.
+    pub fn received(&mut self, uplink: bool, bytes: usize, remote: bool) {
+        self.traffic.received(uplink, bytes, remote);
+        self.traffic_total.received(uplink, bytes, remote);
+    }
+}
+
+/// What a worker reports to worker 0 at each round `r`: its gradient of round `r`, the
+/// downstream stages of round `r - 1`, and the test evaluation after round `r - 1` at epoch ends.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoundStats {
+    /// Reporting worker.
+    pub worker: u32,
+    /// Whether the gradient fields are present (false after the last round).
+    pub has_gradient: bool,
+    /// Sum of the batch loss.
+    pub loss_sum: f64,
+    /// Batch rows.
+    pub rows: u64,
+    /// Keys in the gradient.
+    pub grad_keys: u64,
+    /// Gradient time.
+    pub gradient_ms: f64,
+    /// Encode time (memory included).
+    pub encode_ms: f64,
+    /// The gradient messages of this round.
+    pub traffic: Traffic,
+    /// Previous round: waiting time.
+    pub prev_wait_ms: f64,
+    /// Previous round: decode and sum.
+    pub prev_aggregate_ms: f64,
+    /// Previous round: optimizer update and applying received updates.
+    pub prev_update_ms: f64,
+    /// Previous round: everything after its gradient messages (downlink, second rounds,
+    /// receptions).
+    pub prev_traffic: Traffic,
+    /// Test evaluation after the previous round, at epoch ends.
+    pub eval: Option<EvalPart>,
+}
+
+/// Handles to a built training dataflow, read after it completes.
+pub struct TrainHandle {
+    /// This worker's model state (the final model once the dataflow is done).
+    pub state: Rc<RefCell<WorkerState>>,
+    /// Metrics rows (filled on worker 0 only).
+    pub rows: Rc<RefCell<Vec<MetricsRow>>>,
+}

@@ -1,0 +1,220 @@
+//! The Sketched-SGD exchange as four operators at the round's timestamp (protocol steps 2-5 of
+//! [`crate::exchange::sketch`]; step 1 is the gradient operator's).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use timely::dataflow::Stream;
+
+use super::{add_changes, check_finite, ms, per_round};
+use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
+use crate::codec::countsketch::CountSketch;
+use crate::codec::{largest, EncodeContext};
+use crate::exchange::sketch::{candidates, part, put_slice, read_f32s, sketch_seed};
+use crate::exchange::sketch::{values_at, write_f32s};
+use crate::exchange::Envelope;
+use crate::optim::Optimizer;
+use crate::sparse::SparseGrad;
+
+/// Steps 2-5 of Sketched-SGD. Input: the column slices of every worker's sketch (routed to the
+/// slice's owner). Output: nothing but its frontier: every worker applies the same top-k update
+/// to its own replica, and the feedback edge only tells the next round that this one is done.
+pub fn sketch_exchange<'s>(
+    slices: Stream<'s, RoundTime, Vec<Envelope>>,
+    plan: &TrainPlan,
+    state: Rc<RefCell<WorkerState>>,
+    supervisor: Supervisor,
+) -> Stream<'s, RoundTime, Vec<Envelope>> {
+    let scope = slices.scope();
+    let me = scope.index() as u32;
+    let peers = scope.peers();
+    let plan = Rc::new(plan.clone());
+    let shape = plan.sketch.shape(plan.dim);
+    let threads = plan.threads_per_process;
+    let remote = move |w: u32| w as usize / threads != me as usize / threads;
+    let bad = move |r: u64, what: &str, src: u32, e: String| {
+        format!("worker {me}, round {r}: bad {what} from worker {src}: {e}")
+    };
+    // Sends `values` to every worker as a downlink message.
+    let broadcast = move |st: &mut WorkerState, values: &[f32], out: &mut Vec<Envelope>| {
+        let mut payload = Vec::with_capacity(4 * values.len());
+        write_f32s(values.iter().copied(), &mut payload);
+        for dest in 0..peers as u32 {
+            st.sent(false, payload.len(), remote(dest));
+            out.push(Envelope {
+                dest,
+                src: me,
+                rows: 0,
+                payload: payload.clone(),
+            });
+        }
+    };
+
+    // Step 2: sum the column slice this worker owns over all workers; send it to everyone.
+    let (lo, hi) = part(shape.columns, peers, me as usize);
+    let slice_len = shape.rows * (hi - lo);
+    let (st2, mut acc, mut buf) = (state.clone(), Vec::new(), Vec::new());
+    let summed = per_round(
+        slices,
+        "SumSlices",
+        supervisor.clone(),
+        move |r, mut msgs, out| {
+            let st = &mut *st2.borrow_mut();
+            let t = Instant::now();
+            msgs.sort_by_key(|m| m.src);
+            acc.clear();
+            acc.resize(slice_len, 0f32);
+            for m in &msgs {
+                st.received(true, m.payload.len(), remote(m.src));
+                read_f32s(&m.payload, slice_len, &mut buf)
+                    .map_err(|e| bad(r, "sketch slice", m.src, e))?;
+                acc.iter_mut().zip(&buf).for_each(|(a, b)| *a += b);
+            }
+            broadcast(st, &acc, out);
+            st.aggregate_ms = ms(t);
+            Ok(())
+        },
+    );
+
+    // Step 3: assemble the summed sketch, recover the candidates, send this worker's exact
+    // values of candidate chunk j to worker j.
+    let mut sketch = CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed));
+    let (st3, plan3) = (state.clone(), plan.clone());
+    let (mut estimates, mut mine, mut buf) = (Vec::new(), Vec::new(), Vec::new());
+    let exact = per_round(
+        summed,
+        "Candidates",
+        supervisor.clone(),
+        move |r, msgs, out| {
+            let st = &mut *st3.borrow_mut();
+            let t = Instant::now();
+            if msgs.len() != peers {
+                return Err(format!(
+                    "worker {me}, round {r}: {} summed slices for {peers} workers",
+                    msgs.len()
+                ));
+            }
+            for m in &msgs {
+                st.received(false, m.payload.len(), remote(m.src));
+                let (lo, hi) = part(shape.columns, peers, m.src as usize);
+                read_f32s(&m.payload, shape.rows * (hi - lo), &mut buf)
+                    .map_err(|e| bad(r, "summed sketch slice", m.src, e))?;
+                put_slice(&mut sketch, lo, hi, &buf);
+            }
+            let ctx = EncodeContext {
+                seed: plan3.seed,
+                round: r,
+                ..Default::default()
+            };
+            st.candidates = candidates(&sketch, plan3.dim, &shape, ctx, &mut estimates);
+            values_at(
+                &st.compensated.keys,
+                &st.compensated.values,
+                &st.candidates,
+                &mut mine,
+            );
+            for dest in 0..peers {
+                let (a, b) = part(mine.len(), peers, dest);
+                let mut payload = Vec::with_capacity(4 * (b - a));
+                write_f32s(mine[a..b].iter().copied(), &mut payload);
+                st.sent(true, payload.len(), remote(dest as u32));
+                out.push(Envelope {
+                    dest: dest as u32,
+                    src: me,
+                    rows: 0,
+                    payload,
+                });
+            }
+            st.aggregate_ms += ms(t);
+            Ok(())
+        },
+    );
+
+    // Step 4: sum the exact values of this worker's candidate chunk; send the sums to everyone.
+    let (a, b) = part(shape.candidates, peers, me as usize);
+    let (st4, mut acc, mut buf) = (state.clone(), Vec::new(), Vec::new());
+    let sums = per_round(
+        exact,
+        "SumExact",
+        supervisor.clone(),
+        move |r, mut msgs, out| {
+            let st = &mut *st4.borrow_mut();
+            let t = Instant::now();
+            msgs.sort_by_key(|m| m.src);
+            acc.clear();
+            acc.resize(b - a, 0f32);
+            for m in &msgs {
+                st.received(true, m.payload.len(), remote(m.src));
+                read_f32s(&m.payload, b - a, &mut buf)
+                    .map_err(|e| bad(r, "exact values", m.src, e))?;
+                acc.iter_mut().zip(&buf).for_each(|(x, y)| *x += y);
+            }
+            broadcast(st, &acc, out);
+            st.aggregate_ms += ms(t);
+            Ok(())
+        },
+    );
+
+    // Step 5: the top k of the exact sums is the update; every worker applies (1/W)·sum through
+    // the optimizer and masks its memory where its own v was taken.
+    let mut optimizer = Optimizer::new(plan.optimizer.clone(), 0, plan.dim);
+    let (mut total, mut buf, mut update, mut changes) =
+        (Vec::new(), Vec::new(), SparseGrad::default(), Vec::new());
+    let mut taken = SparseGrad::default();
+    per_round(sums, "ApplyTopK", supervisor, move |r, msgs, _out| {
+        let st = &mut *state.borrow_mut();
+        let t = Instant::now();
+        let n = st.candidates.len();
+        total.clear();
+        total.resize(n, 0f32);
+        for m in &msgs {
+            st.received(false, m.payload.len(), remote(m.src));
+            let (a, b) = part(n, peers, m.src as usize);
+            read_f32s(&m.payload, b - a, &mut buf).map_err(|e| bad(r, "sums", m.src, e))?;
+            total[a..b].copy_from_slice(&buf);
+        }
+        let top = largest(&total, shape.k);
+        update.keys.clear();
+        update
+            .keys
+            .extend(top.iter().map(|&i| st.candidates[i as usize]));
+        update.values.clear();
+        update
+            .values
+            .extend(top.iter().map(|&i| total[i as usize] / peers as f32));
+        optimizer.step(r, &update.keys, &update.values, &mut changes);
+        std::mem::swap(&mut update.values, &mut changes);
+        add_changes(&update, &mut st.weights);
+        check_finite(&update, &st.weights)
+            .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+        // Momentum-factor masking: this worker's v at the k coordinates counts as sent.
+        taken.keys.clone_from(&update.keys);
+        values_at(
+            &st.compensated.keys,
+            &st.compensated.values,
+            &update.keys,
+            &mut taken.values,
+        );
+        let compensated = std::mem::take(&mut st.compensated);
+        st.memory.update(&compensated, filter_zero(&mut taken));
+        st.compensated = compensated;
+        st.update_ms = ms(t);
+        Ok(())
+    })
+}
+
+/// Drops the entries of `v` whose value is 0 (keys this worker did not hold), in place.
+fn filter_zero(v: &mut SparseGrad) -> &SparseGrad {
+    let mut j = 0;
+    for i in 0..v.keys.len() {
+        if v.values[i] != 0.0 {
+            v.keys[j] = v.keys[i];
+            v.values[j] = v.values[i];
+            j += 1;
+        }
+    }
+    v.keys.truncate(j);
+    v.values.truncate(j);
+    v
+}

@@ -1,0 +1,61 @@
+//! The owner's side of the `sharded` downlink: each round an owner sends the *change* of its
+//! keys, encoded with the job's downlink codec; every replica, the owner's own included, adds the
+//! same decoded change, so all replicas stay bit-identical. What the codec drops or shrinks stays
+//! in a residual (a [`Residual`] memory) and is added to the owner's next change, so nothing is
+//! lost over rounds: the owner's exact model is always `replica + residual`.
+
+use crate::codec::{Codec, CodecError, EncodeContext};
+use crate::memory::residual::Residual;
+use crate::memory::Memory;
+use crate::sparse::SparseGrad;
+
+/// The stream index of downlink messages in [`EncodeContext::piece`] (uplink pieces use the
+/// receiving worker's index).
+pub const DOWNLINK_PIECE: u32 = u32::MAX;
+
+/// One owner's downlink encoder and residual.
+pub struct Downlink {
+    codec: Box<dyn Codec>,
+    residual: Residual,
+    scratch: SparseGrad,
+    /// The decoded change of the last [`Downlink::encode`]: what every replica adds.
+    pub decoded: SparseGrad,
+}
+
+impl Downlink {
+    /// A downlink for a model of dimension `dim`.
+    pub fn new(codec: Box<dyn Codec>, dim: u32) -> Self {
+        Downlink {
+            codec,
+            residual: Residual::new(dim),
+            scratch: SparseGrad::default(),
+            decoded: SparseGrad::default(),
+        }
+    }
+
+    /// Encodes `change` (this round's optimizer step on the owner's keys; it becomes the change
+    /// plus the residual) into `payload`, and leaves what replicas decode in `self.decoded`.
+    pub fn encode(
+        &mut self,
+        change: &mut SparseGrad,
+        dim: u32,
+        ctx: EncodeContext,
+        payload: &mut Vec<u8>,
+    ) -> Result<&SparseGrad, CodecError> {
+        self.residual.compensate(change, &mut self.scratch);
+        let ctx = EncodeContext {
+            piece: DOWNLINK_PIECE,
+            ..ctx
+        };
+        self.codec
+            .encode(&change.keys, &change.values, dim, ctx, payload)?;
+        self.codec.decode(payload, &mut self.decoded)?;
+        self.residual.update(change, &self.decoded);
+        Ok(&self.decoded)
+    }
+
+    /// Decodes a change another owner sent (same codec).
+    pub fn decode(&mut self, payload: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        self.codec.decode(payload, out)
+    }
+}

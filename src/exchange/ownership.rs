@@ -1,0 +1,136 @@
+//! Which worker owns which key under `sharded`: the owner sums that key's gradient pieces,
+//! holds its optimizer state and sends its changes to every replica.
+//!
+//! * `hashed` (default): a seeded hash of the key picks the owner. Popular keys are spread over
+//!   all owners, so on skewed data every owner sends about the same bytes.
+//! * `ranges`: `W` contiguous key ranges, `[⌊D·w/W⌋, ⌊D·(w+1)/W⌋)`. When popular features
+//!   have low indices (one-hot encodings of small vocabularies first, as in real CTR tables),
+//!   the owner of the low range sends far more than the others, and the slowest link sets the
+//!   pace of every round.
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::partition::mix64;
+use crate::sparse::SparseGrad;
+
+/// How keys are assigned to owners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Ownership {
+    /// A seeded hash of the key.
+    #[default]
+    Hashed,
+    /// Contiguous key ranges.
+    Ranges,
+}
+
+/// The owner map of one job: `parts` owners over dimension `dim`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owners {
+    /// The scheme.
+    pub scheme: Ownership,
+    /// Dimension.
+    pub dim: u32,
+    /// Number of owners (workers).
+    pub parts: u32,
+    /// Seed of the hash (from the job seed).
+    pub seed: u64,
+}
+
+impl Owners {
+    /// The owner map for `parts` workers; `job_seed` seeds the hash.
+    pub fn new(scheme: Ownership, dim: u32, parts: u32, job_seed: u64) -> Self {
+        Owners {
+            scheme,
+            dim,
+            parts,
+            seed: mix64(job_seed, 0x0e_4e_e5),
+        }
+    }
+
+    /// The owner of `key`.
+    #[inline]
+    pub fn owner(&self, key: u32) -> u32 {
+        match self.scheme {
+            Ownership::Hashed => {
+                (((mix64(self.seed, key as u64) >> 32) * self.parts as u64) >> 32) as u32
+            }
+            Ownership::Ranges => {
+                // The w with lo(w) <= key < lo(w + 1), lo(w) = ⌊D·w/W⌋.
+                let mut w = ((key as u64 * self.parts as u64) / self.dim.max(1) as u64) as u32;
+                while w + 1 < self.parts && self.lo(w + 1) <= key {
+                    w += 1;
+                }
+                while w > 0 && self.lo(w) > key {
+                    w -= 1;
+                }
+                w
+            }
+        }
+    }
+
+    fn lo(&self, w: u32) -> u32 {
+        ((self.dim as u64 * w as u64) / self.parts as u64) as u32
+    }
+
+    /// Splits a sorted sparse vector into one sorted piece per owner (`pieces` is resized to
+    /// `parts`; buffers are reused).
+    pub fn split(&self, v: &SparseGrad, pieces: &mut Vec<SparseGrad>) {
+        pieces.resize_with(self.parts as usize, SparseGrad::default);
+        pieces.iter_mut().for_each(SparseGrad::clear);
+        match self.scheme {
+            Ownership::Ranges => {
+                let mut start = 0;
+                for (w, piece) in pieces.iter_mut().enumerate() {
+                    let end = if w + 1 == self.parts as usize {
+                        v.keys.len()
+                    } else {
+                        let bound = self.lo(w as u32 + 1);
+                        start + v.keys[start..].partition_point(|&k| k < bound)
+                    };
+                    piece.keys.extend_from_slice(&v.keys[start..end]);
+                    piece.values.extend_from_slice(&v.values[start..end]);
+                    start = end;
+                }
+            }
+            Ownership::Hashed => {
+                for (&k, &x) in v.keys.iter().zip(&v.values) {
+                    let piece = &mut pieces[self.owner(k) as usize];
+                    piece.keys.push(k);
+                    piece.values.push(x);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_schemes_partition_the_keys_in_order() {
+        let v = SparseGrad {
+            keys: (0..1000).map(|i| i * 7).collect(),
+            values: (0..1000).map(|i| i as f32).collect(),
+        };
+        for scheme in [Ownership::Hashed, Ownership::Ranges] {
+            let owners = Owners::new(scheme, 7000, 3, 5);
+            let mut pieces = Vec::new();
+            owners.split(&v, &mut pieces);
+            assert_eq!(pieces.len(), 3);
+            let mut all: Vec<u32> = Vec::new();
+            for (w, p) in pieces.iter().enumerate() {
+                assert!(p.keys.windows(2).all(|x| x[0] < x[1]), "{scheme:?}: sorted");
+                assert!(p.keys.iter().all(|&k| owners.owner(k) == w as u32));
+                assert!(p.len() > 250, "{scheme:?}: piece {w} has {} keys", p.len());
+                all.extend(&p.keys);
+            }
+            all.sort_unstable();
+            assert_eq!(all, v.keys);
+        }
+        let r = Owners::new(Ownership::Ranges, 10, 3, 0);
+        let owners: Vec<u32> = (0..10).map(|k| r.owner(k)).collect();
+        assert_eq!(owners, vec![0, 0, 0, 1, 1, 1, 2, 2, 2, 2]);
+    }
+}
