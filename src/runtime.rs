@@ -265,7 +265,7 @@ pub fn run_job(
             if row.kind == "round" {
                 acc.data += row.wire_data_bytes;
                 acc.progress += row.wire_progress_bytes;
-            } else {
+            } else if row.kind == "epoch" {
                 row.wire_data_bytes = acc.data;
                 row.wire_progress_bytes = acc.progress;
                 acc = WireBytes::default();

@@ -191,6 +191,8 @@ fn two_processes_give_the_model_of_one_process_with_two_workers() {
         ("allgather", "none"),
         ("sharded", "gspar"),
         ("sharded", "sketchml"),
+        ("sharded", "topk"), // with its residual memory
+        ("sketch", "none"),
     ] {
         let codec_set = format!("train.compressor={{name=\"{codec}\"}}");
         let threads = train_cli(

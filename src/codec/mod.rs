@@ -404,3 +404,32 @@ pub fn largest(values: &[f32], k: usize) -> Vec<u32> {
     idx.sort_unstable();
     idx
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::RngExt;
+
+    #[test]
+    fn every_piece_of_a_message_draws_its_own_stream() {
+        let ctx = EncodeContext {
+            seed: 5,
+            round: 3,
+            worker: 1,
+            piece: 0,
+        };
+        let draws = |c: EncodeContext| -> Vec<u64> {
+            let mut rng = c.rng();
+            (0..4).map(|_| rng.random()).collect()
+        };
+        let first = draws(ctx);
+        assert_eq!(first, draws(ctx), "deterministic");
+        for other in [
+            EncodeContext { piece: 1, ..ctx },
+            EncodeContext { worker: 0, ..ctx },
+            EncodeContext { round: 4, ..ctx },
+        ] {
+            assert_ne!(ctx.rng().random::<u64>(), other.rng().random::<u64>());
+        }
+    }
+}

@@ -9,6 +9,11 @@
 //!   `C2` are shrunk by `C1`, so that most gradient coordinates are tiny (controlled sparsity),
 //!   labels `sign(a·w)` with `w ~ N(0, I)`.
 //!
+//! * [`fields`]: the structure of a real one-hot CTR table: each row takes one value from each
+//!   of 14 categorical fields (7 to 40,000 values, laid out smallest field first, values in
+//!   popularity order, so low indices are the popular ones, as in a vocabulary-encoded table),
+//!   plus two hashed crosses of field pairs; 16 nonzeros per row, ~20% positives.
+//!
 //! Same parameters and seed, same bytes.
 
 use rand::rngs::Xoshiro256PlusPlus;
@@ -196,6 +201,121 @@ pub fn gspar(p: &GsparParams) -> Dataset {
     data
 }
 
+/// Field sizes of [`fields`]: 14 categorical fields, smallest first (88,676 values).
+pub const FIELD_SIZES: [u32; 14] = [
+    7, 12, 24, 31, 52, 100, 250, 700, 1_500, 3_000, 6_000, 12_000, 25_000, 40_000,
+];
+
+/// Pairs of fields crossed by [`fields`] (indices into [`FIELD_SIZES`]), each hashed into
+/// [`CROSS_SIZE`] values.
+pub const CROSSES: [(usize, usize); 2] = [(2, 9), (5, 12)];
+
+/// Values per hashed cross.
+pub const CROSS_SIZE: u32 = 8_192;
+
+/// Parameters of the field-structured CTR generator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FieldsParams {
+    /// Number of rows.
+    pub rows: usize,
+    /// Zipf exponent of value popularity within each field.
+    pub zipf_exponent: f64,
+    /// Standard deviation of the hidden weight of each value.
+    pub weight_scale: f64,
+    /// Target fraction of positive labels.
+    pub positive_rate: f64,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for FieldsParams {
+    fn default() -> Self {
+        FieldsParams {
+            rows: 100_000,
+            zipf_exponent: 1.1,
+            weight_scale: 0.5,
+            positive_rate: 0.2,
+            seed: 1,
+        }
+    }
+}
+
+/// The dimension of [`fields`] data.
+pub fn fields_dim() -> u32 {
+    FIELD_SIZES.iter().sum::<u32>() + CROSSES.len() as u32 * CROSS_SIZE
+}
+
+/// Generates a field-structured CTR-like dataset (see the module docs). Labels are
+/// Bernoulli(sigmoid(w*·x − b)) with `b` chosen so that the mean click probability is
+/// `positive_rate`.
+pub fn fields(p: &FieldsParams) -> Dataset {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(p.seed);
+    let zipfs: Vec<Zipf<f64>> = FIELD_SIZES
+        .iter()
+        .map(|&n| Zipf::new(n as f64, p.zipf_exponent).expect("valid Zipf parameters"))
+        .collect();
+    let mut offsets = Vec::with_capacity(FIELD_SIZES.len());
+    let mut next = 0u32;
+    for &n in &FIELD_SIZES {
+        offsets.push(next);
+        next += n;
+    }
+    let weight = |key: u32| {
+        let u1 = unit_hash(p.seed ^ 0x3333, key as u64).max(1e-12);
+        let u2 = unit_hash(p.seed ^ 0x4444, key as u64);
+        p.weight_scale * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    };
+    let width = FIELD_SIZES.len() + CROSSES.len();
+    let mut keys = Vec::with_capacity(p.rows * width);
+    let mut margins = Vec::with_capacity(p.rows);
+    let mut values = vec![0u32; FIELD_SIZES.len()];
+    for _ in 0..p.rows {
+        for (f, z) in zipfs.iter().enumerate() {
+            values[f] = z.sample(&mut rng) as u32 - 1; // Zipf samples in [1, n]: the rank
+            keys.push(offsets[f] + values[f]);
+        }
+        for (c, &(a, b)) in CROSSES.iter().enumerate() {
+            let pair = ((values[a] as u64) << 32) | values[b] as u64;
+            let h =
+                (crate::data::partition::mix64(p.seed ^ c as u64, pair) % CROSS_SIZE as u64) as u32;
+            keys.push(next + c as u32 * CROSS_SIZE + h);
+        }
+        let row = &keys[keys.len() - width..];
+        margins.push(row.iter().map(|&k| weight(k)).sum::<f64>());
+    }
+    // The bias that makes the mean click probability `positive_rate` (bisection).
+    let mean_prob = |b: f64| {
+        margins
+            .iter()
+            .map(|m| 1.0 / (1.0 + (b - m).exp()))
+            .sum::<f64>()
+            / margins.len().max(1) as f64
+    };
+    let (mut lo, mut hi) = (-50.0, 50.0);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if mean_prob(mid) > p.positive_rate {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let bias = 0.5 * (lo + hi);
+    let mut data = Dataset::new(fields_dim());
+    let ones = vec![1f32; width];
+    for (row, m) in keys.chunks_exact_mut(width).zip(&margins) {
+        let prob = 1.0 / (1.0 + (bias - m).exp());
+        let label = if rng.random::<f64>() < prob {
+            1.0
+        } else {
+            -1.0
+        };
+        row.sort_unstable();
+        data.push_row(row, &ones, label);
+    }
+    data
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +369,42 @@ mod tests {
             .filter(|&j| (0..200).all(|i| a.values[i * 64 + j].abs() < 0.1))
             .count();
         assert!(small > 40, "{small} of 64 columns should be tiny");
+    }
+
+    #[test]
+    fn fields_have_one_value_per_field_skew_and_the_positive_rate() {
+        let d = fields(&FieldsParams {
+            rows: 20_000,
+            ..Default::default()
+        });
+        assert_eq!(d.dim, fields_dim());
+        assert_eq!(d.nnz(), 20_000 * 16, "14 fields and 2 crosses per row");
+        let positives = (0..d.rows()).filter(|&r| d.labels[r] > 0.0).count() as f64 / 20_000.0;
+        assert!(
+            (0.18..0.22).contains(&positives),
+            "positive rate {positives}"
+        );
+        // Skew: the first 1% of the key space holds far more than 1% of the nonzeros.
+        let low = (0..d.rows())
+            .map(|r| {
+                d.row(r)
+                    .0
+                    .iter()
+                    .filter(|&&k| k < fields_dim() / 100)
+                    .count()
+            })
+            .sum::<usize>() as f64;
+        assert!(
+            low / d.nnz() as f64 > 0.3,
+            "low keys hold {}",
+            low / d.nnz() as f64
+        );
+        assert_eq!(
+            d,
+            fields(&FieldsParams {
+                rows: 20_000,
+                ..Default::default()
+            })
+        );
     }
 }

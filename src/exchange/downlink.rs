@@ -59,3 +59,42 @@ impl Downlink {
         self.codec.decode(payload, out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{build_codec, CodecSpec};
+
+    #[test]
+    fn what_the_downlink_drops_is_sent_later() {
+        let spec: CodecSpec = toml::from_str::<toml::Table>("c = { name = \"topk\", ratio = 0.5 }")
+            .unwrap()["c"]
+            .clone()
+            .try_into()
+            .unwrap();
+        let mut d = Downlink::new(build_codec(&spec).unwrap(), 8);
+        let (mut exact, mut replica) = (vec![0f32; 8], vec![0f32; 8]);
+        let mut change = SparseGrad::default();
+        for round in 0..30u64 {
+            change.clear();
+            if round < 20 {
+                for k in 0..6u32 {
+                    let v = ((k as u64 * 7 + round * 3) % 5) as f32 * 0.1 - 0.2;
+                    change.keys.push(k);
+                    change.values.push(v);
+                    exact[k as usize] += v;
+                }
+            }
+            let mut payload = Vec::new();
+            let ctx = EncodeContext::default();
+            let decoded = d.encode(&mut change, 8, ctx, &mut payload).unwrap();
+            assert!(decoded.len() <= change.len().div_ceil(2), "top half only");
+            for (&k, &v) in decoded.keys.iter().zip(&decoded.values) {
+                replica[k as usize] += v;
+            }
+        }
+        for (e, r) in exact.iter().zip(&replica) {
+            assert!((e - r).abs() < 1e-5, "exact {exact:?}, replica {replica:?}");
+        }
+    }
+}

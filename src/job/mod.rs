@@ -80,6 +80,10 @@ pub enum SynthKind {
     Ctr,
     /// The GSpar paper's synthetic logistic data.
     Gspar,
+    /// A real CTR table's structure: one value from each of 14 categorical fields (popular
+    /// values at low indices) plus two hashed crosses; `dim` and `nnz` are fixed by the layout
+    /// (105,060 features, 16 per row).
+    Fields,
 }
 
 /// `[data.synth]`: parameters of the generated dataset (defaults: the embedded quickstart set).
@@ -128,6 +132,11 @@ impl SynthSection {
                 nnz: self.nnz,
                 seed: self.seed,
                 ..CtrParams::default()
+            }),
+            SynthKind::Fields => synth::fields(&synth::FieldsParams {
+                rows: self.rows,
+                seed: self.seed,
+                ..Default::default()
             }),
             SynthKind::Gspar => synth::gspar(&GsparParams {
                 rows: self.rows,
