@@ -9,7 +9,9 @@ use timely::dataflow::Stream;
 use super::{add_changes, check_finite, codec_or_fail, ms, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::EncodeContext;
-use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners};
+use crate::exchange::pull::Request;
+use crate::exchange::write_f32s;
+use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners, DATA};
 use crate::optim::Optimizer;
 use crate::sparse::SparseGrad;
 
@@ -43,10 +45,14 @@ pub fn aggregate<'s>(
         let remote = |w: u32| plan.process_of(w) != plan.process_of(me);
         msgs.iter()
             .for_each(|m| st.received(true, m.payload.len(), remote(m.src)));
+        // Gradients first, then pull requests.
+        msgs.sort_by_key(|m| (m.kind, m.src));
+        let split = msgs.partition_point(|m| m.kind == DATA);
+        let (gradients, requests) = msgs.split_at_mut(split);
         // Decode and sum, in worker order.
         let t_agg = Instant::now();
         let sum = aggregator
-            .aggregate(codec.as_mut(), &mut msgs, plan.dim)
+            .aggregate(codec.as_mut(), gradients, plan.dim)
             .map_err(|e| format!("worker {me}, round {r}: bad gradient message: {e}"))?;
         if plan.exchange == ExchangeKind::Sharded {
             if let Some(&k) = sum.keys.iter().find(|&&k| owners.owner(k) != me) {
@@ -61,8 +67,9 @@ pub fn aggregate<'s>(
         let t_update = Instant::now();
         change.keys.clone_from(&sum.keys);
         optimizer.step(r, &sum.keys, &sum.values, &mut change.values);
-        // Apply it here; `sharded` sends it, encoded, to every other replica.
-        let applied = if plan.exchange == ExchangeKind::Sharded {
+        // Apply it here; `sharded` sends it, encoded, to every other replica (or, pulling,
+        // answers the requests with the new weights).
+        let applied = if plan.exchange == ExchangeKind::Sharded && !plan.pull {
             let ctx = EncodeContext {
                 seed: plan.seed,
                 round: r,
@@ -79,6 +86,7 @@ pub fn aggregate<'s>(
                     dest,
                     src: me,
                     rows: 0,
+                    kind: DATA,
                     payload: payload.clone(),
                 });
             }
@@ -89,6 +97,33 @@ pub fn aggregate<'s>(
         add_changes(applied, &mut st.weights);
         check_finite(applied, &st.weights)
             .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+        for m in requests.iter() {
+            let bad = |e: String| {
+                format!(
+                    "worker {me}, round {r}: bad pull request from worker {}: {e}",
+                    m.src
+                )
+            };
+            let keys = Request::decode(&m.payload, plan.dim)
+                .map_err(bad)?
+                .keys_at(&owners, me);
+            if let Some(&k) = keys.iter().find(|&&k| owners.owner(k) != me) {
+                return Err(bad(format!(
+                    "key {k} is owned by worker {}",
+                    owners.owner(k)
+                )));
+            }
+            let mut payload = Vec::with_capacity(4 * keys.len());
+            write_f32s(keys.iter().map(|&k| st.weights[k as usize]), &mut payload);
+            st.sent(false, payload.len(), remote(m.src));
+            out.push(Envelope {
+                dest: m.src,
+                src: me,
+                rows: 0,
+                kind: DATA,
+                payload,
+            });
+        }
         st.update_ms = ms(t_update);
         Ok(())
     })

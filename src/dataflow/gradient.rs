@@ -19,8 +19,9 @@ use super::{WorkerData, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{Codec, EncodeContext};
 use crate::data::partition::mix64;
+use crate::exchange::pull::{keys_by_owner, Request};
 use crate::exchange::sketch::{part, sketch_seed, write_slice, SketchShape};
-use crate::exchange::{Envelope, ExchangeKind, Owners, Router};
+use crate::exchange::{read_f32s, Envelope, ExchangeKind, Owners, Router, DATA, PULL_REQUEST};
 use crate::metrics::WireCounters;
 use crate::model::{EvalPart, GradientWorkspace};
 use crate::sparse::SparseGrad;
@@ -123,7 +124,21 @@ struct GradientStep {
     sent: SparseGrad,
     scratch: SparseGrad,
     order: Vec<u32>,
+    shuffled_epoch: Option<u64>,
     last_emit: Option<Instant>,
+    /// `train.pull`: the owner map, what this worker asked each owner for last round, the keys
+    /// of its test rows by owner, and reusable buffers.
+    pull: Option<Pull>,
+}
+
+/// A worker's side of `train.pull`.
+struct Pull {
+    owners: Owners,
+    asked: Vec<Option<Request>>,
+    test_keys: Vec<Vec<u32>>,
+    seen: Vec<u64>,
+    next: Vec<Vec<u32>>,
+    values: Vec<f32>,
 }
 
 impl GradientStep {
@@ -133,6 +148,20 @@ impl GradientStep {
             let shape = plan.sketch.shape(plan.dim);
             let s = CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed));
             (s, shape)
+        });
+        let pull = plan.pull.then(|| {
+            let (mut seen, mut test_keys) = (Vec::new(), Vec::new());
+            let test = &data.test;
+            let rows = (0..test.rows()).map(|i| test.row(i).0);
+            keys_by_owner(rows, &owners, me, &mut seen, &mut test_keys);
+            Pull {
+                owners,
+                asked: vec![None; peers as usize],
+                test_keys,
+                seen,
+                next: Vec::new(),
+                values: Vec::new(),
+            }
         });
         GradientStep {
             me,
@@ -149,7 +178,9 @@ impl GradientStep {
             order: (0..data.train.rows() as u32).collect(),
             data,
             plan: plan.clone(),
+            shuffled_epoch: None,
             last_emit: None,
+            pull,
         }
     }
 
@@ -203,6 +234,7 @@ impl GradientStep {
             stats.grad_keys = self.grad.len() as u64;
             let t_encode = Instant::now();
             self.send(r, rows as u32, st, out)?;
+            self.ask(r, st, out);
             stats.encode_ms = ms(t_encode);
             stats.traffic = std::mem::take(&mut st.traffic);
         }
@@ -227,6 +259,18 @@ impl GradientStep {
                     self.me, msg.src
                 )
             };
+            if let Some(p) = &mut self.pull {
+                // The weights of the keys this worker asked the sender for, in request order.
+                let asked = p.asked.get_mut(msg.src as usize).and_then(Option::take);
+                let keys = asked
+                    .ok_or_else(|| bad("weights nobody asked for".into()))?
+                    .keys_at(&p.owners, msg.src);
+                read_f32s(&msg.payload, keys.len(), &mut p.values).map_err(bad)?;
+                for (&k, &v) in keys.iter().zip(&p.values) {
+                    st.weights[k as usize] = v;
+                }
+                continue;
+            }
             let d = self
                 .downlink
                 .decode(&msg.payload, &mut self.scratch)
@@ -248,7 +292,8 @@ impl GradientStep {
         let n = self.order.len() as u64;
         let (epoch, b) = (r / rpe, r % rpe);
         let range = |b: u64| (b * n / rpe) as usize..((b + 1) * n / rpe) as usize;
-        if b == 0 {
+        if b == 0 && self.shuffled_epoch != Some(epoch) {
+            self.shuffled_epoch = Some(epoch);
             let seed = mix64(self.plan.seed, (epoch << 20) ^ self.me as u64);
             self.order
                 .shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
@@ -257,6 +302,52 @@ impl GradientStep {
             }
         }
         range(b)
+    }
+
+    /// Step 4 (`train.pull`): ask each owner for the weights this worker needs next round: the
+    /// keys of its next batch, those of its test rows before an evaluation, and (worker 0,
+    /// after the last round) every key, for the model it writes.
+    fn ask(&mut self, r: u64, st: &mut WorkerState, out: &mut Vec<Envelope>) {
+        if self.pull.is_none() {
+            return;
+        }
+        let next = r + 1;
+        let rows = if next < self.rounds {
+            self.next_batch(next)
+        } else {
+            0..0
+        };
+        let evaluate = next % self.plan.rounds_per_epoch == 0;
+        let (me, peers) = (self.me, self.peers);
+        let (order, train) = (&self.order, &self.data.train);
+        let p = self.pull.as_mut().unwrap();
+        let batch_rows = order[rows].iter().map(|&i| train.row(i as usize).0);
+        keys_by_owner(batch_rows, &p.owners, me, &mut p.seen, &mut p.next);
+        for owner in (0..peers).filter(|&o| o != me) {
+            let o = owner as usize;
+            let request = if next == self.rounds && me == 0 {
+                Request::All
+            } else if evaluate {
+                Request::Keys(merge_sorted(&p.next[o], &p.test_keys[o]))
+            } else {
+                Request::Keys(std::mem::take(&mut p.next[o]))
+            };
+            if request == Request::Keys(Vec::new()) {
+                continue;
+            }
+            let mut payload = Vec::new();
+            request.encode(&mut payload);
+            let remote = self.plan.process_of(owner) != self.plan.process_of(me);
+            st.sent(true, payload.len(), remote);
+            out.push(Envelope {
+                dest: owner,
+                src: me,
+                rows: 0,
+                kind: PULL_REQUEST,
+                payload,
+            });
+            p.asked[o] = Some(request);
+        }
     }
 
     /// Step 3: pass the gradient through the memory, encode it and address it.
@@ -309,6 +400,7 @@ impl GradientStep {
                         dest,
                         src: self.me,
                         rows,
+                        kind: DATA,
                         payload,
                     });
                 }
@@ -321,4 +413,34 @@ impl GradientStep {
         }
         Ok(())
     }
+}
+
+/// The sorted union of two sorted key lists.
+fn merge_sorted(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let x = match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x == y => {
+                i += 1;
+                j += 1;
+                x
+            }
+            (Some(&x), Some(&y)) if x < y => {
+                i += 1;
+                x
+            }
+            (Some(&x), None) => {
+                i += 1;
+                x
+            }
+            (_, Some(&y)) => {
+                j += 1;
+                y
+            }
+            (None, None) => unreachable!(),
+        };
+        out.push(x);
+    }
+    out
 }

@@ -37,6 +37,9 @@ pub struct TrainPlan {
     pub downlink: CodecSpec,
     /// Key ownership under `sharded`.
     pub ownership: Ownership,
+    /// `sharded`: workers pull the weights of their next batch instead of receiving every
+    /// owner's broadcast change.
+    pub pull: bool,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
     /// Rounds (mini-batches) per epoch.

@@ -11,9 +11,9 @@ use super::{add_changes, check_finite, ms, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
-use crate::exchange::sketch::{candidates, part, put_slice, read_f32s, sketch_seed};
-use crate::exchange::sketch::{values_at, write_f32s};
-use crate::exchange::Envelope;
+use crate::exchange::sketch::{candidates, part, put_slice, sketch_seed, values_at};
+use crate::exchange::{read_f32s, write_f32s};
+use crate::exchange::{Envelope, DATA};
 use crate::optim::Optimizer;
 use crate::sparse::SparseGrad;
 
@@ -46,6 +46,7 @@ pub fn sketch_exchange<'s>(
                 dest,
                 src: me,
                 rows: 0,
+                kind: DATA,
                 payload: payload.clone(),
             });
         }
@@ -123,6 +124,7 @@ pub fn sketch_exchange<'s>(
                     dest: dest as u32,
                     src: me,
                     rows: 0,
+                    kind: DATA,
                     payload,
                 });
             }

@@ -19,6 +19,7 @@
 pub mod aggregate;
 pub mod downlink;
 pub mod ownership;
+pub mod pull;
 pub mod router;
 pub mod sketch;
 
@@ -58,8 +59,8 @@ impl std::str::FromStr for ExchangeKind {
 
 /// A message between workers: routing fields plus an opaque payload (codec bytes).
 ///
-/// On the wire (bincode, inside timely's own framing): `dest`, `src`, `rows` as u32 LE, then the
-/// payload as a u64 length and the raw bytes, written in one piece (`serde_bytes`, not element by
+/// On the wire (bincode, inside timely's own framing): `dest`, `src`, `rows` as u32 LE, `kind`
+/// as one byte, then the payload as a u64 length and the raw bytes, written in one piece (`serde_bytes`, not element by
 /// element as a plain `Vec<u8>` would be).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
@@ -69,13 +70,50 @@ pub struct Envelope {
     pub src: u32,
     /// Mini-batch rows behind a gradient (0 for model updates).
     pub rows: u32,
+    /// What the payload is: [`DATA`] (codec message, sketch slice, values) or
+    /// [`PULL_REQUEST`].
+    pub kind: u8,
     /// Codec bytes.
     #[serde(with = "serde_bytes")]
     pub payload: Vec<u8>,
 }
 
-/// Bytes an envelope adds around its payload in bincode: three u32 and the u64 length.
-pub const ENVELOPE_OVERHEAD: usize = 3 * 4 + 8;
+/// Bytes an envelope adds around its payload in bincode: three u32, the kind byte and the u64
+/// length.
+pub const ENVELOPE_OVERHEAD: usize = 3 * 4 + 1 + 8;
+
+/// [`Envelope::kind`] of every message but pull requests.
+pub const DATA: u8 = 0;
+/// [`Envelope::kind`] of a [`pull::Request`].
+pub const PULL_REQUEST: u8 = 1;
+
+/// Appends `values` as little-endian f32 (sketch slices, exact values, pulled weights).
+pub fn write_f32s(values: impl IntoIterator<Item = f32>, out: &mut Vec<u8>) {
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Reads exactly `expected` little-endian f32 values, each finite, into `out` (cleared first).
+pub fn read_f32s(bytes: &[u8], expected: usize, out: &mut Vec<f32>) -> Result<(), String> {
+    if bytes.len() != expected * 4 {
+        return Err(format!(
+            "expected {expected} values ({} bytes), got {} bytes",
+            expected * 4,
+            bytes.len()
+        ));
+    }
+    out.clear();
+    out.extend(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap())),
+    );
+    match out.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(format!("value {i} is not finite ({})", out[i])),
+        None => Ok(()),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! The sending side of an exchange: a worker's vector becomes one envelope per receiver.
 
-use super::{Envelope, ExchangeKind, Owners};
+use super::{Envelope, ExchangeKind, Owners, DATA};
 use crate::codec::{Codec, CodecError, EncodeContext};
 use crate::sparse::SparseGrad;
 
@@ -55,6 +55,7 @@ impl Router {
                         dest,
                         src: ctx.worker,
                         rows,
+                        kind: DATA,
                         payload: payload.clone(),
                     });
                 }
@@ -76,6 +77,7 @@ impl Router {
                         dest: dest as u32,
                         src: ctx.worker,
                         rows,
+                        kind: DATA,
                         payload,
                     });
                 }

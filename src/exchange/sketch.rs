@@ -21,12 +21,14 @@
 //! paper's `k` values down become `P·k` here because the server role is sharded: the owner of a
 //! candidate chunk cannot know the global top k alone.
 //!
-//! Payloads are little-endian f32 arrays whose length both sides know from the job (slice
-//! widths, candidate chunks); a receiver checks the length and that every value is finite.
+//! Payloads are little-endian f32 arrays ([`super::write_f32s`]) whose length both sides know
+//! from the job (slice widths, candidate chunks); a receiver checks the length and that every
+//! value is finite.
 
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 
+use super::write_f32s;
 use crate::codec::countsketch::CountSketch;
 use crate::codec::EncodeContext;
 
@@ -139,34 +141,6 @@ pub fn sketch_seed(job_seed: u64) -> u64 {
     crate::data::partition::mix64(job_seed, 0x5ce7c4)
 }
 
-/// Appends `values` as little-endian f32.
-pub fn write_f32s(values: impl IntoIterator<Item = f32>, out: &mut Vec<u8>) {
-    for v in values {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-}
-
-/// Reads exactly `expected` little-endian f32 values, each finite, into `out` (cleared first).
-pub fn read_f32s(bytes: &[u8], expected: usize, out: &mut Vec<f32>) -> Result<(), String> {
-    if bytes.len() != expected * 4 {
-        return Err(format!(
-            "expected {expected} values ({} bytes), got {} bytes",
-            expected * 4,
-            bytes.len()
-        ));
-    }
-    out.clear();
-    out.extend(
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap())),
-    );
-    match out.iter().position(|v| !v.is_finite()) {
-        Some(i) => Err(format!("value {i} is not finite ({})", out[i])),
-        None => Ok(()),
-    }
-}
-
 /// Step 1: columns `[lo, hi)` of every row of `sketch`, row by row, as f32.
 pub fn write_slice(sketch: &CountSketch, lo: usize, hi: usize, out: &mut Vec<u8>) {
     let cols = sketch.columns();
@@ -251,6 +225,7 @@ pub fn values_at(v_keys: &[u32], v_values: &[f32], keys: &[u32], out: &mut Vec<f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::read_f32s;
     use crate::sparse::SparseGrad;
     use rand::{RngExt, SeedableRng};
 

@@ -189,6 +189,9 @@ pub struct TrainSection {
     pub downlink: CodecSpec,
     /// Key ownership under `sharded`: `hashed` (default) or `ranges`.
     pub ownership: Ownership,
+    /// `sharded` only: each worker asks the owners for the weights of its next mini-batch's
+    /// keys (and of its test rows before an evaluation) instead of receiving every change.
+    pub pull: bool,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
     /// Seed of every random choice (split, batches, randomised codecs).
@@ -205,6 +208,7 @@ impl Default for TrainSection {
             memory: None,
             downlink: CodecSpec::default(),
             ownership: Ownership::Hashed,
+            pull: false,
             sketch: SketchParams::default(),
             seed: 42,
         }
@@ -328,6 +332,16 @@ impl Job {
         crate::codec::build_codec(&self.train.downlink)
             .map_err(|e| format!("train.downlink: {e}"))?;
         self.train.sketch.validate()?;
+        if self.train.pull {
+            if self.train.exchange != ExchangeKind::Sharded {
+                return Err("train.pull: only the sharded exchange pulls weights".into());
+            }
+            if self.train.downlink != CodecSpec::default() {
+                return Err(
+                    "train.pull: pulled weights travel exact; train.downlink must be none".into(),
+                );
+            }
+        }
         self.optimizer.validate()
     }
 
@@ -424,6 +438,7 @@ impl Job {
             memory: self.memory(),
             downlink: self.train.downlink.clone(),
             ownership: self.train.ownership,
+            pull: self.train.pull,
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
             epochs: self.train.epochs,
@@ -512,5 +527,42 @@ mod tests {
             .to_string();
         assert!(e.contains("epochx"), "{e}");
         assert!(Job::parse("", Path::new("j"), &["noequals".into()]).is_err());
+    }
+
+    #[test]
+    fn exchange_fields_are_checked_and_memory_defaults_follow_the_papers() {
+        for (text, says) in [
+            (
+                "[train]\npull = true\nexchange = \"allgather\"\n",
+                "train.pull",
+            ),
+            (
+                "[train]\npull = true\ndownlink = { name = \"topk\" }\n",
+                "train.downlink must be none",
+            ),
+            (
+                "[train]\ndownlink = { name = \"topk\", ratio = 2.0 }\n",
+                "train.downlink",
+            ),
+            ("[train]\nmemory = \"resid\"\n", "resid"),
+            ("[train]\nownership = \"random\"\n", "random"),
+            ("[train.sketch]\nrows = 40\n", "train.sketch.rows"),
+            ("[train.sketch]\ncolumns = -1\n", "columns"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        let memory = |text: &str| parse(text).unwrap().memory();
+        assert_eq!(memory(""), MemorySpec::None);
+        let topk = "[train]\ncompressor = { name = \"topk\" }\n";
+        assert_eq!(memory(topk), MemorySpec::Residual);
+        let sign = "[train]\ncompressor = { name = \"signsgd\" }\n";
+        assert_eq!(memory(sign), MemorySpec::None, "with Adam");
+        let sign_sgd = format!("{sign}[optimizer]\nkind = \"sgd\"\n");
+        assert_eq!(memory(&sign_sgd), MemorySpec::Residual);
+        let sketch = "[train]\nexchange = \"sketch\"\n";
+        assert_eq!(memory(sketch), MemorySpec::Dgc { momentum: 0.9 });
+        let explicit = "[train]\ncompressor = { name = \"topk\" }\nmemory = \"none\"\n";
+        assert_eq!(memory(explicit), MemorySpec::None);
     }
 }
