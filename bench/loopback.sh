@@ -16,10 +16,10 @@ import csv, re, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "round"]
 n = len(rows)
 span = float(rows[-1]["seconds"]) - float(rows[0]["seconds"])
-payload = sum(int(r["gradient_payload_bytes"]) + int(r["update_payload_bytes"]) for r in rows)
+payload = sum(int(r["uplink_bytes"]) + int(r["downlink_bytes"]) for r in rows)
 data = progress = 0
 for line in open(sys.argv[2]):
-    m = re.search(r"sent (\d+) bytes on data channels in \d+ messages .* and (\d+) bytes on progress", line)
+    m = re.search(r"wire: (\d+) bytes on data channels in \d+ messages .* and (\d+) bytes on progress", line)
     if m:
         data += int(m.group(1)); progress += int(m.group(2))
 print(f"{sys.argv[3]:<10} {n:>8} {(n - 1) / span:>12.1f} {payload / n:>16.0f} {data / n:>16.0f} {progress / n:>16.0f}")

@@ -380,6 +380,9 @@ fn train(a: TrainArgs) -> Result<(), String> {
     let supervisor = Supervisor::new();
     supervisor.install_panic_hook();
     let quiet = a.quiet || a.process != 0;
+    if !quiet {
+        println!("exchange: {}", job.describe_exchange());
+    }
     let outcome = match run_job(&job, &spec, &supervisor, printer(quiet)) {
         Ok(o) => o,
         Err(e) => {

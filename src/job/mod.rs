@@ -332,6 +332,15 @@ impl Job {
         crate::codec::build_codec(&self.train.downlink)
             .map_err(|e| format!("train.downlink: {e}"))?;
         self.train.sketch.validate()?;
+        if self.train.exchange == ExchangeKind::Sketch
+            && self.train.compressor != CodecSpec::default()
+        {
+            return Err(
+                "train.compressor: the sketch exchange sends count sketches and exact \
+                 values, not codec messages; set compressor = { name = \"none\" }"
+                    .into(),
+            );
+        }
         if self.train.pull {
             if self.train.exchange != ExchangeKind::Sharded {
                 return Err("train.pull: only the sharded exchange pulls weights".into());
@@ -343,6 +352,52 @@ impl Job {
             }
         }
         self.optimizer.validate()
+    }
+
+    /// One line naming how gradients move: exchange, codec, memory (resolved), downlink,
+    /// ownership, pull, or the sketch's parameters.
+    pub fn describe_exchange(&self) -> String {
+        let t = &self.train;
+        let name = |c: &CodecSpec| {
+            toml::Value::try_from(c)
+                .ok()
+                .and_then(|v| v.get("name").and_then(|n| n.as_str().map(String::from)))
+                .unwrap_or_default()
+        };
+        match t.exchange {
+            ExchangeKind::Sketch => {
+                let s = &t.sketch;
+                let or_default =
+                    |x: u32, d: &str| if x == 0 { d.to_string() } else { x.to_string() };
+                format!(
+                    "sketch, k {}, P {}, {} rows x {} columns, recovery {}, memory {}",
+                    or_default(s.k, "1% of dim"),
+                    s.p,
+                    s.rows,
+                    or_default(s.columns, "P·k/rows"),
+                    format!("{:?}", s.recovery).to_lowercase(),
+                    self.memory().name()
+                )
+            }
+            ExchangeKind::Allgather => format!(
+                "allgather, compressor {}, memory {}",
+                name(&t.compressor),
+                self.memory().name()
+            ),
+            ExchangeKind::Sharded => format!(
+                "sharded ({:?} ownership), compressor {}, memory {}, {}",
+                t.ownership,
+                name(&t.compressor),
+                self.memory().name(),
+                if t.pull {
+                    "pull".to_string()
+                } else {
+                    format!("downlink {}", name(&t.downlink))
+                }
+            )
+            .replace("Hashed", "hashed")
+            .replace("Ranges", "ranges"),
+        }
     }
 
     /// The uplink memory: the job's, or the paper default of its compressor and exchange.
@@ -547,6 +602,10 @@ mod tests {
             ("[train]\nmemory = \"resid\"\n", "resid"),
             ("[train]\nownership = \"random\"\n", "random"),
             ("[train.sketch]\nrows = 40\n", "train.sketch.rows"),
+            (
+                "[train]\nexchange = \"sketch\"\ncompressor = { name = \"topk\" }\n",
+                "sketch exchange",
+            ),
             ("[train.sketch]\ncolumns = -1\n", "columns"),
         ] {
             let e = parse(text).unwrap_err().to_string();
