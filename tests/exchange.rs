@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gradflow::dataflow::Supervisor;
+mod common;
+
+use common::{job_from, run_local, run_processes};
 use gradflow::job::Job;
 use gradflow::metrics::MetricsRow;
-use gradflow::runtime::{quiet, run_job, ClusterSpec, RunOutcome};
+use gradflow::runtime::RunOutcome;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
 
@@ -33,47 +35,7 @@ seed = 7
 "#;
 
 fn job(overrides: &[&str]) -> Job {
-    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    Job::parse(FIELDS_JOB, Path::new("fields.toml"), &o).unwrap()
-}
-
-fn run_local(job: &Job, workers: usize) -> RunOutcome {
-    let spec = ClusterSpec {
-        workers,
-        ..ClusterSpec::default()
-    };
-    run_job(job, &spec, &Supervisor::new(), quiet()).unwrap()
-}
-
-/// Runs `job` as `n` processes of one worker each, connected over loopback TCP, from threads
-/// of this test.
-fn run_processes(job: &Job, n: usize) -> Vec<RunOutcome> {
-    let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect::<Vec<_>>()
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect();
-    let hosts = dir.path().join("hosts");
-    let lines: String = ports.iter().map(|p| format!("127.0.0.1:{p}\n")).collect();
-    std::fs::write(&hosts, lines).unwrap();
-    let handles: Vec<_> = (0..n)
-        .map(|p| {
-            let (job, hosts) = (job.clone(), hosts.clone());
-            std::thread::spawn(move || {
-                let spec = ClusterSpec {
-                    workers: 1,
-                    processes: n,
-                    process: p,
-                    hostfile: Some(hosts),
-                    ..Default::default()
-                };
-                run_job(&job, &spec, &Supervisor::new(), quiet()).unwrap()
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    job_from(FIELDS_JOB, "fields.toml", overrides)
 }
 
 fn epoch_losses(rows: &[MetricsRow]) -> Vec<f64> {

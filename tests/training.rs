@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{free_ports, job_from, run_local};
 use gradflow::dataflow::Supervisor;
 use gradflow::exchange::ExchangeKind;
 use gradflow::job::Job;
@@ -32,23 +35,7 @@ seed = 7
 "#;
 
 fn job(overrides: &[&str]) -> Job {
-    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    Job::parse(SMALL_JOB, Path::new("small.toml"), &o).unwrap()
-}
-
-fn run_local(job: &Job, workers: usize) -> RunOutcome {
-    let spec = ClusterSpec {
-        workers,
-        ..ClusterSpec::default()
-    };
-    run_job(job, &spec, &Supervisor::new(), quiet()).unwrap()
-}
-
-fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    job_from(SMALL_JOB, "small.toml", overrides)
 }
 
 fn write_job(dir: &Path, name: &str, text: &str) -> PathBuf {

@@ -160,6 +160,11 @@ pub trait Codec: Send {
     fn key_coding(&self) -> Option<keys::KeyCoding> {
         Some(keys::KeyCoding::Raw)
     }
+    /// Whether `decode(encode(x)) == x` bit for bit (`none`, `none64`): the `sharded` downlink
+    /// then skips the local round trip and keeps no residual.
+    fn is_lossless(&self) -> bool {
+        false
+    }
     /// What the codec's paper does about error feedback; a job without `train.memory` gets it.
     fn error_feedback(&self) -> ErrorFeedback {
         ErrorFeedback::None

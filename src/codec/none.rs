@@ -22,6 +22,10 @@ impl FromParams for NoneCodec {
 }
 
 impl Codec for NoneCodec {
+    fn is_lossless(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "none"
     }

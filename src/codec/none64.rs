@@ -20,6 +20,10 @@ impl FromParams for None64 {
 }
 
 impl Codec for None64 {
+    fn is_lossless(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "none64"
     }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use timely::dataflow::Stream;
 
-use super::{add_changes, check_finite, codec_or_fail, ms, per_round};
+use super::{add_changes, check_finite, codec_or_fail, ms, one_from_each, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::EncodeContext;
 use crate::exchange::pull::Request;
@@ -49,6 +49,8 @@ pub fn aggregate<'s>(
         msgs.sort_by_key(|m| (m.kind, m.src));
         let split = msgs.partition_point(|m| m.kind == DATA);
         let (gradients, requests) = msgs.split_at_mut(split);
+        one_from_each(gradients, peers as usize)
+            .map_err(|e| format!("worker {me}, round {r}: gradients: {e}"))?;
         // Decode and sum, in worker order.
         let t_agg = Instant::now();
         let sum = aggregator
@@ -77,8 +79,9 @@ pub fn aggregate<'s>(
                 piece: 0,
             };
             let mut payload = Vec::new();
+            let others = (peers > 1).then_some(&mut payload);
             let decoded = downlink
-                .encode(&mut change, plan.dim, ctx, &mut payload)
+                .encode(&mut change, plan.dim, ctx, others)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
             for dest in (0..peers).filter(|&d| d != me) {
                 st.sent(false, payload.len(), remote(dest));

@@ -207,6 +207,7 @@ impl GradientStep {
             }
         }
         stats.prev_traffic = std::mem::take(&mut st.traffic);
+        (st.aggregate_ms, st.update_ms) = (0.0, 0.0);
         let rpe = self.plan.rounds_per_epoch;
         if r > 0 && r % rpe == 0 {
             stats.eval = Some(EvalPart::evaluate(

@@ -142,6 +142,20 @@ fn codec_or_fail(field: &str, spec: &CodecSpec, supervisor: &Supervisor) -> Box<
     })
 }
 
+/// Sorts one round's messages by sender and checks there is exactly one from each worker (every
+/// exchange step expects one message from every worker per round, empty ones included).
+fn one_from_each(msgs: &mut [Envelope], peers: usize) -> Result<(), String> {
+    msgs.sort_by_key(|m| m.src);
+    let senders: Vec<u32> = msgs.iter().map(|m| m.src).collect();
+    if senders.len() == peers && senders.iter().enumerate().all(|(i, &s)| s == i as u32) {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected one message from each of {peers} workers, got senders {senders:?}"
+        ))
+    }
+}
+
 /// Adds a decoded model change to a replica.
 fn add_changes(change: &SparseGrad, weights: &mut [f32]) {
     for (&k, &c) in change.keys.iter().zip(&change.values) {

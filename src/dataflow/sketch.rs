@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use timely::dataflow::Stream;
 
-use super::{add_changes, check_finite, ms, per_round};
+use super::{add_changes, check_finite, ms, one_from_each, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
@@ -36,46 +36,16 @@ pub fn sketch_exchange<'s>(
     let bad = move |r: u64, what: &str, src: u32, e: String| {
         format!("worker {me}, round {r}: bad {what} from worker {src}: {e}")
     };
-    // Sends `values` to every worker as a downlink message.
-    let broadcast = move |st: &mut WorkerState, values: &[f32], out: &mut Vec<Envelope>| {
-        let mut payload = Vec::with_capacity(4 * values.len());
-        write_f32s(values.iter().copied(), &mut payload);
-        for dest in 0..peers as u32 {
-            st.sent(false, payload.len(), remote(dest));
-            out.push(Envelope {
-                dest,
-                src: me,
-                rows: 0,
-                kind: DATA,
-                payload: payload.clone(),
-            });
-        }
-    };
-
     // Step 2: sum the column slice this worker owns over all workers; send it to everyone.
     let (lo, hi) = part(shape.columns, peers, me as usize);
-    let slice_len = shape.rows * (hi - lo);
-    let (st2, mut acc, mut buf) = (state.clone(), Vec::new(), Vec::new());
-    let summed = per_round(
+    let sum = SumStep { me, peers, threads };
+    let summed = sum.build(
         slices,
         "SumSlices",
-        supervisor.clone(),
-        move |r, mut msgs, out| {
-            let st = &mut *st2.borrow_mut();
-            let t = Instant::now();
-            msgs.sort_by_key(|m| m.src);
-            acc.clear();
-            acc.resize(slice_len, 0f32);
-            for m in &msgs {
-                st.received(true, m.payload.len(), remote(m.src));
-                read_f32s(&m.payload, slice_len, &mut buf)
-                    .map_err(|e| bad(r, "sketch slice", m.src, e))?;
-                acc.iter_mut().zip(&buf).for_each(|(a, b)| *a += b);
-            }
-            broadcast(st, &acc, out);
-            st.aggregate_ms = ms(t);
-            Ok(())
-        },
+        "sketch slice",
+        shape.rows * (hi - lo),
+        &state,
+        &supervisor,
     );
 
     // Step 3: assemble the summed sketch, recover the candidates, send this worker's exact
@@ -87,15 +57,11 @@ pub fn sketch_exchange<'s>(
         summed,
         "Candidates",
         supervisor.clone(),
-        move |r, msgs, out| {
+        move |r, mut msgs, out| {
             let st = &mut *st3.borrow_mut();
             let t = Instant::now();
-            if msgs.len() != peers {
-                return Err(format!(
-                    "worker {me}, round {r}: {} summed slices for {peers} workers",
-                    msgs.len()
-                ));
-            }
+            one_from_each(&mut msgs, peers)
+                .map_err(|e| format!("worker {me}, round {r}: summed sketch slices: {e}"))?;
             for m in &msgs {
                 st.received(false, m.payload.len(), remote(m.src));
                 let (lo, hi) = part(shape.columns, peers, m.src as usize);
@@ -135,27 +101,13 @@ pub fn sketch_exchange<'s>(
 
     // Step 4: sum the exact values of this worker's candidate chunk; send the sums to everyone.
     let (a, b) = part(shape.candidates, peers, me as usize);
-    let (st4, mut acc, mut buf) = (state.clone(), Vec::new(), Vec::new());
-    let sums = per_round(
+    let sums = sum.build(
         exact,
         "SumExact",
-        supervisor.clone(),
-        move |r, mut msgs, out| {
-            let st = &mut *st4.borrow_mut();
-            let t = Instant::now();
-            msgs.sort_by_key(|m| m.src);
-            acc.clear();
-            acc.resize(b - a, 0f32);
-            for m in &msgs {
-                st.received(true, m.payload.len(), remote(m.src));
-                read_f32s(&m.payload, b - a, &mut buf)
-                    .map_err(|e| bad(r, "exact values", m.src, e))?;
-                acc.iter_mut().zip(&buf).for_each(|(x, y)| *x += y);
-            }
-            broadcast(st, &acc, out);
-            st.aggregate_ms += ms(t);
-            Ok(())
-        },
+        "exact values",
+        b - a,
+        &state,
+        &supervisor,
     );
 
     // Step 5: the top k of the exact sums is the update; every worker applies (1/W)·sum through
@@ -164,9 +116,11 @@ pub fn sketch_exchange<'s>(
     let (mut total, mut buf, mut update, mut changes) =
         (Vec::new(), Vec::new(), SparseGrad::default(), Vec::new());
     let mut taken = SparseGrad::default();
-    per_round(sums, "ApplyTopK", supervisor, move |r, msgs, _out| {
+    per_round(sums, "ApplyTopK", supervisor, move |r, mut msgs, _out| {
         let st = &mut *state.borrow_mut();
         let t = Instant::now();
+        one_from_each(&mut msgs, peers)
+            .map_err(|e| format!("worker {me}, round {r}: sums: {e}"))?;
         let n = st.candidates.len();
         total.clear();
         total.resize(n, 0f32);
@@ -204,6 +158,63 @@ pub fn sketch_exchange<'s>(
         st.update_ms = ms(t);
         Ok(())
     })
+}
+
+/// Steps 2 and 4 share a shape: sum one round's f32 payloads of `len` values, one from each
+/// worker, in worker order (uplink), and send the sum to every worker (downlink).
+#[derive(Clone, Copy)]
+struct SumStep {
+    me: u32,
+    peers: usize,
+    threads: usize,
+}
+
+impl SumStep {
+    fn build<'s>(
+        self,
+        input: Stream<'s, RoundTime, Vec<Envelope>>,
+        name: &str,
+        what: &'static str,
+        len: usize,
+        state: &Rc<RefCell<WorkerState>>,
+        supervisor: &Supervisor,
+    ) -> Stream<'s, RoundTime, Vec<Envelope>> {
+        let (state, mut acc, mut buf) = (state.clone(), Vec::new(), Vec::new());
+        let SumStep { me, peers, threads } = self;
+        let remote = move |w: u32| w as usize / threads != me as usize / threads;
+        per_round(input, name, supervisor.clone(), move |r, mut msgs, out| {
+            let st = &mut *state.borrow_mut();
+            let t = Instant::now();
+            one_from_each(&mut msgs, peers)
+                .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
+            acc.clear();
+            acc.resize(len, 0f32);
+            for m in &msgs {
+                st.received(true, m.payload.len(), remote(m.src));
+                read_f32s(&m.payload, len, &mut buf).map_err(|e| {
+                    format!(
+                        "worker {me}, round {r}: bad {what} from worker {}: {e}",
+                        m.src
+                    )
+                })?;
+                acc.iter_mut().zip(&buf).for_each(|(a, b)| *a += b);
+            }
+            let mut payload = Vec::with_capacity(4 * len);
+            write_f32s(acc.iter().copied(), &mut payload);
+            for dest in 0..peers as u32 {
+                st.sent(false, payload.len(), remote(dest));
+                out.push(Envelope {
+                    dest,
+                    src: me,
+                    rows: 0,
+                    kind: DATA,
+                    payload: payload.clone(),
+                });
+            }
+            st.aggregate_ms += ms(t);
+            Ok(())
+        })
+    }
 }
 
 /// Drops the entries of `v` whose value is 0 (keys this worker did not hold), in place.

@@ -34,19 +34,31 @@ impl Downlink {
     }
 
     /// Encodes `change` (this round's optimizer step on the owner's keys; it becomes the change
-    /// plus the residual) into `payload`, and leaves what replicas decode in `self.decoded`.
+    /// plus the residual) into `payload` (`None` when no other replica exists), and returns
+    /// what replicas decode. A lossless codec skips the local decode and keeps no residual.
     pub fn encode(
         &mut self,
         change: &mut SparseGrad,
         dim: u32,
         ctx: EncodeContext,
-        payload: &mut Vec<u8>,
+        payload: Option<&mut Vec<u8>>,
     ) -> Result<&SparseGrad, CodecError> {
-        self.residual.compensate(change, &mut self.scratch);
         let ctx = EncodeContext {
             piece: DOWNLINK_PIECE,
             ..ctx
         };
+        if self.codec.is_lossless() {
+            crate::codec::check_finite(&change.keys, &change.values)?;
+            if let Some(payload) = payload {
+                self.codec
+                    .encode(&change.keys, &change.values, dim, ctx, payload)?;
+            }
+            self.decoded.clone_from(change);
+            return Ok(&self.decoded);
+        }
+        self.residual.compensate(change, &mut self.scratch);
+        let mut local = Vec::new();
+        let payload = payload.unwrap_or(&mut local);
         self.codec
             .encode(&change.keys, &change.values, dim, ctx, payload)?;
         self.codec.decode(payload, &mut self.decoded)?;
@@ -87,7 +99,7 @@ mod tests {
             }
             let mut payload = Vec::new();
             let ctx = EncodeContext::default();
-            let decoded = d.encode(&mut change, 8, ctx, &mut payload).unwrap();
+            let decoded = d.encode(&mut change, 8, ctx, Some(&mut payload)).unwrap();
             assert!(decoded.len() <= change.len().div_ceil(2), "top half only");
             for (&k, &v) in decoded.keys.iter().zip(&decoded.values) {
                 replica[k as usize] += v;

@@ -1,0 +1,66 @@
+//! Helpers the integration tests share: jobs from text, runs in one process, and clusters of
+//! processes connected over loopback TCP, run from threads of the test.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::Path;
+
+use gradflow::dataflow::Supervisor;
+use gradflow::job::Job;
+use gradflow::runtime::{quiet, run_job, ClusterSpec, RunOutcome};
+
+/// The job in `text` (named `name` in errors) with `overrides` (`section.field=value`).
+pub fn job_from(text: &str, name: &str, overrides: &[&str]) -> Job {
+    let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    Job::parse(text, Path::new(name), &o).unwrap()
+}
+
+/// Runs `job` in this process with `workers` threads.
+pub fn run_local(job: &Job, workers: usize) -> RunOutcome {
+    let spec = ClusterSpec {
+        workers,
+        ..ClusterSpec::default()
+    };
+    run_job(job, &spec, &Supervisor::new(), quiet()).unwrap()
+}
+
+/// `n` free loopback ports.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// Writes a hostfile of `n` fresh loopback addresses into `dir`.
+pub fn hostfile(dir: &Path, n: usize) -> std::path::PathBuf {
+    let path = dir.join("hosts");
+    let lines: String = free_ports(n)
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}\n"))
+        .collect();
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+/// Runs `job` as `n` timely processes of one worker each, connected over loopback TCP, from
+/// threads of this test.
+pub fn run_processes(job: &Job, n: usize) -> Vec<RunOutcome> {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hostfile(dir.path(), n);
+    let handles: Vec<_> = (0..n)
+        .map(|p| {
+            let (job, hosts) = (job.clone(), hosts.clone());
+            std::thread::spawn(move || {
+                let spec = ClusterSpec {
+                    workers: 1,
+                    processes: n,
+                    process: p,
+                    hostfile: Some(hosts),
+                    ..Default::default()
+                };
+                run_job(&job, &spec, &Supervisor::new(), quiet()).unwrap()
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
