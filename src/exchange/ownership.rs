@@ -51,6 +51,9 @@ impl Owners {
     /// The owner of `key`.
     #[inline]
     pub fn owner(&self, key: u32) -> u32 {
+        if self.parts == 1 {
+            return 0;
+        }
         match self.scheme {
             Ownership::Hashed => {
                 (((mix64(self.seed, key as u64) >> 32) * self.parts as u64) >> 32) as u32
@@ -78,6 +81,10 @@ impl Owners {
     pub fn split(&self, v: &SparseGrad, pieces: &mut Vec<SparseGrad>) {
         pieces.resize_with(self.parts as usize, SparseGrad::default);
         pieces.iter_mut().for_each(SparseGrad::clear);
+        if self.parts == 1 {
+            pieces[0].clone_from(v);
+            return;
+        }
         match self.scheme {
             Ownership::Ranges => {
                 let mut start = 0;
