@@ -231,3 +231,67 @@ fn pull_trains_the_broadcast_model_with_fewer_downlink_bytes() {
     let local = run_local(&job(&["train.epochs=2", "train.pull=true"]), 2);
     assert_eq!(local.weights, broadcast[0].weights);
 }
+
+/// A model change that touches a key its sender does not own (a faulty or hostile peer) stops
+/// the run with an error naming the sender and the key, instead of forking the replicas.
+#[test]
+fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
+    use gradflow::codec::none::NoneCodec;
+    use gradflow::codec::{Codec, EncodeContext};
+    use gradflow::dataflow::{aggregate, collect, gradient, Supervisor, WorkerData, WorkerState};
+    use gradflow::exchange::{Envelope, Owners};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use timely::dataflow::operators::vec::Map;
+    use timely::dataflow::operators::{ConnectLoop, LoopVariable};
+
+    let j = job(&["train.epochs=1"]);
+    let (data, dim) = j.load_worker_data(0, 1).unwrap();
+    let plan = j.plan(dim, 2);
+    let supervisor = Supervisor::new();
+    let sup = supervisor.clone();
+    let data = std::sync::Mutex::new(Some(data));
+    let _ = timely::execute(timely::Config::process(2), move |worker| {
+        let owners = Owners::new(plan.ownership, plan.dim, 2, plan.seed);
+        let data = if worker.index() == 0 {
+            data.lock().unwrap().take().unwrap()
+        } else {
+            WorkerData::default()
+        };
+        let (state, rows) = (
+            WorkerState::shared(&plan),
+            Rc::new(RefCell::new(Vec::new())),
+        );
+        let (plan, sup) = (plan.clone(), sup.clone());
+        worker.dataflow::<(), _, _>(|scope| {
+            scope.iterative::<u64, _, _>(|inner| {
+                let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(1);
+                let (grads, stats) =
+                    gradient(changes, &plan, data, state.clone(), sup.clone(), None);
+                aggregate(grads, &plan, state.clone(), sup.clone())
+                    // The fault: every change claims a key its sender does not own.
+                    .map(move |mut e: Envelope| {
+                        let k = (0..dim).find(|&k| owners.owner(k) != e.src).unwrap();
+                        e.payload.clear();
+                        let ctx = EncodeContext::default();
+                        NoneCodec
+                            .encode(&[k], &[0.5], dim, ctx, &mut e.payload)
+                            .unwrap();
+                        e
+                    })
+                    .connect_loop(handle);
+                collect(stats, &plan, rows.clone(), Box::new(|_| {}));
+            });
+        });
+        while !sup.is_failed() && worker.step_or_park(Some(std::time::Duration::from_millis(10))) {}
+        // As the runtime does: a failed worker drops its dataflows rather than wait on them.
+        for id in worker.installed_dataflows() {
+            worker.drop_dataflow(id);
+        }
+    });
+    let e = supervisor.message().expect("the run must fail");
+    assert!(
+        e.contains("bad model change from worker") && e.contains("is owned by worker"),
+        "{e}"
+    );
+}

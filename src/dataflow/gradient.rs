@@ -118,6 +118,7 @@ struct GradientStep {
     codec: Box<dyn Codec>,
     downlink: Box<dyn Codec>,
     router: Router,
+    owners: Owners,
     sketch: Option<(CountSketch, SketchShape)>,
     workspace: GradientWorkspace,
     grad: SparseGrad,
@@ -170,6 +171,7 @@ impl GradientStep {
             codec: codec_or_fail("train.compressor", &plan.codec, sup),
             downlink: codec_or_fail("train.downlink", &plan.downlink, sup),
             router: Router::new(plan.exchange, owners),
+            owners,
             sketch,
             workspace: GradientWorkspace::new(plan.dim),
             grad: SparseGrad::default(),
@@ -278,6 +280,18 @@ impl GradientStep {
                 .map_err(|e| bad(e.to_string()))?;
             if d != self.plan.dim {
                 return Err(bad(format!("dimension {d}, expected {}", self.plan.dim)));
+            }
+            let owners = &self.owners;
+            if let Some(&k) = self
+                .scratch
+                .keys
+                .iter()
+                .find(|&&k| owners.owner(k) != msg.src)
+            {
+                return Err(bad(format!(
+                    "key {k} is owned by worker {}",
+                    owners.owner(k)
+                )));
             }
             super::add_changes(&self.scratch, &mut st.weights);
         }

@@ -341,6 +341,11 @@ impl Job {
                     .into(),
             );
         }
+        if self.train.exchange != ExchangeKind::Sharded
+            && self.train.downlink != CodecSpec::default()
+        {
+            return Err("train.downlink: only the sharded exchange has a downlink".into());
+        }
         if self.train.pull {
             if self.train.exchange != ExchangeKind::Sharded {
                 return Err("train.pull: only the sharded exchange pulls weights".into());
@@ -600,6 +605,10 @@ mod tests {
                 "train.downlink",
             ),
             ("[train]\nmemory = \"resid\"\n", "resid"),
+            (
+                "[train]\nexchange = \"allgather\"\ndownlink = { name = \"topk\" }\n",
+                "only the sharded exchange has a downlink",
+            ),
             ("[train]\nownership = \"random\"\n", "random"),
             ("[train.sketch]\nrows = 40\n", "train.sketch.rows"),
             (
