@@ -101,33 +101,39 @@ pub fn aggregate<'s>(
         check_finite(applied, &st.weights)
             .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
         for m in requests.iter() {
-            let bad = |e: String| {
+            let answer = answer_pull(m, &owners, me, &st.weights).map_err(|e| {
                 format!(
                     "worker {me}, round {r}: bad pull request from worker {}: {e}",
                     m.src
                 )
-            };
-            let keys = Request::decode(&m.payload, plan.dim)
-                .map_err(bad)?
-                .keys_at(&owners, me);
-            if let Some(&k) = keys.iter().find(|&&k| owners.owner(k) != me) {
-                return Err(bad(format!(
-                    "key {k} is owned by worker {}",
-                    owners.owner(k)
-                )));
-            }
-            let mut payload = Vec::with_capacity(4 * keys.len());
-            write_f32s(keys.iter().map(|&k| st.weights[k as usize]), &mut payload);
-            st.sent(false, payload.len(), remote(m.src));
-            out.push(Envelope {
-                dest: m.src,
-                src: me,
-                rows: 0,
-                kind: DATA,
-                payload,
-            });
+            })?;
+            st.sent(false, answer.payload.len(), remote(m.src));
+            out.push(answer);
         }
         st.update_ms = ms(t_update);
         Ok(())
+    })
+}
+
+/// The answer to a pull request: the owner's current weights of the requested keys, f32 in
+/// request order. Every requested key must be this owner's.
+fn answer_pull(
+    request: &Envelope,
+    owners: &Owners,
+    me: u32,
+    weights: &[f32],
+) -> Result<Envelope, String> {
+    let keys = Request::decode(&request.payload, owners.dim)?.keys_at(owners, me);
+    if let Some(&k) = keys.iter().find(|&&k| owners.owner(k) != me) {
+        return Err(format!("key {k} is owned by worker {}", owners.owner(k)));
+    }
+    let mut payload = Vec::with_capacity(4 * keys.len());
+    write_f32s(keys.iter().map(|&k| weights[k as usize]), &mut payload);
+    Ok(Envelope {
+        dest: request.src,
+        src: me,
+        rows: 0,
+        kind: DATA,
+        payload,
     })
 }
