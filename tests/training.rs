@@ -218,6 +218,12 @@ fn two_processes_give_the_model_of_one_process_with_two_workers() {
             stdout.contains("[p0] epoch   4") && stdout.contains("[p1] process 1 sent"),
             "{stdout}"
         );
+        // The run says how its gradients move, with the memory it resolved.
+        let said = format!("[p0] exchange: {exchange}");
+        assert!(stdout.contains(&said), "{said} in {stdout}");
+        if codec == "topk" {
+            assert!(stdout.contains("memory residual"), "{stdout}");
+        }
         let processes = ModelFile::load(&cluster_model).unwrap();
         assert_eq!(
             threads, processes,
