@@ -143,6 +143,12 @@ impl<'a> BitReader<'a> {
         }
     }
 
+    /// Bits not read yet: an upper bound on what the rest of a message can hold, used to bound
+    /// allocations and work by the bytes actually received.
+    pub fn remaining_bits(&self) -> usize {
+        (self.bytes.len() - self.pos) * 8 + self.avail as usize
+    }
+
     /// Bytes consumed so far (a partly read byte counts; bytes merely buffered do not).
     pub fn bytes_consumed(&self) -> usize {
         (self.pos * 8 - self.avail as usize).div_ceil(8)

@@ -2,6 +2,11 @@
 //! from the `constriction` crate, over a categorical model quantised from the symbols' own
 //! histogram. The model travels with the message as fixed-point probabilities (24 bits each,
 //! all nonzero, summing to 2^24), so both sides build exactly the same model.
+//!
+//! No probability exceeds [`MAX_PROBABILITY`] (1 − 2⁻⁸), so every symbol costs at least
+//! −log₂(1 − 2⁻⁸) ≈ 0.0056 bits: a receiver bounds the number of symbols a stream can hold by
+//! its length and refuses a larger claim before decoding anything (an uncapped 24-bit model lets
+//! a 157-byte message claim 10⁸ symbols and keep the decoder busy for seconds).
 
 use constriction::stream::model::DefaultContiguousCategoricalEntropyModel;
 use constriction::stream::stack::DefaultAnsCoder;
@@ -12,8 +17,14 @@ use super::CodecError;
 
 const PRECISION: u32 = 24;
 
-/// Fixed-point probabilities for `alphabet` symbols from a histogram: every symbol gets at
-/// least 1, the rest in proportion to its count, the remainder to the most frequent symbol.
+/// The largest fixed-point probability a model may give one symbol: 1 − 2⁻⁸.
+pub const MAX_PROBABILITY: u32 = (1 << PRECISION) - (1 << (PRECISION - 8));
+
+/// Symbols per coded bit at most, with margin: 1 / −log₂(1 − 2⁻⁸) ≈ 177.1.
+const SYMBOLS_PER_BIT: usize = 178;
+/// Fixed-point probabilities for `alphabet` (≥ 2) symbols from a histogram: every symbol gets
+/// at least 1, the rest in proportion to its count, the remainder to the most frequent symbol,
+/// whose share is capped at [`MAX_PROBABILITY`] (the excess goes to the next symbol).
 pub fn quantize(counts: &[u64]) -> Vec<u32> {
     let total: u64 = counts.iter().sum();
     let budget = (1u64 << PRECISION) - counts.len() as u64;
@@ -26,6 +37,11 @@ pub fn quantize(counts: &[u64]) -> Vec<u32> {
         .max_by_key(|&i| (counts[i], std::cmp::Reverse(i)))
         .unwrap_or(0);
     p[top] += rest;
+    if p[top] > MAX_PROBABILITY && p.len() > 1 {
+        let excess = p[top] - MAX_PROBABILITY;
+        p[top] = MAX_PROBABILITY;
+        p[(top + 1) % counts.len()] += excess;
+    }
     p
 }
 
@@ -63,11 +79,22 @@ pub fn read_symbols(
     let p = (0..alphabet)
         .map(|_| r.read(PRECISION).map(|x| x as u32))
         .collect::<Result<Vec<u32>, _>>()?;
-    if p.contains(&0) || p.iter().map(|&x| x as u64).sum::<u64>() != 1 << PRECISION {
+    if p.contains(&0)
+        || p.iter().any(|&x| x > MAX_PROBABILITY)
+        || p.iter().map(|&x| x as u64).sum::<u64>() != 1 << PRECISION
+    {
         return Err(CodecError::Corrupt("entropy model probabilities".into()));
     }
     let m = model(&p)?;
     let count = r.read(32)? as usize;
+    // The coded words (and the coder's final state, at most 64 bits) bound the symbol count.
+    let words_present = r.remaining_bits() / 32;
+    let capacity = SYMBOLS_PER_BIT * 32 * (count.min(words_present) + 2);
+    if n > capacity {
+        return Err(CodecError::Corrupt(format!(
+            "{n} entropy-coded symbols claimed; {count} coded words hold at most {capacity}"
+        )));
+    }
     let mut words = Vec::new();
     for _ in 0..count {
         words.push(r.read(32)? as u32);
@@ -111,5 +138,35 @@ mod tests {
         let q = quantize(&[0, 5, 0, 100]);
         assert_eq!(q.iter().map(|&x| x as u64).sum::<u64>(), 1 << 24);
         assert!(q.iter().all(|&x| x >= 1));
+        let skewed = quantize(&[1_000_000, 0, 1]);
+        assert_eq!(skewed[0], MAX_PROBABILITY, "{skewed:?}");
+        assert_eq!(skewed.iter().map(|&x| x as u64).sum::<u64>(), 1 << 24);
+    }
+
+    #[test]
+    fn a_symbol_count_the_stream_cannot_hold_is_refused_before_decoding() {
+        // 1,000 copies of one symbol: the most compressible stream there is.
+        let symbols = vec![0u8; 1_000];
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        write_symbols(&mut w, &symbols, 32).unwrap();
+        w.finish();
+        let mut out = Vec::new();
+        read_symbols(&mut BitReader::new(&buf), 1_000, 32, &mut out).unwrap();
+        assert_eq!(out, symbols);
+        let e = read_symbols(&mut BitReader::new(&buf), 100_000_000, 32, &mut out).unwrap_err();
+        assert!(e.to_string().contains("hold at most"), "{e}");
+        // A model above the cap is corrupt; the same model at the cap is not.
+        for (top, ok) in [((1 << 24) - 1, false), (MAX_PROBABILITY, true)] {
+            let mut model = Vec::new();
+            let mut w = BitWriter::new(&mut model);
+            [top, (1 << 24) - top]
+                .iter()
+                .for_each(|&x| w.write(x as u64, PRECISION));
+            w.write(0, 32); // no coded words
+            w.finish();
+            let got = read_symbols(&mut BitReader::new(&model), 0, 2, &mut out);
+            assert_eq!(got.is_ok(), ok, "top {top}: {got:?}");
+        }
     }
 }

@@ -77,7 +77,15 @@ impl KeyCoding {
         out: &mut Vec<u32>,
     ) -> Result<(), CodecError> {
         out.clear();
-        out.reserve(n.min(dim as usize));
+        // Every coder spends at least one bit a key: a count the rest of the message cannot hold
+        // is an error before anything is allocated for it.
+        if n > r.remaining_bits() {
+            return Err(CodecError::Corrupt(format!(
+                "{n} keys claimed, {} bits left in the message",
+                r.remaining_bits()
+            )));
+        }
+        out.reserve(n);
         match self {
             KeyCoding::Raw => raw::decode(n, dim, r, out),
             KeyCoding::DeltaBinary => delta_binary::decode(n, dim, r, out),
