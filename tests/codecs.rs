@@ -231,9 +231,15 @@ fn assert_unbiased(c: &mut dyn Codec, label: &str) {
 
 #[test]
 fn unbiased_codecs_are_unbiased_over_many_seeds() {
-    for name in ["qsgd", "terngrad", "randomk"] {
+    for name in ["qsgd", "randomk"] {
         assert_unbiased(codec(name).as_mut(), name);
     }
+    // TernGrad is unbiased for the values it does not clip; its clipping (on by default) trades
+    // a bias on the values beyond 2.5σ for less variance.
+    assert_unbiased(
+        spec("{ name = \"terngrad\", clip = 0.0 }").as_mut(),
+        "terngrad without clipping",
+    );
     assert_unbiased(
         spec("{ name = \"gspar\", variant = \"greedy\", density = 0.2 }").as_mut(),
         "gspar greedy",

@@ -1,6 +1,8 @@
 //! `signsgd`: one bit per value, the sign, scaled by the mean magnitude (scaled signSGD /
 //! 1-bit SGD, Bernstein et al. 2018; Seide et al. 2014). Biased; meant to be paired with error
-//! feedback. Body: scale (f32), keys, one sign bit per key.
+//! feedback. Exact zeros carry no sign and are not sent (a sign bit would decode them as
+//! `±scale`); the scale is the mean magnitude of the values sent. Body: scale (f32), keys, one
+//! sign bit per key.
 
 use super::{
     check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
@@ -36,8 +38,10 @@ impl Codec for SignSgd {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
-        let mean = values.iter().map(|v| v.abs() as f64).sum::<f64>() / values.len().max(1) as f64;
-        let all: Vec<u32> = (0..values.len() as u32).collect();
+        let nonzero: Vec<u32> = (0..values.len() as u32)
+            .filter(|&i| values[i as usize] != 0.0)
+            .collect();
+        let mean = values.iter().map(|v| v.abs() as f64).sum::<f64>() / nonzero.len().max(1) as f64;
         write_selection(
             out,
             ID,
@@ -46,7 +50,7 @@ impl Codec for SignSgd {
             &Selection {
                 keys,
                 values,
-                kept: &all,
+                kept: &nonzero,
             },
             KeptValues::Signs(mean as f32),
         );
@@ -63,5 +67,24 @@ impl Codec for SignSgd {
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         read_selection(bytes, ID, true, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_zeros_are_not_sent_and_the_scale_is_their_mean() {
+        let keys = [1u32, 4, 6, 9];
+        let values = [0.5f32, 0.0, -1.5, 0.0];
+        let mut c = SignSgd::from_params(&KeysOnly::default()).unwrap();
+        let mut msg = Vec::new();
+        c.encode(&keys, &values, 10, EncodeContext::default(), &mut msg)
+            .unwrap();
+        let mut out = SparseGrad::default();
+        c.decode(&msg, &mut out).unwrap();
+        assert_eq!(out.keys, vec![1, 6]);
+        assert_eq!(out.values, vec![1.0, -1.0]);
     }
 }
