@@ -547,3 +547,66 @@ fn codec_commands_print_the_documented_columns_and_reject_bad_input() {
         );
     }
 }
+
+/// A codec whose filter keeps nothing (FastSGD with a threshold of half the L1 norm) is visible:
+/// the metrics show a kept fraction of 0 and training warns after three silent rounds.
+#[test]
+fn a_codec_that_sends_nothing_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
+    let metrics = dir.path().join("m.csv");
+    let out = Command::new(BIN)
+        .arg("train")
+        .arg(&job_path)
+        .args(["--epochs", "1", "--quiet", "--set"])
+        .arg("train.compressor={name=\"fastsgd\",b=2.0,tau=1}")
+        .arg("--set")
+        .arg(format!(
+            "output.metrics={:?}",
+            metrics.display().to_string()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("sent no key for 3 rounds").count(),
+        1,
+        "{stderr}"
+    );
+    let mut reader = csv::Reader::from_path(&metrics).unwrap();
+    let column = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "kept_fraction")
+        .unwrap();
+    let kept: Vec<String> = reader
+        .records()
+        .map(|r| r.unwrap())
+        .filter(|r| &r[0] == "round")
+        .map(|r| r[column].to_string())
+        .collect();
+    assert!(
+        !kept.is_empty() && kept.iter().all(|k| k == "0.0"),
+        "{kept:?}"
+    );
+    // The default FastSGD keeps most of this small gradient, and says nothing.
+    let out = Command::new(BIN)
+        .arg("train")
+        .arg(&job_path)
+        .args([
+            "--epochs",
+            "1",
+            "--quiet",
+            "--set",
+            "train.compressor={name=\"fastsgd\"}",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

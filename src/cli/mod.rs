@@ -15,7 +15,7 @@ use gradflow::codec::{CodecSpec, CODEC_NAMES};
 use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use gradflow::dataflow::Supervisor;
 use gradflow::job::{Job, SynthKind, SynthSection};
-use gradflow::metrics::{epoch_line, human_bytes, write_csv, MetricsRow};
+use gradflow::metrics::{epoch_line, human_bytes, write_csv, MetricsRow, SilentCodec};
 use gradflow::model::file::ModelFile;
 use gradflow::model::{margin, EvalPart, SparseGrad};
 use gradflow::runtime::{run_job, ClusterSpec, ObserverFactory};
@@ -335,8 +335,13 @@ fn codec_keys(a: GradientSource) -> Result<(), String> {
 
 fn printer(quiet: bool) -> ObserverFactory {
     Arc::new(move |plan| {
+        let mut silent = SilentCodec::default();
         if quiet {
-            return Box::new(|_: &MetricsRow| {});
+            return Box::new(move |row: &MetricsRow| {
+                if let Some(w) = silent.observe(row) {
+                    eprintln!("{w}");
+                }
+            });
         }
         let bar = if std::io::stderr().is_terminal() {
             let b = ProgressBar::new(plan.rounds_per_epoch);
@@ -352,18 +357,26 @@ fn printer(quiet: bool) -> ObserverFactory {
         } else {
             None
         };
-        Box::new(move |row: &MetricsRow| match (&bar, row.kind) {
-            (Some(b), "round") => b.inc(1),
-            (Some(b), _) => {
-                b.println(epoch_line(row));
-                b.reset();
-                b.set_prefix((row.epoch + 1).to_string());
+        Box::new(move |row: &MetricsRow| {
+            if let Some(w) = silent.observe(row) {
+                match &bar {
+                    Some(b) => b.suspend(|| eprintln!("{w}")),
+                    None => eprintln!("{w}"),
+                }
             }
-            (None, "epoch") => {
-                println!("{}", epoch_line(row));
-                gradflow::metrics::flush_stdout();
+            match (&bar, row.kind) {
+                (Some(b), "round") => b.inc(1),
+                (Some(b), _) => {
+                    b.println(epoch_line(row));
+                    b.reset();
+                    b.set_prefix((row.epoch + 1).to_string());
+                }
+                (None, "epoch") => {
+                    println!("{}", epoch_line(row));
+                    gradflow::metrics::flush_stdout();
+                }
+                _ => {}
             }
-            _ => {}
         })
     })
 }

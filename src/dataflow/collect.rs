@@ -20,6 +20,8 @@ struct RoundAcc {
     loss_sum: f64,
     rows: u64,
     grad_keys: u64,
+    offered_keys: u64,
+    sent_keys: u64,
     times: StageTimes,
     /// Traffic per process.
     traffic: Vec<Traffic>,
@@ -78,6 +80,8 @@ pub fn collect(
                         acc.loss_sum += s.loss_sum;
                         acc.rows += s.rows;
                         acc.grad_keys += s.grad_keys;
+                        acc.offered_keys += s.offered_keys;
+                        acc.sent_keys += s.sent_keys;
                         acc.times.gradient_ms += s.gradient_ms;
                         acc.times.encode_ms += s.encode_ms;
                         acc.traffic(p, processes).add(&s.traffic);
@@ -117,11 +121,14 @@ pub fn collect(
                     gradient_keys: acc.grad_keys,
                     ..Default::default()
                 };
+                row.set_kept(acc.offered_keys, acc.sent_keys);
                 row.set_times(&acc.times);
                 row.set_traffic(&traffic, busiest);
                 epoch.loss_sum += acc.loss_sum;
                 epoch.rows += acc.rows;
                 epoch.grad_keys += acc.grad_keys;
+                epoch.offered_keys += acc.offered_keys;
+                epoch.sent_keys += acc.sent_keys;
                 epoch.times.add(&acc.times);
                 for (p, t) in acc.traffic.iter().enumerate() {
                     epoch.traffic(p, processes).add(t);
@@ -144,6 +151,7 @@ pub fn collect(
                         gradient_keys: epoch.grad_keys,
                         ..Default::default()
                     };
+                    e.set_kept(epoch.offered_keys, epoch.sent_keys);
                     e.set_times(&epoch.times);
                     e.set_traffic(&traffic, busiest);
                     observer(&e);

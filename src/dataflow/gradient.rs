@@ -236,7 +236,7 @@ impl GradientStep {
             stats.rows = rows as u64;
             stats.grad_keys = self.grad.len() as u64;
             let t_encode = Instant::now();
-            self.send(r, rows as u32, st, out)?;
+            (stats.offered_keys, stats.sent_keys) = self.send(r, rows as u32, st, out)?;
             self.ask(r, st, out);
             stats.encode_ms = ms(t_encode);
             stats.traffic = std::mem::take(&mut st.traffic);
@@ -365,14 +365,17 @@ impl GradientStep {
         }
     }
 
-    /// Step 3: pass the gradient through the memory, encode it and address it.
+    /// Step 3: pass the gradient through the memory, encode it and address it. Returns the keys
+    /// offered to the codec (after the memory) and the keys its messages carry (0 and 0 for
+    /// the sketch exchange, which sends no codec messages).
     fn send(
         &mut self,
         r: u64,
         rows: u32,
         st: &mut WorkerState,
         out: &mut Vec<Envelope>,
-    ) -> Result<(), String> {
+    ) -> Result<(u64, u64), String> {
+        let mut keys = (0, 0);
         crate::codec::check_finite(&self.grad.keys, &self.grad.values)
             .map_err(|e| format!("worker {}, round {r}: {e}", self.me))?;
         st.memory.compensate(&mut self.grad, &mut self.scratch);
@@ -385,7 +388,8 @@ impl GradientStep {
         match &mut self.sketch {
             None => {
                 let needs_sent = st.memory.needs_sent();
-                self.router
+                let carried = self
+                    .router
                     .route(
                         self.codec.as_mut(),
                         &self.grad,
@@ -400,6 +404,7 @@ impl GradientStep {
                 if needs_sent {
                     st.memory.update(&self.grad, &self.sent);
                 }
+                keys = (self.grad.len() as u64, carried);
             }
             Some((sketch, shape)) => {
                 // Sketched-SGD step 1: sketch v; column slice j goes to worker j.
@@ -426,7 +431,7 @@ impl GradientStep {
             let remote = self.plan.process_of(env.dest) != self.plan.process_of(self.me);
             st.sent(true, env.payload.len(), remote);
         }
-        Ok(())
+        Ok(keys)
     }
 }
 

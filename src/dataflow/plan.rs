@@ -134,6 +134,10 @@ pub struct RoundStats {
     pub rows: u64,
     /// Keys in the gradient.
     pub grad_keys: u64,
+    /// Keys offered to the codec (the gradient after the memory).
+    pub offered_keys: u64,
+    /// Keys the codec's messages carry.
+    pub sent_keys: u64,
     /// Gradient time.
     pub gradient_ms: f64,
     /// Encode time (memory included).

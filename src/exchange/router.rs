@@ -28,7 +28,8 @@ impl Router {
 
     /// Calls `emit` with the envelope for each receiver: `allgather` encodes once and copies,
     /// `sharded` encodes each owner's piece with its own random stream. When `sent` is given,
-    /// it receives what the receivers will decode (for error feedback).
+    /// it receives what the receivers will decode (for error feedback). Returns the number of
+    /// keys the messages carry (each key once), as their headers state.
     pub fn route(
         &mut self,
         codec: &mut dyn Codec,
@@ -37,7 +38,11 @@ impl Router {
         ctx: EncodeContext,
         mut sent: Option<&mut SparseGrad>,
         mut emit: impl FnMut(Envelope),
-    ) -> Result<(), CodecError> {
+    ) -> Result<u64, CodecError> {
+        let header_count = |p: &[u8]| {
+            u32::from_le_bytes(p[6..crate::codec::HEADER_LEN].try_into().unwrap()) as u64
+        };
+        let mut carried = 0;
         let workers = self.owners.parts;
         let dim = self.owners.dim;
         if let Some(s) = sent.as_deref_mut() {
@@ -47,6 +52,7 @@ impl Router {
             ExchangeKind::Allgather | ExchangeKind::Sketch => {
                 let mut payload = Vec::new();
                 codec.encode(&grad.keys, &grad.values, dim, ctx, &mut payload)?;
+                carried += header_count(&payload);
                 if let Some(s) = sent {
                     codec.decode(&payload, s)?;
                 }
@@ -69,6 +75,7 @@ impl Router {
                         ..ctx
                     };
                     codec.encode(&piece.keys, &piece.values, dim, ctx, &mut payload)?;
+                    carried += header_count(&payload);
                     if let Some(s) = sent.as_deref_mut() {
                         codec.decode(&payload, &mut self.decoded)?;
                         s.add_scaled(&self.decoded, 1.0, &mut self.scratch);
@@ -83,6 +90,6 @@ impl Router {
                 }
             }
         }
-        Ok(())
+        Ok(carried)
     }
 }

@@ -137,6 +137,11 @@ pub struct MetricsRow {
     pub test_rmse: Option<f64>,
     /// Keys in the workers' gradients (sum over workers).
     pub gradient_keys: u64,
+    /// Keys the workers' gradient messages carry (sum over workers; 0 for `sketch`).
+    pub sent_keys: u64,
+    /// `sent_keys` over the keys offered to the codec (after error feedback); absent when no
+    /// codec message was sent (`sketch`). A filtering codec that keeps nothing shows 0 here.
+    pub kept_fraction: Option<f64>,
     /// Uplink payload bytes sent to other processes (all processes; a `process` row: its own).
     pub uplink_bytes: u64,
     /// Downlink payload bytes sent to other processes.
@@ -169,6 +174,12 @@ pub struct MetricsRow {
 }
 
 impl MetricsRow {
+    /// Sets `sent_keys` and `kept_fraction` from the keys offered to the codec and sent.
+    pub fn set_kept(&mut self, offered: u64, sent: u64) {
+        self.sent_keys = sent;
+        self.kept_fraction = (offered > 0).then(|| sent as f64 / offered as f64);
+    }
+
     /// Sets the traffic columns (`busiest`: the most one process sent).
     pub fn set_traffic(&mut self, t: &Traffic, busiest: u64) {
         self.uplink_bytes = t.up_sent;
@@ -198,6 +209,41 @@ impl MetricsRow {
         self.wait_ms = t.wait_ms;
         self.aggregate_ms = t.aggregate_ms;
         self.update_ms = t.update_ms;
+    }
+}
+
+/// Watches round rows for a codec that sends nothing: after [`SilentCodec::ROUNDS`] rounds in a
+/// row whose gradients offered keys but whose messages carried none, it returns a warning
+/// (once per such streak). FastSGD's threshold `sum / b^τ` grows with the number of keys, so on
+/// large gradients it can drop everything; training then goes on with no update at all.
+#[derive(Debug, Default)]
+pub struct SilentCodec {
+    streak: u64,
+}
+
+impl SilentCodec {
+    /// Rounds of silence before the warning.
+    pub const ROUNDS: u64 = 3;
+
+    /// Looks at one row; returns the warning when this row completes a silent streak.
+    pub fn observe(&mut self, row: &MetricsRow) -> Option<String> {
+        if row.kind != "round" {
+            return None;
+        }
+        if row.kept_fraction == Some(0.0) {
+            self.streak += 1;
+        } else {
+            self.streak = 0;
+        }
+        (self.streak == Self::ROUNDS).then(|| {
+            format!(
+                "warning: round {}: the compressor has sent no key for {} rounds in a row, so the \
+                 model does not change (a filtering codec drops every value; for fastsgd the \
+                 threshold sum/b^tau grows with the number of keys: raise tau or b)",
+                row.round,
+                Self::ROUNDS
+            )
+        })
     }
 }
 
@@ -261,4 +307,40 @@ pub fn epoch_line(row: &MetricsRow) -> String {
 /// Flushes stdout, ignoring errors (used after progress output).
 pub fn flush_stdout() {
     let _ = std::io::stdout().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_codec_is_reported_once_per_streak() {
+        let row = |round, kept: Option<f64>| MetricsRow {
+            kind: "round",
+            round,
+            kept_fraction: kept,
+            ..Default::default()
+        };
+        let mut watch = SilentCodec::default();
+        let kept = [
+            Some(0.0),
+            Some(0.0),
+            Some(0.5),
+            Some(0.0),
+            Some(0.0),
+            Some(0.0),
+            Some(0.0),
+        ];
+        let warned: Vec<u64> = kept
+            .iter()
+            .enumerate()
+            .filter_map(|(r, &k)| watch.observe(&row(r as u64, k)).map(|_| r as u64))
+            .collect();
+        assert_eq!(warned, vec![5], "the third silent round in a row, once");
+        let mut sketch = SilentCodec::default();
+        assert!(
+            (0..5).all(|r| sketch.observe(&row(r, None)).is_none()),
+            "no codec, no warning"
+        );
+    }
 }
