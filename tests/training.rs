@@ -105,12 +105,8 @@ fn same_seed_same_model_and_exchanges_agree() {
 #[test]
 fn every_codec_trains_the_quickstart_to_within_five_percent_of_the_uncompressed_loss() {
     let quickstart = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs/quickstart.toml");
-    let final_loss = |codec: &str| {
-        let j = Job::load(
-            &quickstart,
-            &[format!("train.compressor={{name=\"{codec}\"}}")],
-        )
-        .unwrap();
+    let final_loss = |table: &str| {
+        let j = Job::load(&quickstart, &[format!("train.compressor={table}")]).unwrap();
         let out = run_local(&j, 2);
         out.rows
             .iter()
@@ -119,9 +115,13 @@ fn every_codec_trains_the_quickstart_to_within_five_percent_of_the_uncompressed_
             .test_loss
             .unwrap()
     };
-    let reference = final_loss("none");
-    for codec in gradflow::codec::CODEC_NAMES {
-        let loss = final_loss(codec);
+    let reference = final_loss("{name=\"none\"}");
+    let tables = gradflow::codec::CODEC_NAMES
+        .iter()
+        .map(|c| format!("{{name=\"{c}\"}}"))
+        .chain(["{name=\"signsgd\",vote=true}".to_string()]);
+    for codec in tables {
+        let loss = final_loss(&codec);
         assert!(
             loss <= reference * 1.05,
             "{codec}: test loss {loss} vs uncompressed {reference}"

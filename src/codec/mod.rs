@@ -114,6 +114,16 @@ pub struct KeysOnly {
     pub keys: keys::KeyCoding,
 }
 
+/// How the messages of several workers combine at the receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    /// `Σ_w (rows_w / Σ rows) · decode(m_w)`.
+    Sum,
+    /// signSGD with majority vote (Bernstein et al., ICLR'19): each key takes the sign most
+    /// workers sent, with the rows-weighted mean of the magnitudes they sent; a tie drops the key.
+    MajorityVote,
+}
+
 /// The error feedback a codec's paper pairs it with (the default of `train.memory`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorFeedback {
@@ -159,6 +169,11 @@ pub trait Codec: Send {
     /// codecs), and the split is not reported.
     fn key_coding(&self) -> Option<keys::KeyCoding> {
         Some(keys::KeyCoding::Raw)
+    }
+    /// How a receiver combines the messages of several workers: a weighted sum (the default),
+    /// or the majority of their signs (signSGD with majority vote).
+    fn combine(&self) -> Combine {
+        Combine::Sum
     }
     /// Whether `decode(encode(x)) == x` bit for bit (`none`, `none64`): the `sharded` downlink
     /// then skips the local round trip and keeps no residual.

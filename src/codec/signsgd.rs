@@ -2,24 +2,38 @@
 //! 1-bit SGD, Bernstein et al. 2018; Seide et al. 2014). Biased; meant to be paired with error
 //! feedback. Exact zeros carry no sign and are not sent (a sign bit would decode them as
 //! `±scale`); the scale is the mean magnitude of the values sent. Body: scale (f32), keys, one
-//! sign bit per key.
+//! sign bit per key. With `vote = true` the receiver combines workers by majority vote of the
+//! signs (signSGD with majority vote, Bernstein et al. ICLR'19) instead of a weighted sum.
 
+use serde::{Deserialize, Serialize};
+
+use super::keys::KeyCoding;
 use super::{
-    check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
-    KeptValues, KeysOnly, Selection,
+    check_finite, read_selection, write_selection, Codec, CodecError, Combine, EncodeContext,
+    FromParams, KeptValues, Selection,
 };
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 11;
 
+/// Parameters of `signsgd`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SignSgdParams {
+    /// Combine workers' messages by majority vote of the signs instead of summing them.
+    pub vote: bool,
+    /// Key coder.
+    pub keys: KeyCoding,
+}
+
 /// Scaled sign compression.
 pub struct SignSgd {
-    p: KeysOnly,
+    p: SignSgdParams,
 }
 
 impl FromParams for SignSgd {
-    type Params = KeysOnly;
-    fn from_params(p: &KeysOnly) -> Result<Self, String> {
+    type Params = SignSgdParams;
+    fn from_params(p: &SignSgdParams) -> Result<Self, String> {
         Ok(SignSgd { p: p.clone() })
     }
 }
@@ -57,6 +71,14 @@ impl Codec for SignSgd {
         Ok(())
     }
 
+    fn combine(&self) -> Combine {
+        if self.p.vote {
+            Combine::MajorityVote
+        } else {
+            Combine::Sum
+        }
+    }
+
     fn error_feedback(&self) -> super::ErrorFeedback {
         super::ErrorFeedback::ResidualUnlessAdam
     }
@@ -78,7 +100,7 @@ mod tests {
     fn exact_zeros_are_not_sent_and_the_scale_is_their_mean() {
         let keys = [1u32, 4, 6, 9];
         let values = [0.5f32, 0.0, -1.5, 0.0];
-        let mut c = SignSgd::from_params(&KeysOnly::default()).unwrap();
+        let mut c = SignSgd::from_params(&SignSgdParams::default()).unwrap();
         let mut msg = Vec::new();
         c.encode(&keys, &values, 10, EncodeContext::default(), &mut msg)
             .unwrap();

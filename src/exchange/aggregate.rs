@@ -1,21 +1,24 @@
 //! The receiving side of a gradient exchange: decode and sum one round's envelopes.
 
 use super::Envelope;
-use crate::codec::{Codec, CodecError};
+use crate::codec::{Codec, CodecError, Combine};
 use crate::sparse::SparseGrad;
 
-/// Decodes and sums the gradient envelopes one worker received for one round.
+/// Decodes and combines the gradient envelopes one worker received for one round.
 #[derive(Default)]
 pub struct Aggregator {
     piece: SparseGrad,
     scratch: SparseGrad,
+    votes: SparseGrad,
     /// The aggregated gradient of the last call.
     pub sum: SparseGrad,
 }
 
 impl Aggregator {
     /// `sum = Σ_w (rows_w / Σ rows) · decode(payload_w)`, in increasing source order (so the
-    /// result does not depend on arrival order). Checks that each message's dimension is `dim`.
+    /// result does not depend on arrival order); for a codec that combines by
+    /// [`Combine::MajorityVote`], each key gets the majority sign with the weighted mean
+    /// magnitude, and ties are dropped. Checks that each message's dimension is `dim`.
     pub fn aggregate(
         &mut self,
         codec: &mut dyn Codec,
@@ -25,6 +28,7 @@ impl Aggregator {
         msgs.sort_by_key(|m| m.src);
         let total: u64 = msgs.iter().map(|m| m.rows as u64).sum();
         self.sum.clear();
+        self.votes.clear();
         for m in msgs.iter() {
             let d = codec.decode(&m.payload, &mut self.piece)?;
             if d != dim {
@@ -37,8 +41,102 @@ impl Aggregator {
             } else {
                 (m.rows as f64 / total as f64) as f32
             };
-            self.sum.add_scaled(&self.piece, weight, &mut self.scratch);
+            match codec.combine() {
+                Combine::Sum => self.sum.add_scaled(&self.piece, weight, &mut self.scratch),
+                Combine::MajorityVote => {
+                    // `sum` gathers weighted magnitudes, `votes` the signs.
+                    let signs = SparseGrad {
+                        keys: self.piece.keys.clone(),
+                        values: self.piece.values.iter().map(|&v| sign(v)).collect(),
+                    };
+                    self.votes.add_scaled(&signs, 1.0, &mut self.scratch);
+                    self.piece.values.iter_mut().for_each(|v| *v = v.abs());
+                    self.sum.add_scaled(&self.piece, weight, &mut self.scratch);
+                }
+            }
+        }
+        if codec.combine() == Combine::MajorityVote {
+            let (mut i, votes) = (0, std::mem::take(&mut self.votes));
+            for (j, (&k, &vote)) in votes.keys.iter().zip(&votes.values).enumerate() {
+                debug_assert_eq!(self.sum.keys[j], k);
+                if vote != 0.0 {
+                    self.sum.keys[i] = k;
+                    self.sum.values[i] = vote.signum() * self.sum.values[j];
+                    i += 1;
+                }
+            }
+            self.sum.keys.truncate(i);
+            self.sum.values.truncate(i);
+            self.votes = votes;
+            self.votes.clear();
         }
         Ok(&self.sum)
+    }
+}
+
+/// −1, 0 or 1.
+fn sign(v: f32) -> f32 {
+    if v > 0.0 {
+        1.0
+    } else if v < 0.0 {
+        -1.0
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{build_codec, CodecSpec, EncodeContext};
+    use crate::exchange::Envelope;
+
+    #[test]
+    fn majority_vote_takes_the_sign_most_workers_sent() {
+        let spec: CodecSpec =
+            toml::from_str::<toml::Table>("c = { name = \"signsgd\", vote = true }").unwrap()["c"]
+                .clone()
+                .try_into()
+                .unwrap();
+        let mut codec = build_codec(&spec).unwrap();
+        // Key 1: +, +, − → +. Key 2: −, −, + → −. Key 3: +, − (one abstains) → tie, dropped.
+        let grads: [(&[u32], &[f32]); 3] = [
+            (&[1, 2, 3], &[1.0, -1.0, 2.0]),
+            (&[1, 2, 3], &[3.0, -3.0, -2.0]),
+            (&[1, 2], &[-2.0, 2.0]),
+        ];
+        let mut msgs: Vec<Envelope> = grads
+            .iter()
+            .enumerate()
+            .map(|(w, (k, v))| {
+                let mut payload = Vec::new();
+                codec
+                    .encode(k, v, 10, EncodeContext::default(), &mut payload)
+                    .unwrap();
+                Envelope {
+                    dest: 0,
+                    src: w as u32,
+                    rows: 1,
+                    kind: 0,
+                    payload,
+                }
+            })
+            .collect();
+        let sum = Aggregator::default()
+            .aggregate(codec.as_mut(), &mut msgs, 10)
+            .unwrap()
+            .clone();
+        assert_eq!(sum.keys, vec![1, 2]);
+        // Each worker sends ± its mean magnitude (4/3, 8/3, 2); the result's magnitude is their
+        // rows-weighted mean: (4/3 + 8/3 + 2) / 3 = 2.
+        assert!(
+            (sum.values[0] - 2.0).abs() < 1e-6 && (sum.values[1] + 2.0).abs() < 1e-6,
+            "{sum:?}"
+        );
+        // Without `vote` the same messages are summed: key 3 survives.
+        let mut plain = build_codec(&CodecSpec::with_defaults("signsgd").unwrap()).unwrap();
+        let mut aggregator = Aggregator::default();
+        let summed = aggregator.aggregate(plain.as_mut(), &mut msgs, 10).unwrap();
+        assert_eq!(summed.keys, vec![1, 2, 3]);
     }
 }
