@@ -484,7 +484,7 @@ fn codec_commands_print_the_documented_columns_and_reject_bad_input() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "codec,bytes,bytes_per_pair,key_bits_per_key,value_bits_per_value,encode_ms,decode_ms,mean_rel_err,max_abs_err,rel_l2_err,sign_flips,underestimated,kept"
+        "codec,bytes,bytes_per_pair,key_bits_per_key,value_bits_per_value,encode_ms,decode_ms,median_rel_err,mean_rel_err,max_abs_err,rel_l2_err,sign_flips,underestimated,kept"
     );
     assert_eq!(
         lines.count(),
