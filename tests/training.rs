@@ -519,12 +519,85 @@ fn codec_commands_print_the_documented_columns_and_reject_bad_input() {
     );
     assert_eq!(text.lines().count(), 5, "raw, delta_binary, adaptive, rice");
 
+    // For people: an aligned table; codec parameters in --codecs label their rows.
+    let out = Command::new(BIN)
+        .args([
+            "codec",
+            "compare",
+            "--synth",
+            "100000,2000,3",
+            "--repeats",
+            "1",
+            "--codecs",
+        ])
+        .arg("topk:ratio=0.01,keys=raw,fastsgd")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains(',') || l.starts_with("topk:")),
+        "{text}"
+    );
+    assert!(
+        lines[0].starts_with("codec ") && lines[0].contains("  median_rel_err"),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("topk:ratio=0.01,keys=raw "), "{text}");
+    assert!(
+        lines[1].trim_end().ends_with("0.01000"),
+        "kept 1%: {}",
+        lines[1]
+    );
+    assert!(lines[2].starts_with("fastsgd "), "{text}");
+    let widths: Vec<usize> = lines.iter().map(|l| l.len()).collect();
+    assert!(
+        widths.iter().all(|&w| w == widths[0]),
+        "aligned: {widths:?}"
+    );
+
     for (args, needle) in [
         (vec!["codec", "compare", "--synth", "10,20"], "0 < d <= D"),
         (vec!["codec", "compare", "--synth", "100,x"], "bad d"),
         (
             vec!["codec", "compare", "--synth", "1000,10", "--codecs", "zstd"],
             "unknown codec 'zstd'",
+        ),
+        (
+            vec![
+                "codec",
+                "compare",
+                "--synth",
+                "1000,10",
+                "--codecs",
+                "topk:ratoi=0.1",
+            ],
+            "ratoi",
+        ),
+        (
+            vec![
+                "codec",
+                "compare",
+                "--synth",
+                "1000,10",
+                "--codecs",
+                "topk:ratio=7",
+            ],
+            "ratio",
+        ),
+        (
+            vec![
+                "codec", "compare", "--synth", "1000,10", "--codecs", "keys=raw",
+            ],
+            "before any codec name",
         ),
         (
             vec![

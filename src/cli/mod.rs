@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use gradflow::codec::measure::{measure_codec, measure_keys, read_gradient, synth_gradient};
-use gradflow::codec::{CodecSpec, CODEC_NAMES};
+use gradflow::codec::{build_codec, CodecSpec, CODEC_NAMES};
 use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use gradflow::dataflow::Supervisor;
 use gradflow::job::{Job, SynthKind, SynthSection};
@@ -19,6 +19,7 @@ use gradflow::metrics::{epoch_line, human_bytes, write_csv, MetricsRow, SilentCo
 use gradflow::model::file::ModelFile;
 use gradflow::model::{margin, EvalPart, SparseGrad};
 use gradflow::runtime::{run_job, ClusterSpec, ObserverFactory};
+use serde::Deserialize;
 
 /// Data-parallel SGD on timely dataflow with pluggable, measured gradient exchange.
 #[derive(Parser, Debug)]
@@ -67,7 +68,7 @@ struct GradientSource {
     /// Timed runs per measurement.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
-    /// Print CSV instead of a table.
+    /// Print CSV (for machines) instead of an aligned table (for people).
     #[arg(long)]
     csv: bool,
 }
@@ -76,7 +77,8 @@ struct GradientSource {
 struct CompareArgs {
     #[command(flatten)]
     source: GradientSource,
-    /// Comma-separated codec names (default: all).
+    /// Codecs to measure (default: all), comma-separated, each with optional parameters:
+    /// `topk:ratio=0.01,keys=rice,fastsgd`.
     #[arg(long, value_delimiter = ',')]
     codecs: Vec<String>,
 }
@@ -302,28 +304,138 @@ impl GradientSource {
     }
 }
 
+/// Prints rows as CSV (`csv_out`) or as an aligned table for people (numbers to four
+/// significant digits, empty cells as `-`).
 fn print_rows<T: serde::Serialize>(rows: &[T], csv_out: bool) -> Result<(), String> {
-    let mut w = csv::WriterBuilder::new()
-        .delimiter(if csv_out { b',' } else { b'\t' })
-        .from_writer(std::io::stdout());
+    let mut w = csv::Writer::from_writer(Vec::new());
     for r in rows {
         w.serialize(r).map_err(|e| e.to_string())?;
     }
-    w.flush().map_err(|e| e.to_string())
+    let bytes = w.into_inner().map_err(|e| e.to_string())?;
+    if csv_out {
+        print!("{}", String::from_utf8_lossy(&bytes));
+        return Ok(());
+    }
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(&bytes[..]);
+    let table: Vec<Vec<String>> = reader
+        .records()
+        .enumerate()
+        .map(|(i, r)| {
+            let r = r.map_err(|e| e.to_string())?;
+            Ok(r.iter()
+                .map(|cell| {
+                    if i == 0 {
+                        cell.to_string()
+                    } else {
+                        human_cell(cell)
+                    }
+                })
+                .collect())
+        })
+        .collect::<Result<_, String>>()?;
+    let columns = table.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| table.iter().map(|row| row[c].len()).max().unwrap_or(0))
+        .collect();
+    for row in &table {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, &w))| {
+                if c == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect();
+        println!("{}", cells.join("  "));
+    }
+    Ok(())
+}
+
+/// A CSV cell for people: integers as they are, other numbers to four significant digits.
+fn human_cell(cell: &str) -> String {
+    match cell.parse::<f64>() {
+        _ if cell.is_empty() => "-".into(),
+        Ok(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{x:.0}"),
+        Ok(x) => {
+            let digits = (3 - x.abs().log10().floor() as i32).clamp(0, 8) as usize;
+            format!("{x:.digits$}")
+        }
+        Err(_) => cell.to_string(),
+    }
+}
+
+/// Parses `--codecs`: codec names, each optionally followed by parameters,
+/// `topk:ratio=0.01,keys=rice,fastsgd` (a `key=value` item belongs to the codec before it).
+/// Returns (label, spec) pairs; an unknown codec or parameter is an error naming it.
+fn codec_specs(items: &[String]) -> Result<Vec<(String, CodecSpec)>, String> {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        match item.split_once(':') {
+            Some((name, param)) => groups.push((name.to_string(), vec![param.to_string()])),
+            None if item.contains('=') => match groups.last_mut() {
+                Some(g) => g.1.push(item.to_string()),
+                None => {
+                    return Err(format!(
+                        "--codecs: parameter '{item}' before any codec name"
+                    ))
+                }
+            },
+            None => groups.push((item.to_string(), Vec::new())),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(name, params)| {
+            if CodecSpec::with_defaults(&name).is_none() {
+                return Err(format!(
+                    "unknown codec '{name}' (known: {})",
+                    CODEC_NAMES.join(", ")
+                ));
+            }
+            let mut table = toml::Table::new();
+            table.insert("name".into(), toml::Value::String(name.clone()));
+            for p in &params {
+                let (k, v) = p
+                    .split_once('=')
+                    .ok_or_else(|| format!("--codecs {name}: '{p}' is not param=value"))?;
+                let value = match toml::from_str::<toml::Table>(&format!("v = {v}")) {
+                    Ok(mut t) => t.remove("v").unwrap(),
+                    Err(_) => toml::Value::String(v.to_string()),
+                };
+                table.insert(k.trim().to_string(), value);
+            }
+            let spec = CodecSpec::deserialize(toml::Value::Table(table))
+                .map_err(|e| format!("--codecs {name}: {}", e.to_string().trim_end()))?;
+            build_codec(&spec).map_err(|e| format!("--codecs {name}: {e}"))?;
+            let label = if params.is_empty() {
+                name
+            } else {
+                format!("{name}:{}", params.join(","))
+            };
+            Ok((label, spec))
+        })
+        .collect()
 }
 
 fn codec_compare(a: CompareArgs) -> Result<(), String> {
     let (g, dim) = a.source.load()?;
-    let names: Vec<String> = if a.codecs.is_empty() {
-        CODEC_NAMES.iter().map(|s| s.to_string()).collect()
+    let specs = if a.codecs.is_empty() {
+        CODEC_NAMES
+            .iter()
+            .map(|n| (n.to_string(), CodecSpec::with_defaults(n).unwrap()))
+            .collect()
     } else {
-        a.codecs.clone()
+        codec_specs(&a.codecs)?
     };
     let mut rows = Vec::new();
-    for name in &names {
-        let spec = CodecSpec::with_defaults(name)
-            .ok_or_else(|| format!("unknown codec '{name}' (known: {})", CODEC_NAMES.join(", ")))?;
-        rows.push(measure_codec(&spec, name, &g, dim, a.source.repeats)?);
+    for (label, spec) in &specs {
+        rows.push(measure_codec(spec, label, &g, dim, a.source.repeats)?);
     }
     print_rows(&rows, a.source.csv)
 }
