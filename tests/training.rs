@@ -683,3 +683,75 @@ fn a_codec_that_sends_nothing_is_reported() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `train --dump-gradients DIR` writes each worker's real gradient of each round in the format
+/// `codec compare --input` reads; an unwritable directory is an error naming it.
+#[test]
+fn training_gradients_can_be_dumped_and_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
+    let dump = dir.path().join("grads");
+    let status = Command::new(BIN)
+        .arg("train")
+        .arg(&job_path)
+        .args(["-w", "2", "--epochs", "1", "--quiet", "--dump-gradients"])
+        .arg(&dump)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut files: Vec<String> = std::fs::read_dir(&dump)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 20, "10 rounds x 2 workers: {files:?}");
+    assert_eq!(files[0], "round00000-worker0.bin");
+    let g = gradflow::codec::measure::read_gradient(&dump.join("round00003-worker1.bin"), 20_000)
+        .unwrap();
+    assert!(
+        g.len() > 1000,
+        "a real mini-batch gradient: {} keys",
+        g.len()
+    );
+    let out = Command::new(BIN)
+        .args([
+            "codec",
+            "compare",
+            "--csv",
+            "--dim",
+            "20000",
+            "--codecs",
+            "none,topk",
+            "--input",
+        ])
+        .arg(dump.join("round00003-worker1.bin"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with(&format!("none,{},8.", 10 + 8 * g.len())),
+        "{text}"
+    );
+
+    let blocked = dir.path().join("small.toml").join("sub"); // under a file: cannot be created
+    let out = Command::new(BIN)
+        .arg("train")
+        .arg(&job_path)
+        .args(["--epochs", "1", "--quiet", "--dump-gradients"])
+        .arg(&blocked)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("output.gradients"),
+        "{err}"
+    );
+}

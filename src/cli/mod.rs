@@ -110,6 +110,10 @@ pub struct Overrides {
     /// Override output.model (model file path).
     #[arg(long = "model-out")]
     model_out: Option<PathBuf>,
+    /// Write every worker's mini-batch gradient of every round into DIR, in the format of
+    /// `gradflow codec compare --input` (output.gradients).
+    #[arg(long = "dump-gradients", value_name = "DIR")]
+    dump_gradients: Option<PathBuf>,
     /// Override any job field: --set section.field=value (TOML value syntax); repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -142,6 +146,9 @@ impl Overrides {
         }
         if let Some(x) = &self.model_out {
             v.push(format!("output.model={}", q(x)));
+        }
+        if let Some(x) = &self.dump_gradients {
+            v.push(format!("output.gradients={}", q(x)));
         }
         v.extend(self.set.iter().cloned());
         v

@@ -235,6 +235,12 @@ impl GradientStep {
             stats.loss_sum = bs.loss_sum;
             stats.rows = rows as u64;
             stats.grad_keys = self.grad.len() as u64;
+            if let Some(dir) = &self.plan.dump_gradients {
+                let path = dir.join(format!("round{r:05}-worker{}.bin", self.me));
+                std::fs::create_dir_all(dir)
+                    .and_then(|_| crate::codec::measure::write_gradient(&path, &self.grad))
+                    .map_err(|e| format!("output.gradients: {}: {e}", path.display()))?;
+            }
             let t_encode = Instant::now();
             (stats.offered_keys, stats.sent_keys) = self.send(r, rows as u32, st, out)?;
             self.ask(r, st, out);

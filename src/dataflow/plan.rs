@@ -42,6 +42,8 @@ pub struct TrainPlan {
     pub pull: bool,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
+    /// Where to write each worker's gradient of each round (`codec compare --input` format).
+    pub dump_gradients: Option<std::path::PathBuf>,
     /// Rounds (mini-batches) per epoch.
     pub rounds_per_epoch: u64,
     /// Epochs.

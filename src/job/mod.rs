@@ -223,6 +223,9 @@ pub struct OutputSection {
     pub metrics: Option<PathBuf>,
     /// Final model file.
     pub model: Option<PathBuf>,
+    /// A directory to write every worker's mini-batch gradient of every round into
+    /// (`round00012-worker1.bin`, the format of `gradflow codec compare --input`).
+    pub gradients: Option<PathBuf>,
 }
 
 /// A job that could not be loaded.
@@ -499,6 +502,7 @@ impl Job {
             downlink: self.train.downlink.clone(),
             ownership: self.train.ownership,
             pull: self.train.pull,
+            dump_gradients: self.output.gradients.clone(),
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
             epochs: self.train.epochs,
