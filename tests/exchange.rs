@@ -3,16 +3,13 @@
 //! processes, or processes of this test connected over loopback TCP).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
 
-use common::{job_from, run_local, run_processes};
+use common::{gradflow_ok, job_from, run_local, run_processes};
 use gradflow::job::Job;
 use gradflow::metrics::MetricsRow;
 use gradflow::runtime::RunOutcome;
-
-const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
 
 /// The field-structured CTR generator (one value per field, popular values at low indices,
 /// crosses; 105,060 features, 16 per row) with 2% batches.
@@ -117,23 +114,14 @@ fn bytes_per_process(dir: &Path, ownership: &str) -> Vec<u64> {
     let job_path = dir.join("fields.toml");
     std::fs::write(&job_path, FIELDS_JOB).unwrap();
     let metrics = dir.join(format!("{ownership}.csv"));
-    let out = Command::new(BIN)
-        .args(["cluster"])
-        .arg(&job_path)
-        .args(["-n", "4", "--epochs", "1", "--set"])
-        .arg(format!("train.ownership=\"{ownership}\""))
-        .arg("--set")
-        .arg(format!(
-            "output.metrics={:?}",
-            metrics.display().to_string()
-        ))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    gradflow_ok([
+        "cluster".to_string(),
+        job_path.display().to_string(),
+        "-n=4".into(),
+        "--epochs=1".into(),
+        format!("--set=train.ownership=\"{ownership}\""),
+        format!("--set=output.metrics={:?}", metrics.display().to_string()),
+    ]);
     process_rows(&metrics)
         .iter()
         .map(|r| r["uplink_bytes"] + r["downlink_bytes"])

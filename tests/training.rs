@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{free_ports, job_from, run_local};
+use common::{free_ports, gradflow, gradflow_ok, job_from, run_local};
 use gradflow::dataflow::Supervisor;
 use gradflow::exchange::ExchangeKind;
 use gradflow::job::Job;
@@ -520,25 +520,16 @@ fn codec_commands_print_the_documented_columns_and_reject_bad_input() {
     assert_eq!(text.lines().count(), 5, "raw, delta_binary, adaptive, rice");
 
     // For people: an aligned table; codec parameters in --codecs label their rows.
-    let out = Command::new(BIN)
-        .args([
-            "codec",
-            "compare",
-            "--synth",
-            "100000,2000,3",
-            "--repeats",
-            "1",
-            "--codecs",
-        ])
-        .arg("topk:ratio=0.01,keys=raw,fastsgd")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = gradflow_ok([
+        "codec",
+        "compare",
+        "--synth",
+        "100000,2000,3",
+        "--repeats",
+        "1",
+        "--codecs",
+        "topk:ratio=0.01,keys=raw,fastsgd",
+    ]);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert!(
@@ -628,18 +619,17 @@ fn a_codec_that_sends_nothing_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
     let metrics = dir.path().join("m.csv");
-    let out = Command::new(BIN)
-        .arg("train")
-        .arg(&job_path)
-        .args(["--epochs", "1", "--quiet", "--set"])
-        .arg("train.compressor={name=\"fastsgd\",b=2.0,tau=1}")
-        .arg("--set")
-        .arg(format!(
-            "output.metrics={:?}",
-            metrics.display().to_string()
-        ))
-        .output()
-        .unwrap();
+    let train = |codec: &str| {
+        gradflow([
+            "train".to_string(),
+            job_path.display().to_string(),
+            "--epochs=1".into(),
+            "--quiet".into(),
+            format!("--set=train.compressor={codec}"),
+            format!("--set=output.metrics={:?}", metrics.display().to_string()),
+        ])
+    };
+    let out = train("{name=\"fastsgd\",b=2.0,tau=1}");
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
@@ -665,18 +655,7 @@ fn a_codec_that_sends_nothing_is_reported() {
         "{kept:?}"
     );
     // The default FastSGD keeps most of this small gradient, and says nothing.
-    let out = Command::new(BIN)
-        .arg("train")
-        .arg(&job_path)
-        .args([
-            "--epochs",
-            "1",
-            "--quiet",
-            "--set",
-            "train.compressor={name=\"fastsgd\"}",
-        ])
-        .output()
-        .unwrap();
+    let out = train("{name=\"fastsgd\"}");
     assert!(
         out.status.success() && out.stderr.is_empty(),
         "{}",
@@ -691,14 +670,13 @@ fn training_gradients_can_be_dumped_and_compared() {
     let dir = tempfile::tempdir().unwrap();
     let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
     let dump = dir.path().join("grads");
-    let status = Command::new(BIN)
-        .arg("train")
-        .arg(&job_path)
-        .args(["-w", "2", "--epochs", "1", "--quiet", "--dump-gradients"])
-        .arg(&dump)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let train = |to: &Path| {
+        let mut args: Vec<std::ffi::OsString> = vec!["train".into(), job_path.clone().into()];
+        args.extend(["-w", "2", "--epochs", "1", "--quiet", "--dump-gradients"].map(Into::into));
+        args.push(to.into());
+        gradflow(args)
+    };
+    assert!(train(&dump).status.success());
     let mut files: Vec<String> = std::fs::read_dir(&dump)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -706,15 +684,15 @@ fn training_gradients_can_be_dumped_and_compared() {
     files.sort();
     assert_eq!(files.len(), 20, "10 rounds x 2 workers: {files:?}");
     assert_eq!(files[0], "round00000-worker0.bin");
-    let g = gradflow::codec::measure::read_gradient(&dump.join("round00003-worker1.bin"), 20_000)
-        .unwrap();
+    let file = dump.join("round00003-worker1.bin");
+    let g = gradflow::codec::measure::read_gradient(&file, 20_000).unwrap();
     assert!(
         g.len() > 1000,
         "a real mini-batch gradient: {} keys",
         g.len()
     );
-    let out = Command::new(BIN)
-        .args([
+    let text = gradflow_ok(
+        [
             "codec",
             "compare",
             "--csv",
@@ -723,32 +701,18 @@ fn training_gradients_can_be_dumped_and_compared() {
             "--codecs",
             "none,topk",
             "--input",
-        ])
-        .arg(dump.join("round00003-worker1.bin"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .chain([file.as_os_str()]),
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let none = text.lines().nth(1).unwrap();
     assert!(
-        text.lines()
-            .nth(1)
-            .unwrap()
-            .starts_with(&format!("none,{},8.", 10 + 8 * g.len())),
+        none.starts_with(&format!("none,{},8.", 10 + 8 * g.len())),
         "{text}"
     );
-
-    let blocked = dir.path().join("small.toml").join("sub"); // under a file: cannot be created
-    let out = Command::new(BIN)
-        .arg("train")
-        .arg(&job_path)
-        .args(["--epochs", "1", "--quiet", "--dump-gradients"])
-        .arg(&blocked)
-        .output()
-        .unwrap();
+    // A directory under a file cannot be created.
+    let out = train(&dir.path().join("small.toml").join("sub"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("output.gradients"),

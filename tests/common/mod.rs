@@ -2,7 +2,9 @@
 //! processes connected over loopback TCP, run from threads of the test.
 #![allow(dead_code)] // each test crate uses its own subset
 
+use std::ffi::OsStr;
 use std::path::Path;
+use std::process::{Command, Output};
 
 use gradflow::dataflow::Supervisor;
 use gradflow::job::Job;
@@ -63,4 +65,31 @@ pub fn run_processes(job: &Job, n: usize) -> Vec<RunOutcome> {
         })
         .collect();
     handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Runs the `gradflow` binary with `args`.
+pub fn gradflow<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Runs the `gradflow` binary with `args`, asserts that it succeeded and returns its stdout.
+pub fn gradflow_ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let out = gradflow(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
