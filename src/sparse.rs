@@ -59,3 +59,52 @@ impl SparseGrad {
         std::mem::swap(self, scratch);
     }
 }
+
+/// Walks the union of two strictly increasing key lists in order, calling `f(key, i, j)` with
+/// the key's position in `a` and in `b` (`None` where absent): a sorted merge, no hashing.
+pub fn merge_keys(a: &[u32], b: &[u32], mut f: impl FnMut(u32, Option<usize>, Option<usize>)) {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x == y => {
+                f(x, Some(i), Some(j));
+                i += 1;
+                j += 1;
+            }
+            (Some(&x), Some(&y)) if x < y => {
+                f(x, Some(i), None);
+                i += 1;
+            }
+            (Some(&x), None) => {
+                f(x, Some(i), None);
+                i += 1;
+            }
+            (_, Some(&y)) => {
+                f(y, None, Some(j));
+                j += 1;
+            }
+            (None, None) => unreachable!(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_keys_visits_the_union_with_positions() {
+        let mut seen = Vec::new();
+        merge_keys(&[1, 4, 9], &[0, 4, 12], |k, i, j| seen.push((k, i, j)));
+        assert_eq!(
+            seen,
+            vec![
+                (0, None, Some(0)),
+                (1, Some(0), None),
+                (4, Some(1), Some(1)),
+                (9, Some(2), None),
+                (12, None, Some(2)),
+            ]
+        );
+    }
+}

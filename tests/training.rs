@@ -463,24 +463,15 @@ fn predict_reads_the_saved_model() {
 
 #[test]
 fn codec_commands_print_the_documented_columns_and_reject_bad_input() {
-    let out = Command::new(BIN)
-        .args([
-            "codec",
-            "compare",
-            "--synth",
-            "100000,2000,3",
-            "--repeats",
-            "1",
-            "--csv",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = gradflow_ok([
+        "codec",
+        "compare",
+        "--synth",
+        "100000,2000,3",
+        "--repeats",
+        "1",
+        "--csv",
+    ]);
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
@@ -500,17 +491,12 @@ fn codec_commands_print_the_documented_columns_and_reject_bad_input() {
         &gradflow::codec::measure::synth_gradient(50_000, 1000, 0.01, 1),
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["codec", "keys", "--csv", "--dim", "50000", "--input"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let args = ["codec", "keys", "--csv", "--dim", "50000", "--input"];
+    let text = gradflow_ok(
+        args.iter()
+            .map(std::ffi::OsStr::new)
+            .chain([file.as_os_str()]),
     );
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.starts_with(
             "coder,bits_per_key,entropy_bits_per_key,encode_mkeys_per_s,decode_mkeys_per_s"

@@ -160,21 +160,9 @@ impl SparseState {
 /// Calls `f(key, gradient value or 0)` for every key of `grad` or `support`, in increasing
 /// order (a sorted merge; no hashing).
 pub(crate) fn for_union(grad: &SparseGrad, support: &[u32], mut f: impl FnMut(u32, f32)) {
-    let (mut i, mut j) = (0, 0);
-    while i < grad.keys.len() || j < support.len() {
-        let a = grad.keys.get(i).copied().unwrap_or(u32::MAX);
-        let b = support.get(j).copied().unwrap_or(u32::MAX);
-        if i < grad.keys.len() && (a <= b || j >= support.len()) {
-            f(a, grad.values[i]);
-            i += 1;
-            if a == b {
-                j += 1;
-            }
-        } else {
-            f(b, 0.0);
-            j += 1;
-        }
-    }
+    crate::sparse::merge_keys(&grad.keys, support, |k, i, _| {
+        f(k, i.map_or(0.0, |i| grad.values[i]))
+    });
 }
 
 /// Calls `f(key, compensated value, sent value or 0)` for every key of `compensated`, merging
