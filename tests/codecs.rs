@@ -252,6 +252,47 @@ fn unbiased_codecs_are_unbiased_over_many_seeds() {
         spec("{ name = \"qsgd\", levels = 2 }").as_mut(),
         "qsgd 2 levels",
     );
+    assert_unbiased(
+        spec("{ name = \"qsgd\", bucket = 7 }").as_mut(),
+        "qsgd buckets of 7",
+    );
+}
+
+#[test]
+fn qsgd_quantises_each_bucket_by_its_own_norm() {
+    // Bucket 0 holds one huge value among small ones, bucket 1 only small ones: with per-bucket
+    // norms (QSGD §3) bucket 1 decodes to multiples of its own norm / s, most of it kept; one
+    // norm over the message would round all of bucket 1 to level 0 or to multiples of the huge
+    // norm.
+    let g = laplace_grad(1024, 1_000_000, 0.01, 3);
+    assert_eq!(g.len(), 1024);
+    let mut values = g.values.clone();
+    values[17] = 1000.0;
+    let g = SparseGrad {
+        keys: g.keys,
+        values,
+    };
+    let norm1 = g.values[512..]
+        .iter()
+        .map(|&v| v as f64 * v as f64)
+        .sum::<f64>()
+        .sqrt();
+    let mut c = codec("qsgd");
+    let (_, out) = round_trip(c.as_mut(), &g, 1_000_000, 4);
+    let in_bucket1: Vec<f32> = positions(&g, &out, "qsgd")
+        .into_iter()
+        .zip(&out.values)
+        .filter(|&(p, _)| p >= 512)
+        .map(|(_, &v)| v)
+        .collect();
+    assert!(in_bucket1.len() > 150, "bucket 1 kept {}", in_bucket1.len());
+    for v in in_bucket1 {
+        let level = v.abs() as f64 / norm1 * 16.0;
+        assert!(
+            (level - level.round()).abs() < 1e-3 && (1.0..=16.0).contains(&level.round()),
+            "{v} is not a level of bucket 1's norm {norm1}"
+        );
+    }
 }
 
 #[test]

@@ -45,6 +45,17 @@ impl<'a> BitWriter<'a> {
         self.write((1u64 << value) - 1, value as u32 + 1);
     }
 
+    /// Writes `value >= 1` in Elias gamma code: the bit length minus one in unary, then the
+    /// bits below the leading one. 1 costs one bit, 2-3 three, 4-7 five: for the small integers
+    /// of quantisation levels it is never longer than the recursive (omega) code below 2^16.
+    #[inline]
+    pub fn write_gamma(&mut self, value: u32) {
+        debug_assert!(value >= 1);
+        let n = 31 - value.leading_zeros();
+        self.write_unary(n as u64);
+        self.write((value as u64) & ((1u64 << n) - 1), n);
+    }
+
     /// Writes an f32 as its 32 bits.
     #[inline]
     pub fn write_f32(&mut self, x: f32) {
@@ -143,6 +154,19 @@ impl<'a> BitReader<'a> {
         }
     }
 
+    /// Reads an Elias gamma value written by [`BitWriter::write_gamma`], failing above `max`.
+    #[inline]
+    pub fn read_gamma(&mut self, max: u32) -> Result<u32, CodecError> {
+        let n = self.read_unary(31)? as u32;
+        let value = (1u64 << n) | self.read(n)?;
+        if value > max as u64 {
+            return Err(CodecError::Corrupt(format!(
+                "Elias gamma value {value} above {max}"
+            )));
+        }
+        Ok(value as u32)
+    }
+
     /// Bits not read yet: an upper bound on what the rest of a message can hold, used to bound
     /// allocations and work by the bytes actually received.
     pub fn remaining_bits(&self) -> usize {
@@ -174,6 +198,39 @@ impl<'a> BitReader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gamma_codes_have_their_lengths_and_round_trip() {
+        let values = [1u32, 2, 3, 4, 7, 8, 1000, u32::MAX >> 1, u32::MAX];
+        for &v in &values {
+            let mut buf = Vec::new();
+            let mut w = BitWriter::new(&mut buf);
+            w.write_gamma(v);
+            w.write(1, 1); // a marker: the gamma code must end exactly before it
+            w.finish();
+            let mut r = BitReader::new(&buf);
+            assert_eq!(r.read_gamma(u32::MAX).unwrap(), v);
+            assert_eq!(
+                r.read(1).unwrap(),
+                1,
+                "gamma({v}) read too few or too many bits"
+            );
+            let len = 2 * (32 - v.leading_zeros()) - 1;
+            assert_eq!(
+                buf.len(),
+                (len as usize + 1).div_ceil(8),
+                "gamma({v}) length"
+            );
+        }
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        w.write_gamma(9);
+        w.finish();
+        assert!(
+            BitReader::new(&buf).read_gamma(8).is_err(),
+            "bound not enforced"
+        );
+    }
 
     #[test]
     fn fields_round_trip_and_overrun_is_an_error() {

@@ -1,12 +1,17 @@
-//! `qsgd`: QSGD (Alistarh et al. NeurIPS'17). With `‖v‖₂` and `s` levels, `|v_i| / ‖v‖₂ · s` is
-//! rounded stochastically to a neighbouring integer level `ℓ`, so `E[‖v‖₂ · sign · ℓ / s] = v_i`.
-//! Level-0 coordinates are not sent. Body: norm (f32), keys, per key a sign bit and `ℓ - 1` in
-//! `bits(s - 1)` bits.
-
+//! `qsgd`: QSGD (Alistarh et al. NeurIPS'17). The values are cut into buckets of `bucket`
+//! consecutive nonzeros (QSGD §3, "bucketing"; 512 in the paper's experiments), each with its own
+//! norm `‖v_B‖₂`; with `s` levels, `|v_i| / ‖v_B‖₂ · s` is rounded stochastically to a
+//! neighbouring integer level `ℓ`, so `E[‖v_B‖₂ · sign · ℓ / s] = v_i`. A bucket's variance grows
+//! by at most `min(bucket/s², √bucket/s)` (QSGD Lemma 3.1), instead of with the whole message.
+//!
+//! Level-0 coordinates are not sent. Body: `s − 1`, the bucket size, the key coder, the number
+//! of buckets; per bucket its norm (f32) and how many of its keys are kept (Elias gamma of
+//! count + 1); the kept keys; per kept key a sign bit and `ℓ` in Elias gamma code (QSGD §3.2
+//! codes levels with Elias' integer codes: small levels, which dominate, take 1 or 3 bits).
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
-use super::keys::{bit_len, KeyCoding};
+use super::keys::KeyCoding;
 use super::{
     check_finite, check_scale, read_message, write_message, Codec, CodecError, EncodeContext,
     FromParams,
@@ -14,7 +19,7 @@ use super::{
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 9;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// Parameters of `qsgd`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,6 +27,8 @@ const VERSION: u8 = 1;
 pub struct QsgdParams {
     /// Number of levels `s`.
     pub levels: u32,
+    /// Nonzeros per bucket (one norm each).
+    pub bucket: u32,
     /// Key coder.
     pub keys: KeyCoding,
 }
@@ -30,15 +37,24 @@ impl Default for QsgdParams {
     fn default() -> Self {
         QsgdParams {
             levels: 16,
+            bucket: 512,
             keys: KeyCoding::Rice,
         }
     }
 }
 
-/// Stochastic level quantization.
+/// Largest bucket size (24 bits in the message).
+const MAX_BUCKET: u32 = (1 << 24) - 1;
+
+/// Stochastic level quantization with per-bucket norms.
 pub struct Qsgd {
     p: QsgdParams,
-    bits: u32,
+    /// Scratch: (key, level, negative) of the kept values, reused across messages.
+    kept: Vec<(u32, u32, bool)>,
+    /// Scratch: the kept keys, in order.
+    kept_keys: Vec<u32>,
+    /// Scratch: per bucket, its norm and kept count.
+    buckets: Vec<(f32, u32)>,
 }
 
 impl FromParams for Qsgd {
@@ -50,9 +66,17 @@ impl FromParams for Qsgd {
                 p.levels
             ));
         }
+        if !(1..=MAX_BUCKET).contains(&p.bucket) {
+            return Err(format!(
+                "qsgd.bucket: must be in 1..={MAX_BUCKET}, got {}",
+                p.bucket
+            ));
+        }
         Ok(Qsgd {
             p: p.clone(),
-            bits: bit_len(p.levels as u64 - 1),
+            kept: Vec::new(),
+            kept_keys: Vec::new(),
+            buckets: Vec::new(),
         })
     }
 }
@@ -71,33 +95,50 @@ impl Codec for Qsgd {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
-        let norm = values
-            .iter()
-            .map(|&v| v as f64 * v as f64)
-            .sum::<f64>()
-            .sqrt();
         let s = self.p.levels as f64;
         let mut rng = ctx.rng();
-        let mut kept: Vec<(u32, u32, bool)> = Vec::new(); // (key, level, negative)
-        if norm > 0.0 {
-            for (&k, &v) in keys.iter().zip(values) {
-                let x = (v.abs() as f64 / norm * s).min(s);
-                let f = x.floor();
-                let level = (f + (rng.random::<f64>() < x - f) as u8 as f64) as u32;
-                if level > 0 {
-                    kept.push((k, level, v < 0.0));
+        let (kept, buckets) = (&mut self.kept, &mut self.buckets);
+        kept.clear();
+        buckets.clear();
+        for (bucket_keys, bucket_values) in keys
+            .chunks(self.p.bucket as usize)
+            .zip(values.chunks(self.p.bucket as usize))
+        {
+            let norm = bucket_values
+                .iter()
+                .map(|&v| v as f64 * v as f64)
+                .sum::<f64>()
+                .sqrt() as f32;
+            let before = kept.len();
+            if norm > 0.0 {
+                let norm = norm as f64;
+                for (&k, &v) in bucket_keys.iter().zip(bucket_values) {
+                    let x = (v.abs() as f64 / norm * s).min(s);
+                    let f = x.floor();
+                    let level = (f + (rng.random::<f64>() < x - f) as u8 as f64) as u32;
+                    if level > 0 {
+                        kept.push((k, level, v < 0.0));
+                    }
                 }
             }
+            buckets.push((norm, (kept.len() - before) as u32));
         }
-        let kept_keys: Vec<u32> = kept.iter().map(|t| t.0).collect();
+        self.kept_keys.clear();
+        self.kept_keys.extend(kept.iter().map(|t| t.0));
+        let (p, kept_keys) = (&self.p, &self.kept_keys);
         write_message(out, ID, VERSION, dim, kept.len(), |w| {
-            w.write(self.p.levels as u64 - 1, 20);
-            self.p.keys.write_id(w);
-            w.write_f32(norm as f32);
-            self.p.keys.encode(&kept_keys, w);
-            for &(_, level, neg) in &kept {
+            w.write(p.levels as u64 - 1, 20);
+            w.write(p.bucket as u64, 24);
+            p.keys.write_id(w);
+            w.write(buckets.len() as u64, 32);
+            for &(norm, count) in buckets.iter() {
+                w.write_f32(norm);
+                w.write_gamma(count + 1);
+            }
+            p.keys.encode(kept_keys, w);
+            for &(_, level, neg) in kept.iter() {
                 w.write(neg as u64, 1);
-                w.write((level - 1) as u64, self.bits);
+                w.write_gamma(level);
             }
         });
         Ok(())
@@ -108,20 +149,45 @@ impl Codec for Qsgd {
     }
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
+        let buckets = &mut self.buckets;
         read_message(bytes, ID, VERSION, out, |h, r, out| {
-            let levels = r.read(20)? + 1;
-            let (bits, s) = (bit_len(levels - 1), levels as f64);
+            let levels = r.read(20)? as u32 + 1;
+            let s = levels as f64;
+            let bucket = r.read(24)? as u32;
+            if bucket == 0 {
+                return Err(CodecError::Corrupt("bucket size 0".into()));
+            }
             let coder = KeyCoding::read_id(r)?;
-            let norm = check_scale("norm", r.read_f32()?)? as f64;
+            let n_buckets = r.read(32)? as usize;
+            // Each bucket takes at least 33 bits: refuse counts the message cannot hold before
+            // reserving anything.
+            if n_buckets > r.remaining_bits() / 33 {
+                return Err(CodecError::Corrupt(format!(
+                    "{n_buckets} buckets do not fit in the message"
+                )));
+            }
+            buckets.clear();
+            let mut total = 0u64;
+            for _ in 0..n_buckets {
+                let norm = check_scale("norm", r.read_f32()?)?;
+                let count = r.read_gamma(bucket + 1)? - 1;
+                total += count as u64;
+                buckets.push((norm, count));
+            }
+            if total != h.count as u64 {
+                return Err(CodecError::Corrupt(format!(
+                    "buckets hold {total} keys, header says {}",
+                    h.count
+                )));
+            }
             coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
-            for _ in 0..h.count {
-                let neg = r.read(1)? == 1;
-                let level = r.read(bits)? as f64 + 1.0;
-                if level > s {
-                    return Err(CodecError::Corrupt(format!("level {level} above {s}")));
+            for &(norm, count) in buckets.iter() {
+                for _ in 0..count {
+                    let neg = r.read(1)? == 1;
+                    let level = r.read_gamma(levels)? as f64;
+                    let v = (norm as f64 * level / s) as f32;
+                    out.values.push(if neg { -v } else { v });
                 }
-                let v = (norm * level / s) as f32;
-                out.values.push(if neg { -v } else { v });
             }
             Ok(())
         })
