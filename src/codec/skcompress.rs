@@ -7,8 +7,8 @@
 //! * keys use an adaptive prefix: each delta's bit length is an entropy-coded class chosen from
 //!   the histogram of gap lengths, followed by the delta's bits below its leading one.
 //!
-//! Values decode exactly as in SketchML (zero-side bucket edge: never larger, never a flipped
-//! sign). Body: shape and edges, each group's key count, the length-class model and stream, the
+//! Values decode exactly as in SketchML (its `decode` table: the per-class mean by default; never
+//! a larger bucket index, never a flipped sign). Body: shape and bucket table, each group's key count, the length-class model and stream, the
 //! cell model and stream, then the raw delta bits of every group.
 
 use serde::{Deserialize, Serialize};
@@ -17,8 +17,8 @@ use super::entropy::{read_symbols, write_symbols};
 use super::keys::{bit_len, KeyBuilder, KeyCoding};
 use super::minmax::MinMaxSketch;
 use super::sketchml::{
-    group_values, merge_groups, read_group_count, read_shape_and_edges, sketch_gradient,
-    write_shape_and_edges, Shape, SketchMlParams, Sketched,
+    group_values, merge_groups, read_group_count, read_shape_and_table, sketch_gradient,
+    write_shape_and_table, Decode, Shape, SketchMlParams, Sketched,
 };
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
@@ -26,7 +26,7 @@ use super::{
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 14;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// Delta bit lengths 0..=32.
 const LENGTH_CLASSES: usize = 33;
 
@@ -42,6 +42,8 @@ pub struct SkCompressParams {
     pub rows: u32,
     /// Columns per sketch as a fraction of the group's keys.
     pub column_ratio: f32,
+    /// What a decoded bucket stands for (as in `sketchml`).
+    pub decode: Decode,
 }
 
 impl Default for SkCompressParams {
@@ -52,6 +54,7 @@ impl Default for SkCompressParams {
             groups: s.groups,
             rows: s.rows,
             column_ratio: s.column_ratio,
+            decode: s.decode,
         }
     }
 }
@@ -64,6 +67,7 @@ impl SkCompressParams {
             rows: self.rows,
             column_ratio: self.column_ratio,
             keys: KeyCoding::Raw,
+            decode: self.decode,
         }
     }
 }
@@ -113,10 +117,10 @@ impl Codec for SkCompress {
         check_finite(keys, values)?;
         let sh = self.shape;
         let Sketched {
-            edges,
+            table,
             group_keys,
             sketches,
-        } = sketch_gradient(&sh, keys, values);
+        } = sketch_gradient(&sh, self.p.decode, keys, values);
         let count: usize = group_keys.iter().map(Vec::len).sum();
         let lengths: Vec<u8> = group_keys
             .iter()
@@ -128,7 +132,7 @@ impl Codec for SkCompress {
             .collect();
         let mut result = Ok(());
         write_message(out, ID, VERSION, dim, count, |w| {
-            write_shape_and_edges(w, &self.p, &edges);
+            write_shape_and_table(w, &self.p, &table);
             group_keys.iter().for_each(|g| w.write(g.len() as u64, 32));
             result = write_symbols(w, &lengths, LENGTH_CLASSES)
                 .and_then(|_| write_symbols(w, &cells, sh.per_group));
@@ -146,7 +150,7 @@ impl Codec for SkCompress {
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         read_message(bytes, ID, VERSION, out, |h, r, out| {
-            let (sh, edges) = read_shape_and_edges(r)?;
+            let (sh, table) = read_shape_and_table(r)?;
             let mut seen = 0usize;
             let counts = (0..2 * sh.groups_per_sign)
                 .map(|_| read_group_count(r, &mut seen, h.count))
@@ -185,7 +189,7 @@ impl Codec for SkCompress {
                     cells[at_cell..at_cell + size].to_vec(),
                 );
                 at_cell += size;
-                let values = group_values(&sh, &edges, g, &keys, &sketch)?;
+                let values = group_values(&sh, &table, g, &keys, &sketch)?;
                 decoded.push(SparseGrad { keys, values });
             }
             merge_groups(decoded, out)

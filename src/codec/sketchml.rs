@@ -8,14 +8,27 @@
 //!    holding bucket indexes local to the group.
 //! 3. Keys (§3.4): the keys of each group, delta-encoded (delta-binary by default).
 //!
-//! Decoding a key queries its group's sketch (never above its true bucket) and returns the
-//! bucket's zero-side edge. Choice: the paper decodes a bucket to its midpoint, which exceeds
-//! the values in the lower half of the bucket; the zero-side edge is the largest value that
-//! keeps `|decoded| <= |true|` for every value, which the issue requires. Zero values are not
-//! sent.
+//! Decoding a key queries its group's sketch, which never answers above the key's true bucket,
+//! and looks the answer up in a per-sign table of bucket values the encoder chose ([`Decode`]):
 //!
-//! Body: q (16 bits), r (8), s (4), ratio (f32), then for each sign the edge count (16 bits) and
-//! the edges (f32), then for each group its key count (32 bits), keys, and cells.
+//! * `edge` (default): the bucket's zero-side edge, the largest value with `|decoded| <= |true|`
+//!   for every key. Its error can reach a whole bucket width instead of the midpoint's half, so
+//!   the paper's variance bound (App. A.1) loosens by a factor 4.
+//! * `midpoint`: the paper's (§3.2) bucket midpoint; the last bucket ends at the largest
+//!   magnitude.
+//! * `mean`: for every (sign, answered bucket), the mean magnitude of the keys whose query
+//!   answers that bucket (the encoder runs the receiver's queries, so it knows). This is the
+//!   least-squares value for what the receiver can tell apart, and every such class decodes to
+//!   its true sum, so MinMax collisions, which only ever lower an index, no longer shrink
+//!   positive and negative values by different factors. A correctly answered key now decodes
+//!   above its true magnitude when collided keys share its class.
+//!
+//! A decoded bucket index never exceeds the true one, and no sign flips, whichever the table.
+//! Zero values are not sent. The table has the same size whichever value it holds, and the
+//! decoder does not need to know which one it got.
+//!
+//! Body: q (16 bits), r (8), s (4), ratio (f32), then for each sign the bucket count (16 bits)
+//! and the bucket values (f32), then for each group its key count (32 bits), keys, and cells.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,7 +42,7 @@ use super::{
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 13;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// Parameters of `sketchml` (defaults: the paper's and the reference code's).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,6 +58,8 @@ pub struct SketchMlParams {
     pub column_ratio: f32,
     /// Key coder.
     pub keys: KeyCoding,
+    /// What a decoded bucket stands for.
+    pub decode: Decode,
 }
 
 impl Default for SketchMlParams {
@@ -54,9 +69,23 @@ impl Default for SketchMlParams {
             groups: 8,
             rows: 2,
             column_ratio: 0.3,
-            keys: KeyCoding::DeltaBinary,
+            keys: KeyCoding::Adaptive,
+            decode: Decode::Edge,
         }
     }
+}
+
+/// The value a decoded bucket stands for (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decode {
+    /// The bucket's zero-side edge (never larger than the true magnitude).
+    #[default]
+    Edge,
+    /// Mean magnitude of the keys whose query answers the bucket (exact sums per class).
+    Mean,
+    /// The bucket's midpoint (the paper's).
+    Midpoint,
 }
 
 /// Sizes derived from the parameters.
@@ -131,13 +160,20 @@ impl FromParams for SketchMl {
 /// group and each group's MinMaxSketch. Shared with `skcompress`, which codes keys and cells
 /// differently.
 pub(crate) struct Sketched {
-    pub(crate) edges: [Vec<f32>; 2],
+    /// Per sign, the magnitude each answered bucket decodes to.
+    pub(crate) table: [Vec<f32>; 2],
     pub(crate) group_keys: Vec<Vec<u32>>,
     pub(crate) sketches: Vec<MinMaxSketch>,
 }
 
-/// Buckets, groups and sketches a gradient (zero values are dropped).
-pub(crate) fn sketch_gradient(sh: &Shape, keys: &[u32], values: &[f32]) -> Sketched {
+/// Buckets, groups and sketches a gradient (zero values are dropped), and the table of what
+/// each answered bucket decodes to.
+pub(crate) fn sketch_gradient(
+    sh: &Shape,
+    decode: Decode,
+    keys: &[u32],
+    values: &[f32],
+) -> Sketched {
     let mags: [Vec<f32>; 2] = [
         values.iter().filter(|&&v| v > 0.0).copied().collect(),
         values.iter().filter(|&&v| v < 0.0).map(|v| -v).collect(),
@@ -147,13 +183,15 @@ pub(crate) fn sketch_gradient(sh: &Shape, keys: &[u32], values: &[f32]) -> Sketc
         bucket_edges(&mags[1], sh.half),
     ];
     let max = |m: &[f32]| m.iter().copied().fold(0f32, f32::max);
+    let maxima = [max(&mags[0]), max(&mags[1])];
     let finders = [
-        BucketFinder::new(&edges[0], max(&mags[0])),
-        BucketFinder::new(&edges[1], max(&mags[1])),
+        BucketFinder::new(&edges[0], maxima[0]),
+        BucketFinder::new(&edges[1], maxima[1]),
     ];
     let n_groups = 2 * sh.groups_per_sign;
     let mut group_keys: Vec<Vec<u32>> = vec![Vec::new(); n_groups];
     let mut group_idx: Vec<Vec<u8>> = vec![Vec::new(); n_groups];
+    let mut group_mags: Vec<Vec<f32>> = vec![Vec::new(); n_groups];
     for (&k, &v) in keys.iter().zip(values) {
         if v == 0.0 {
             continue;
@@ -163,8 +201,9 @@ pub(crate) fn sketch_gradient(sh: &Shape, keys: &[u32], values: &[f32]) -> Sketc
         let g = sign * sh.groups_per_sign + b / sh.per_group;
         group_keys[g].push(k);
         group_idx[g].push((b % sh.per_group) as u8);
+        group_mags[g].push(v.abs());
     }
-    let sketches = (0..n_groups)
+    let sketches: Vec<MinMaxSketch> = (0..n_groups)
         .map(|g| {
             let mut s = MinMaxSketch::new(
                 sh.rows,
@@ -177,17 +216,57 @@ pub(crate) fn sketch_gradient(sh: &Shape, keys: &[u32], values: &[f32]) -> Sketc
             s
         })
         .collect();
+    let table = match decode {
+        Decode::Edge => edges,
+        Decode::Midpoint => [0, 1].map(|sign| {
+            let e = &edges[sign];
+            (0..e.len())
+                .map(|j| 0.5 * (e[j] + e.get(j + 1).copied().unwrap_or(maxima[sign])))
+                .collect()
+        }),
+        Decode::Mean => {
+            // Run the receiver's queries and average the true magnitudes per answer.
+            let mut sums = [
+                vec![(0f64, 0u32); edges[0].len()],
+                vec![(0f64, 0u32); edges[1].len()],
+            ];
+            for g in 0..n_groups {
+                let (sign, first) = (
+                    g / sh.groups_per_sign,
+                    (g % sh.groups_per_sign) * sh.per_group,
+                );
+                for (&k, &m) in group_keys[g].iter().zip(&group_mags[g]) {
+                    let slot = &mut sums[sign][first + sketches[g].query(k) as usize];
+                    slot.0 += m as f64;
+                    slot.1 += 1;
+                }
+            }
+            [0, 1].map(|sign| {
+                sums[sign]
+                    .iter()
+                    .zip(&edges[sign])
+                    .map(|(&(sum, n), &edge)| {
+                        if n == 0 {
+                            edge
+                        } else {
+                            (sum / n as f64) as f32
+                        }
+                    })
+                    .collect()
+            })
+        }
+    };
     Sketched {
-        edges,
+        table,
         group_keys,
         sketches,
     }
 }
 
-/// Values of group `g`'s keys from its sketch: the zero-side edge of the queried bucket.
+/// Values of group `g`'s keys from its sketch: the table's value of the answered bucket.
 pub(crate) fn group_values(
     sh: &Shape,
-    edges: &[Vec<f32>; 2],
+    table: &[Vec<f32>; 2],
     g: usize,
     keys: &[u32],
     sketch: &MinMaxSketch,
@@ -196,7 +275,7 @@ pub(crate) fn group_values(
         g / sh.groups_per_sign,
         (g % sh.groups_per_sign) * sh.per_group,
     );
-    let e = &edges[sign];
+    let e = &table[sign];
     keys.iter()
         .map(|&k| {
             let b = first + sketch.query(k) as usize;
@@ -208,43 +287,43 @@ pub(crate) fn group_values(
         .collect()
 }
 
-/// Writes the shape parameters and the per-sign edges.
-pub(crate) fn write_shape_and_edges(w: &mut BitWriter, p: &SketchMlParams, edges: &[Vec<f32>; 2]) {
+/// Writes the shape parameters and the per-sign bucket tables.
+pub(crate) fn write_shape_and_table(w: &mut BitWriter, p: &SketchMlParams, table: &[Vec<f32>; 2]) {
     w.write(p.bins as u64, 16);
     w.write(p.groups as u64, 8);
     w.write(p.rows as u64, 4);
     w.write_f32(p.column_ratio);
-    for e in edges {
+    for e in table {
         w.write(e.len() as u64, 16);
         e.iter().for_each(|&x| w.write_f32(x));
     }
 }
 
-/// Reads what [`write_shape_and_edges`] wrote, validating it.
-pub(crate) fn read_shape_and_edges(
+/// Reads what [`write_shape_and_table`] wrote, validating it.
+pub(crate) fn read_shape_and_table(
     r: &mut BitReader,
 ) -> Result<(Shape, [Vec<f32>; 2]), CodecError> {
     let (bins, groups, rows) = (r.read(16)? as u32, r.read(8)? as u32, r.read(4)? as u32);
     let ratio = r.read_f32()?;
     let sh = Shape::new(bins, groups, rows, ratio).map_err(CodecError::Corrupt)?;
-    let mut edges: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
-    for e in edges.iter_mut() {
+    let mut table: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
+    for e in table.iter_mut() {
         let n = r.read(16)? as usize;
         if n > sh.half {
             return Err(CodecError::Corrupt(format!(
-                "{n} edges for {} buckets",
+                "{n} bucket values for {} buckets",
                 sh.half
             )));
         }
         for _ in 0..n {
             let x = r.read_f32()?;
-            if !(x.is_finite() && x >= 0.0) || e.last().is_some_and(|&l| l >= x) {
-                return Err(CodecError::Corrupt(format!("bucket edge {x}")));
+            if !(x.is_finite() && x >= 0.0) {
+                return Err(CodecError::Corrupt(format!("bucket value {x}")));
             }
             e.push(x);
         }
     }
-    Ok((sh, edges))
+    Ok((sh, table))
 }
 
 /// Reads a group's key count, checking the running total against the header's count.
@@ -339,13 +418,13 @@ impl Codec for SketchMl {
         check_finite(keys, values)?;
         let sh = self.shape;
         let Sketched {
-            edges,
+            table,
             group_keys,
             sketches,
-        } = sketch_gradient(&sh, keys, values);
+        } = sketch_gradient(&sh, self.p.decode, keys, values);
         let count: usize = group_keys.iter().map(Vec::len).sum();
         write_message(out, ID, VERSION, dim, count, |w| {
-            write_shape_and_edges(w, &self.p, &edges);
+            write_shape_and_table(w, &self.p, &table);
             self.p.keys.write_id(w);
             for (keys, sketch) in group_keys.iter().zip(&sketches) {
                 w.write(keys.len() as u64, 32);
@@ -360,7 +439,7 @@ impl Codec for SketchMl {
 
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         read_message(bytes, ID, VERSION, out, |h, r, out| {
-            let (sh, edges) = read_shape_and_edges(r)?;
+            let (sh, table) = read_shape_and_table(r)?;
             let coder = KeyCoding::read_id(r)?;
             let mut decoded: Vec<SparseGrad> = Vec::with_capacity(2 * sh.groups_per_sign);
             let mut seen = 0usize;
@@ -374,7 +453,7 @@ impl Codec for SketchMl {
                     .collect::<Result<Vec<u8>, _>>()?;
                 let sketch =
                     MinMaxSketch::from_cells(sh.rows, cols, (sh.per_group - 1) as u8, cells);
-                let values = group_values(&sh, &edges, g, &keys, &sketch)?;
+                let values = group_values(&sh, &table, g, &keys, &sketch)?;
                 decoded.push(SparseGrad { keys, values });
             }
             merge_groups(decoded, out)

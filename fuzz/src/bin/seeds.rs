@@ -21,7 +21,12 @@ fn variants(name: &str) -> &'static [&'static str] {
         "terngrad" => &["clip = 0.0"],
         "signsgd" => &["vote = true"],
         "logquant" => &["bits = 2"],
-        "sketchml" | "skcompress" => &["bins = 16, groups = 2", "rows = 1, column_ratio = 4.0"],
+        "sketchml" | "skcompress" => &[
+            "bins = 16, groups = 2",
+            "rows = 1, column_ratio = 4.0",
+            "decode = \"mean\"",
+            "decode = \"midpoint\"",
+        ],
         _ => &[],
     }
 }
