@@ -6,7 +6,7 @@
 //! (error feedback) beside it → [`exchange`] → [`optim`] → [`dataflow`] (timely operators) →
 //! [`job`] (TOML + CLI) and [`runtime`] (timely configuration, processes); [`metrics`] observes.
 //!
-//! A codec round trip (SketchML never overestimates a magnitude nor flips a sign):
+//! A codec round trip (SketchML never flips a sign, and by default keeps each sign's sum):
 //!
 //! ```
 //! use gradflow::codec::{build_codec, CodecSpec, EncodeContext};
@@ -20,8 +20,10 @@
 //! assert_eq!(codec.decode(&message, &mut decoded).unwrap(), 100);
 //! assert_eq!(decoded.keys, keys);
 //! for (d, t) in decoded.values.iter().zip(&values) {
-//!     assert!(d.abs() <= t.abs() && d.signum() == t.signum());
+//!     assert_eq!(d.signum(), t.signum());
 //! }
+//! let negative_sum: f32 = decoded.values.iter().filter(|v| **v < 0.0).sum();
+//! assert!((negative_sum - (-2.25)).abs() < 1e-6);
 //! ```
 
 pub mod codec;

@@ -100,33 +100,107 @@ fn same_seed_same_model_and_exchanges_agree() {
     assert_ne!(a, other_seed);
 }
 
-/// The issue's criterion, on the quickstart job itself (embedded data, 10 epochs, 2 workers).
-/// Every codec is held to 5%; measured, the worst is terngrad at +1.9%.
-#[test]
-fn every_codec_trains_the_quickstart_to_within_five_percent_of_the_uncompressed_loss() {
-    let quickstart = Path::new(env!("CARGO_MANIFEST_DIR")).join("jobs/quickstart.toml");
-    let final_loss = |table: &str| {
-        let j = Job::load(&quickstart, &[format!("train.compressor={table}")]).unwrap();
-        let out = run_local(&j, 2);
-        out.rows
-            .iter()
-            .rfind(|r| r.kind == "epoch")
-            .unwrap()
-            .test_loss
-            .unwrap()
-    };
-    let reference = final_loss("{name=\"none\"}");
-    let tables = gradflow::codec::CODEC_NAMES
+/// Test loss at the end of every epoch.
+fn epoch_losses(out: &RunOutcome) -> Vec<f64> {
+    out.rows
         .iter()
-        .map(|c| format!("{{name=\"{c}\"}}"))
-        .chain(["{name=\"signsgd\",vote=true}".to_string()]);
-    for codec in tables {
-        let loss = final_loss(&codec);
-        assert!(
-            loss <= reference * 1.05,
-            "{codec}: test loss {loss} vs uncompressed {reference}"
-        );
+        .filter(|r| r.kind == "epoch")
+        .map(|r| r.test_loss.unwrap())
+        .collect()
+}
+
+/// How far above the uncompressed test loss each codec may end any epoch of the job below, as
+/// a fraction, under (Adam, plain SGD). About twice the worst excess measured (in the
+/// comment, in %), so that a broken codec fails and noise does not. The papers' FastSGD is
+/// held to 0.5%. Where the excess is large it is the codec's design meeting this set (1%
+/// batches of sparse one-hot rows, λ = 1e-6), not noise: unbiased sparsifiers and quantisers
+/// (randomk, gspar, qsgd, terngrad) rescale rare coordinates by 1/p, which Adam's per-key
+/// normalisation turns into full-size noisy steps; signSGD under Adam runs without memory (see
+/// the README); SketchML's excess is at epoch 1 and gone by epoch 3 (+0.2% / -0.1%).
+const TOLERANCES: &[(&str, f64, f64)] = &[
+    ("none", 0.0, 0.0),
+    ("none64", 0.0, 0.0),
+    ("zipml", 0.001, 0.001),      // +0.004 / +0.000
+    ("fastsgd", 0.005, 0.005),    // +0.014 / +0.224
+    ("sketchml", 0.015, 0.025),   // +0.692 / +1.256
+    ("skcompress", 0.015, 0.025), // the same numbers: the same values, coded smaller
+    ("gspar", 0.15, 0.02),        // +7.18 / +0.89
+    ("topk", 0.012, 0.001),       // +0.603 / +0.001, with its residual
+    ("randomk", 0.40, 0.09),      // +20.5 / +4.33
+    ("threshold", 0.007, 0.001),  // +0.343 / +0.005, with its residual
+    ("qsgd", 0.05, 0.002),        // +2.38 / +0.083
+    ("terngrad", 0.08, 0.016),    // +3.86 / +0.80
+    ("signsgd", 0.60, 0.13),      // +31.8 / +6.49 (residual under SGD only)
+    ("signsgd-vote", 0.60, 0.13), // +31.6 / +6.48
+    ("logquant", 0.003, 0.001),   // +0.157 / -0.045
+];
+
+/// Every codec, with its paper's memory, against the uncompressed run at the same epoch, under
+/// Adam and under plain SGD (where a scale error shows: Adam normalises it away), on the
+/// field-structured CTR set with weak regularisation.
+#[test]
+fn every_codec_stays_within_its_tolerance_of_uncompressed_training_at_every_epoch() {
+    const JOB: &str = r#"
+[data]
+test_fraction = 0.2
+[data.synth]
+kind = "fields"
+rows = 60000
+seed = 3
+[model]
+loss = "logistic"
+lambda = 1e-6
+[train]
+epochs = 3
+batch_fraction = 0.01
+seed = 42
+"#;
+    let losses = |table: &str, optimizer: &[&str]| {
+        let mut overrides = vec![format!("train.compressor={table}")];
+        overrides.extend(optimizer.iter().map(|o| o.to_string()));
+        let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
+        epoch_losses(&run_local(&job_from(JOB, "codecs.toml", &overrides), 2))
+    };
+    let optimizers: [&[&str]; 2] = [
+        &["optimizer.kind=\"adam\"", "optimizer.lr=0.01"],
+        &["optimizer.kind=\"sgd\"", "optimizer.lr=2.0"],
+    ];
+    let references: Vec<Vec<f64>> = optimizers
+        .iter()
+        .map(|o| losses("{name=\"none\"}", o))
+        .collect();
+    let (mut report, mut failed) = (String::new(), false);
+    let codecs = gradflow::codec::CODEC_NAMES
+        .iter()
+        .map(|c| (c.to_string(), format!("{{name=\"{c}\"}}")))
+        .chain([(
+            "signsgd-vote".to_string(),
+            "{name=\"signsgd\",vote=true}".to_string(),
+        )]);
+    for (name, table) in codecs {
+        for (optimizer, reference) in optimizers.iter().zip(&references) {
+            let excess = losses(&table, optimizer)
+                .iter()
+                .zip(reference)
+                .map(|(l, r)| l / r - 1.0)
+                .fold(f64::MIN, f64::max);
+            let &(_, adam, sgd) = TOLERANCES.iter().find(|t| t.0 == name).unwrap();
+            let allowed = if optimizer[0].contains("adam") {
+                adam
+            } else {
+                sgd
+            };
+            failed |= excess > allowed;
+            report += &format!(
+                "{name:>12} {:<22} worst epoch {:+.3}% (allowed {:.2}%)\n",
+                optimizer[0],
+                100.0 * excess,
+                100.0 * allowed
+            );
+        }
     }
+    println!("{report}");
+    assert!(!failed, "{report}");
 }
 
 #[test]

@@ -11,17 +11,19 @@
 //! Decoding a key queries its group's sketch, which never answers above the key's true bucket,
 //! and looks the answer up in a per-sign table of bucket values the encoder chose ([`Decode`]):
 //!
-//! * `edge` (default): the bucket's zero-side edge, the largest value with `|decoded| <= |true|`
-//!   for every key. Its error can reach a whole bucket width instead of the midpoint's half, so
-//!   the paper's variance bound (App. A.1) loosens by a factor 4.
+//! * `mean` (default): for every (sign, answered bucket), the mean magnitude of the keys whose
+//!   query answers that bucket (the encoder runs the receiver's queries, so it knows). This is
+//!   the least-squares value for what the receiver can tell apart, and every such class decodes
+//!   to its true sum, so each sign's sum, and with it the size of an SGD step, is kept. A
+//!   correctly answered key decodes above its true magnitude when collided keys share its
+//!   class. Measured on the convergence set (README): plain SGD ends 0.75% above uncompressed
+//!   with `mean` and 3.7% with `edge`, whose shrinking acts as a smaller learning rate; Adam,
+//!   which normalises scale, is the same with either.
+//! * `edge`: the bucket's zero-side edge, the largest value with `|decoded| <= |true|` for every
+//!   key. Its error can reach a whole bucket width instead of the midpoint's half, so the
+//!   paper's variance bound (App. A.1) loosens by a factor 4.
 //! * `midpoint`: the paper's (§3.2) bucket midpoint; the last bucket ends at the largest
 //!   magnitude.
-//! * `mean`: for every (sign, answered bucket), the mean magnitude of the keys whose query
-//!   answers that bucket (the encoder runs the receiver's queries, so it knows). This is the
-//!   least-squares value for what the receiver can tell apart, and every such class decodes to
-//!   its true sum, so MinMax collisions, which only ever lower an index, no longer shrink
-//!   positive and negative values by different factors. A correctly answered key now decodes
-//!   above its true magnitude when collided keys share its class.
 //!
 //! A decoded bucket index never exceeds the true one, and no sign flips, whichever the table.
 //! Zero values are not sent. The table has the same size whichever value it holds, and the
@@ -70,7 +72,7 @@ impl Default for SketchMlParams {
             rows: 2,
             column_ratio: 0.3,
             keys: KeyCoding::Adaptive,
-            decode: Decode::Edge,
+            decode: Decode::Mean,
         }
     }
 }
@@ -79,11 +81,11 @@ impl Default for SketchMlParams {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decode {
-    /// The bucket's zero-side edge (never larger than the true magnitude).
-    #[default]
-    Edge,
     /// Mean magnitude of the keys whose query answers the bucket (exact sums per class).
+    #[default]
     Mean,
+    /// The bucket's zero-side edge (never larger than the true magnitude).
+    Edge,
     /// The bucket's midpoint (the paper's).
     Midpoint,
 }
