@@ -67,6 +67,11 @@ impl MinMaxSketch {
         &self.cells
     }
 
+    /// The cells' buffer back, for reuse.
+    pub fn into_cells(self) -> Vec<u8> {
+        self.cells
+    }
+
     /// The largest index the sketch holds.
     pub fn max_index(&self) -> u8 {
         self.max_index

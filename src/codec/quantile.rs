@@ -20,8 +20,17 @@ pub fn bucket_edges(magnitudes: &[f32], q: usize) -> Vec<f32> {
     }
     let step = magnitudes.len().div_ceil(SAMPLE);
     let mut sample: Vec<f32> = magnitudes.iter().step_by(step).copied().collect();
-    sample.sort_unstable_by(f32::total_cmp);
     let min = magnitudes.iter().copied().fold(f32::INFINITY, f32::min);
+    edges_from_sample(&mut sample, min, q)
+}
+
+/// Lower edges of `q` buckets from a sample of the magnitudes and their exact minimum (see
+/// [`bucket_edges`]); sorts `sample`.
+pub fn edges_from_sample(sample: &mut [f32], min: f32, q: usize) -> Vec<f32> {
+    if sample.is_empty() || q == 0 {
+        return Vec::new();
+    }
+    sample.sort_unstable_by(f32::total_cmp);
     let mut edges = Vec::with_capacity(q);
     edges.push(min);
     for j in 1..q {

@@ -17,8 +17,8 @@ use super::entropy::{read_symbols, write_symbols};
 use super::keys::{bit_len, KeyBuilder, KeyCoding};
 use super::minmax::MinMaxSketch;
 use super::sketchml::{
-    group_values, merge_groups, read_group_count, read_shape_and_table, sketch_gradient,
-    write_shape_and_table, Decode, Shape, SketchMlParams, Sketched,
+    group_values, read_group_count, read_shape_and_table, sketch_gradient, write_shape_and_table,
+    Decode, RunMerger, Shape, SketchMlParams, Sketched,
 };
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
@@ -76,6 +76,8 @@ impl SkCompressParams {
 pub struct SkCompress {
     p: SketchMlParams,
     shape: Shape,
+    /// Decode scratch, reused across messages.
+    merger: RunMerger,
 }
 
 impl FromParams for SkCompress {
@@ -86,6 +88,7 @@ impl FromParams for SkCompress {
         Ok(SkCompress {
             p: p.sketch_params(),
             shape,
+            merger: RunMerger::default(),
         })
     }
 }
@@ -164,9 +167,10 @@ impl Codec for SkCompress {
                 return Err(CodecError::Corrupt("sketch cell out of range".into()));
             }
             let (mut at_len, mut at_cell) = (0, 0);
-            let mut decoded = Vec::with_capacity(counts.len());
+            let merger = &mut self.merger;
+            merger.start();
             for (g, &n) in counts.iter().enumerate() {
-                let mut keys = Vec::with_capacity(n);
+                let run_start = out.keys.len();
                 let mut builder = KeyBuilder::new(h.dim);
                 let mut prev = None;
                 for &len in &lengths[at_len..at_len + n] {
@@ -177,8 +181,8 @@ impl Codec for SkCompress {
                         _ => (1u64 << (len - 1)) | r.read(len - 1)?,
                     };
                     let delta = if prev.is_none() { d } else { d + 1 };
-                    builder.push_delta(prev, delta, &mut keys)?;
-                    prev = keys.last().copied();
+                    builder.push_delta(prev, delta, &mut out.keys)?;
+                    prev = out.keys.last().copied();
                 }
                 at_len += n;
                 let size = sh.rows * sh.columns(n);
@@ -189,10 +193,17 @@ impl Codec for SkCompress {
                     cells[at_cell..at_cell + size].to_vec(),
                 );
                 at_cell += size;
-                let values = group_values(&sh, &table, g, &keys, &sketch)?;
-                decoded.push(SparseGrad { keys, values });
+                group_values(
+                    &sh,
+                    &table,
+                    g,
+                    &out.keys[run_start..],
+                    &sketch,
+                    &mut out.values,
+                )?;
+                merger.end_run(out.keys.len());
             }
-            merge_groups(decoded, out)
+            merger.merge(out)
         })
     }
 }
