@@ -51,6 +51,14 @@ impl MinMaxSketch {
         }
     }
 
+    /// Empties the sketch for a new shape, keeping its buffer.
+    pub fn reset(&mut self, rows: usize, cols: usize, max_index: u8) {
+        assert!(rows <= MAX_ROWS, "at most {MAX_ROWS} rows");
+        (self.rows, self.cols, self.max_index) = (rows, cols, max_index);
+        self.cells.clear();
+        self.cells.resize(rows * cols, max_index);
+    }
+
     /// A sketch from its cells (as read from a message).
     pub fn from_cells(rows: usize, cols: usize, max_index: u8, cells: Vec<u8>) -> Self {
         debug_assert_eq!(cells.len(), rows * cols);

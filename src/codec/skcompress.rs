@@ -76,6 +76,8 @@ impl SkCompressParams {
 pub struct SkCompress {
     p: SketchMlParams,
     shape: Shape,
+    /// Encode scratch, reused across messages.
+    sketched: Sketched,
     /// Decode scratch, reused across messages.
     merger: RunMerger,
 }
@@ -88,6 +90,7 @@ impl FromParams for SkCompress {
         Ok(SkCompress {
             p: p.sketch_params(),
             shape,
+            sketched: Sketched::default(),
             merger: RunMerger::default(),
         })
     }
@@ -119,11 +122,9 @@ impl Codec for SkCompress {
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
         let sh = self.shape;
-        let Sketched {
-            table,
-            group_keys,
-            sketches,
-        } = sketch_gradient(&sh, self.p.decode, keys, values);
+        let s = &mut self.sketched;
+        sketch_gradient(&sh, self.p.decode, keys, values, s);
+        let (table, group_keys, sketches) = (&s.table, &s.group_keys, &s.sketches);
         let count: usize = group_keys.iter().map(Vec::len).sum();
         let lengths: Vec<u8> = group_keys
             .iter()
@@ -135,11 +136,11 @@ impl Codec for SkCompress {
             .collect();
         let mut result = Ok(());
         write_message(out, ID, VERSION, dim, count, |w| {
-            write_shape_and_table(w, &self.p, &table);
+            write_shape_and_table(w, &self.p, table);
             group_keys.iter().for_each(|g| w.write(g.len() as u64, 32));
             result = write_symbols(w, &lengths, LENGTH_CLASSES)
                 .and_then(|_| write_symbols(w, &cells, sh.per_group));
-            for g in &group_keys {
+            for g in group_keys {
                 for d in deltas(g) {
                     let len = bit_len(d as u64);
                     if len >= 2 {

@@ -144,6 +144,8 @@ impl Shape {
 pub struct SketchMl {
     p: SketchMlParams,
     shape: Shape,
+    /// Encode scratch, reused across messages.
+    sketched: Sketched,
     /// Decode scratch, reused across messages: one group's keys, its cells, the run merger.
     keys: Vec<u32>,
     cells: Vec<u8>,
@@ -158,6 +160,7 @@ impl FromParams for SketchMl {
         Ok(SketchMl {
             p: p.clone(),
             shape,
+            sketched: Sketched::default(),
             keys: Vec::new(),
             cells: Vec::new(),
             merger: RunMerger::default(),
@@ -165,24 +168,28 @@ impl FromParams for SketchMl {
     }
 }
 
-/// The SketchML pipeline up to the message layout: per-sign bucket edges, the keys of each
+/// The SketchML pipeline up to the message layout: per-sign bucket tables, the keys of each
 /// group and each group's MinMaxSketch. Shared with `skcompress`, which codes keys and cells
-/// differently.
+/// differently. Kept by the encoder across messages, so that its buffers are reused.
+#[derive(Default)]
 pub(crate) struct Sketched {
     /// Per sign, the magnitude each answered bucket decodes to.
     pub(crate) table: [Vec<f32>; 2],
     pub(crate) group_keys: Vec<Vec<u32>>,
     pub(crate) sketches: Vec<MinMaxSketch>,
+    group_idx: Vec<Vec<u8>>,
+    group_mags: Vec<Vec<f32>>,
 }
 
-/// Buckets, groups and sketches a gradient (zero values are dropped), and the table of what
-/// each answered bucket decodes to.
+/// Buckets, groups and sketches a gradient into `s` (zero values are dropped), with the table
+/// of what each answered bucket decodes to.
 pub(crate) fn sketch_gradient(
     sh: &Shape,
     decode: Decode,
     keys: &[u32],
     values: &[f32],
-) -> Sketched {
+    s: &mut Sketched,
+) {
     // One pass: per sign the exact minimum and maximum magnitude and a strided sample (no
     // full-size copy of either sign's values).
     let step = values.len().div_ceil(SAMPLE).max(1);
@@ -211,9 +218,14 @@ pub(crate) fn sketch_gradient(
         BucketFinder::new(&edges[1], maxima[1]),
     ];
     let n_groups = 2 * sh.groups_per_sign;
-    let mut group_keys: Vec<Vec<u32>> = vec![Vec::new(); n_groups];
-    let mut group_idx: Vec<Vec<u8>> = vec![Vec::new(); n_groups];
-    let mut group_mags: Vec<Vec<f32>> = vec![Vec::new(); n_groups];
+    s.group_keys.resize_with(n_groups, Vec::new);
+    s.group_keys.iter_mut().for_each(Vec::clear);
+    s.group_idx.resize_with(n_groups, Vec::new);
+    s.group_idx.iter_mut().for_each(Vec::clear);
+    s.group_mags.resize_with(n_groups, Vec::new);
+    s.group_mags.iter_mut().for_each(Vec::clear);
+    let (group_keys, group_idx, group_mags) =
+        (&mut s.group_keys, &mut s.group_idx, &mut s.group_mags);
     for (&k, &v) in keys.iter().zip(values) {
         if v == 0.0 {
             continue;
@@ -225,19 +237,19 @@ pub(crate) fn sketch_gradient(
         group_idx[g].push((b % sh.per_group) as u8);
         group_mags[g].push(v.abs());
     }
-    let sketches: Vec<MinMaxSketch> = (0..n_groups)
-        .map(|g| {
-            let mut s = MinMaxSketch::new(
-                sh.rows,
-                sh.columns(group_keys[g].len()),
-                (sh.per_group - 1) as u8,
-            );
-            for (&k, &i) in group_keys[g].iter().zip(&group_idx[g]) {
-                s.insert(k, i);
-            }
-            s
-        })
-        .collect();
+    s.sketches
+        .resize_with(n_groups, || MinMaxSketch::new(1, 1, 0));
+    for (g, sketch) in s.sketches.iter_mut().enumerate() {
+        sketch.reset(
+            sh.rows,
+            sh.columns(group_keys[g].len()),
+            (sh.per_group - 1) as u8,
+        );
+        for (&k, &i) in group_keys[g].iter().zip(&group_idx[g]) {
+            sketch.insert(k, i);
+        }
+    }
+    let sketches = &s.sketches;
     let table = match decode {
         Decode::Edge => edges,
         Decode::Midpoint => [0, 1].map(|sign| {
@@ -278,11 +290,7 @@ pub(crate) fn sketch_gradient(
             })
         }
     };
-    Sketched {
-        table,
-        group_keys,
-        sketches,
-    }
+    s.table = table;
 }
 
 /// Appends the values of group `g`'s keys from its sketch: the table's value of the answered
@@ -498,16 +506,13 @@ impl Codec for SketchMl {
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
         let sh = self.shape;
-        let Sketched {
-            table,
-            group_keys,
-            sketches,
-        } = sketch_gradient(&sh, self.p.decode, keys, values);
-        let count: usize = group_keys.iter().map(Vec::len).sum();
+        let s = &mut self.sketched;
+        sketch_gradient(&sh, self.p.decode, keys, values, s);
+        let count: usize = s.group_keys.iter().map(Vec::len).sum();
         write_message(out, ID, VERSION, dim, count, |w| {
-            write_shape_and_table(w, &self.p, &table);
+            write_shape_and_table(w, &self.p, &s.table);
             self.p.keys.write_id(w);
-            for (keys, sketch) in group_keys.iter().zip(&sketches) {
+            for (keys, sketch) in s.group_keys.iter().zip(&s.sketches) {
                 w.write(keys.len() as u64, 32);
                 self.p.keys.encode(keys, w);
                 for &c in sketch.cells() {
