@@ -52,8 +52,14 @@ impl<'a> BitWriter<'a> {
     pub fn write_gamma(&mut self, value: u32) {
         debug_assert!(value >= 1);
         let n = 31 - value.leading_zeros();
-        self.write_unary(n as u64);
-        self.write((value as u64) & ((1u64 << n) - 1), n);
+        let low = (value as u64) & ((1u64 << n) - 1);
+        if n <= 15 {
+            // One field: n ones, a zero, then the low bits.
+            self.write(((1u64 << n) - 1) | low << (n + 1), 2 * n + 1);
+        } else {
+            self.write_unary(n as u64);
+            self.write(low, n);
+        }
     }
 
     /// Writes an f32 as its 32 bits.

@@ -98,7 +98,11 @@ impl Codec for Qsgd {
         let s = self.p.levels as f64;
         let mut rng = ctx.rng();
         let (kept, buckets) = (&mut self.kept, &mut self.buckets);
+        // Every value is written to the next slot and the slot advances only for a kept one:
+        // a branch on the random level would mispredict about half the time.
         kept.clear();
+        kept.resize(keys.len(), (0, 0, false));
+        let mut n = 0;
         buckets.clear();
         for (bucket_keys, bucket_values) in keys
             .chunks(self.p.bucket as usize)
@@ -109,20 +113,20 @@ impl Codec for Qsgd {
                 .map(|&v| v as f64 * v as f64)
                 .sum::<f64>()
                 .sqrt() as f32;
-            let before = kept.len();
+            let before = n;
             if norm > 0.0 {
-                let norm = norm as f64;
+                let scale = s / norm as f64;
                 for (&k, &v) in bucket_keys.iter().zip(bucket_values) {
-                    let x = (v.abs() as f64 / norm * s).min(s);
-                    let f = x.floor();
-                    let level = (f + (rng.random::<f64>() < x - f) as u8 as f64) as u32;
-                    if level > 0 {
-                        kept.push((k, level, v < 0.0));
-                    }
+                    let x = (v.abs() as f64 * scale).min(s);
+                    let floor = x as u32; // x >= 0: truncation is the floor
+                    let level = floor + (rng.random::<f64>() < x - floor as f64) as u32;
+                    kept[n] = (k, level, v < 0.0);
+                    n += (level > 0) as usize;
                 }
             }
-            buckets.push((norm, (kept.len() - before) as u32));
+            buckets.push((norm, (n - before) as u32));
         }
+        kept.truncate(n);
         self.kept_keys.clear();
         self.kept_keys.extend(kept.iter().map(|t| t.0));
         let (p, kept_keys) = (&self.p, &self.kept_keys);
