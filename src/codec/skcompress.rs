@@ -26,7 +26,7 @@ use super::{
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 14;
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// Delta bit lengths 0..=32.
 const LENGTH_CLASSES: usize = 33;
 
