@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 mod common;
 
-use common::{gradflow_ok, job_from, run_local, run_processes};
+use common::{epoch_losses, gradflow_ok, job_from, run_local, run_processes};
 use gradflow::job::Job;
 use gradflow::metrics::MetricsRow;
 use gradflow::runtime::RunOutcome;
@@ -33,13 +33,6 @@ seed = 7
 
 fn job(overrides: &[&str]) -> Job {
     job_from(FIELDS_JOB, "fields.toml", overrides)
-}
-
-fn epoch_losses(rows: &[MetricsRow]) -> Vec<f64> {
-    rows.iter()
-        .filter(|r| r.kind == "epoch")
-        .map(|r| r.test_loss.unwrap())
-        .collect()
 }
 
 fn rounds(rows: &[MetricsRow]) -> u64 {

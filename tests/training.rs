@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{free_ports, gradflow, gradflow_ok, job_from, run_local};
+use common::{epoch_losses, free_ports, gradflow, gradflow_ok, job_from, run_local};
 use gradflow::dataflow::Supervisor;
 use gradflow::exchange::ExchangeKind;
 use gradflow::job::Job;
@@ -100,15 +100,6 @@ fn same_seed_same_model_and_exchanges_agree() {
     assert_ne!(a, other_seed);
 }
 
-/// Test loss at the end of every epoch.
-fn epoch_losses(out: &RunOutcome) -> Vec<f64> {
-    out.rows
-        .iter()
-        .filter(|r| r.kind == "epoch")
-        .map(|r| r.test_loss.unwrap())
-        .collect()
-}
-
 /// How far above the uncompressed test loss each codec may end any epoch of the job below, as
 /// a fraction, under (Adam, plain SGD). About twice the worst excess measured (in the
 /// comment, in %), so that a broken codec fails and noise does not. The papers' FastSGD is
@@ -159,7 +150,7 @@ seed = 42
         let mut overrides = vec![format!("train.compressor={table}")];
         overrides.extend(optimizer.iter().map(|o| o.to_string()));
         let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
-        epoch_losses(&run_local(&job_from(JOB, "codecs.toml", &overrides), 2))
+        epoch_losses(&run_local(&job_from(JOB, "codecs.toml", &overrides), 2).rows)
     };
     let optimizers: [&[&str]; 2] = [
         &["optimizer.kind=\"adam\"", "optimizer.lr=0.01"],

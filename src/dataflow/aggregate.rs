@@ -10,7 +10,7 @@ use super::{add_changes, check_finite, codec_or_fail, ms, one_from_each, per_rou
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::EncodeContext;
 use crate::exchange::pull::Request;
-use crate::exchange::write_f32s;
+use crate::exchange::{broadcast, write_f32s};
 use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners, DATA};
 use crate::optim::Optimizer;
 use crate::sparse::SparseGrad;
@@ -83,16 +83,10 @@ pub fn aggregate<'s>(
             let decoded = downlink
                 .encode(&mut change, plan.dim, ctx, others)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
-            for dest in (0..peers).filter(|&d| d != me) {
-                st.sent(false, payload.len(), remote(dest));
-                out.push(Envelope {
-                    dest,
-                    src: me,
-                    rows: 0,
-                    kind: DATA,
-                    payload: payload.clone(),
-                });
-            }
+            broadcast(me, 0, (0..peers).filter(|&d| d != me), payload, |e| {
+                st.sent(false, e.payload.len(), remote(e.dest));
+                out.push(e);
+            });
             decoded
         } else {
             &change

@@ -12,7 +12,7 @@ use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
 use crate::exchange::sketch::{candidates, part, put_slice, sketch_seed, values_at};
-use crate::exchange::{read_f32s, write_f32s};
+use crate::exchange::{broadcast, read_f32s, write_f32s};
 use crate::exchange::{Envelope, DATA};
 use crate::optim::Optimizer;
 use crate::sparse::SparseGrad;
@@ -201,16 +201,10 @@ impl SumStep {
             }
             let mut payload = Vec::with_capacity(4 * len);
             write_f32s(acc.iter().copied(), &mut payload);
-            for dest in 0..peers as u32 {
-                st.sent(false, payload.len(), remote(dest));
-                out.push(Envelope {
-                    dest,
-                    src: me,
-                    rows: 0,
-                    kind: DATA,
-                    payload: payload.clone(),
-                });
-            }
+            broadcast(me, 0, 0..peers as u32, payload, |e| {
+                st.sent(false, e.payload.len(), remote(e.dest));
+                out.push(e);
+            });
             st.aggregate_ms += ms(t);
             Ok(())
         })

@@ -87,6 +87,33 @@ pub const DATA: u8 = 0;
 /// [`Envelope::kind`] of a [`pull::Request`].
 pub const PULL_REQUEST: u8 = 1;
 
+/// Emits one envelope of `payload` from `src` to each of `dests`: the same bytes, copied for
+/// all but the last destination.
+pub fn broadcast(
+    src: u32,
+    rows: u32,
+    dests: impl IntoIterator<Item = u32>,
+    payload: Vec<u8>,
+    mut emit: impl FnMut(Envelope),
+) {
+    let mut dests = dests.into_iter().peekable();
+    let mut payload = Some(payload);
+    while let Some(dest) = dests.next() {
+        let payload = if dests.peek().is_some() {
+            payload.clone().unwrap_or_default()
+        } else {
+            payload.take().unwrap_or_default()
+        };
+        emit(Envelope {
+            dest,
+            src,
+            rows,
+            kind: DATA,
+            payload,
+        });
+    }
+}
+
 /// Appends `values` as little-endian f32 (sketch slices, exact values, pulled weights).
 pub fn write_f32s(values: impl IntoIterator<Item = f32>, out: &mut Vec<u8>) {
     for v in values {
@@ -121,6 +148,17 @@ mod tests {
     use crate::codec::none::NoneCodec;
     use crate::codec::EncodeContext;
     use crate::sparse::SparseGrad;
+
+    #[test]
+    fn broadcast_sends_the_same_bytes_to_each_destination() {
+        let mut got = Vec::new();
+        broadcast(2, 7, [0, 1, 3], vec![9, 8], |e| got.push(e));
+        assert_eq!(got.iter().map(|e| e.dest).collect::<Vec<_>>(), [0, 1, 3]);
+        assert!(got
+            .iter()
+            .all(|e| e.src == 2 && e.rows == 7 && e.kind == DATA && e.payload == [9, 8]));
+        broadcast(0, 0, [], vec![1], |_| panic!("no destination"));
+    }
 
     #[test]
     fn sharded_and_allgather_aggregate_identically() {

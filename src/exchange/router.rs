@@ -1,6 +1,6 @@
 //! The sending side of an exchange: a worker's vector becomes one envelope per receiver.
 
-use super::{Envelope, ExchangeKind, Owners, DATA};
+use super::{broadcast, Envelope, ExchangeKind, Owners, DATA};
 use crate::codec::{Codec, CodecError, EncodeContext};
 use crate::sparse::SparseGrad;
 
@@ -56,15 +56,7 @@ impl Router {
                 if let Some(s) = sent {
                     codec.decode(&payload, s)?;
                 }
-                for dest in 0..workers {
-                    emit(Envelope {
-                        dest,
-                        src: ctx.worker,
-                        rows,
-                        kind: DATA,
-                        payload: payload.clone(),
-                    });
-                }
+                broadcast(ctx.worker, rows, 0..workers, payload, &mut emit);
             }
             ExchangeKind::Sharded => {
                 self.owners.split(grad, &mut self.pieces);

@@ -8,12 +8,21 @@ use std::process::{Command, Output};
 
 use gradflow::dataflow::Supervisor;
 use gradflow::job::Job;
+use gradflow::metrics::MetricsRow;
 use gradflow::runtime::{quiet, run_job, ClusterSpec, RunOutcome};
 
 /// The job in `text` (named `name` in errors) with `overrides` (`section.field=value`).
 pub fn job_from(text: &str, name: &str, overrides: &[&str]) -> Job {
     let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
     Job::parse(text, Path::new(name), &o).unwrap()
+}
+
+/// Test loss at the end of every epoch.
+pub fn epoch_losses(rows: &[MetricsRow]) -> Vec<f64> {
+    rows.iter()
+        .filter(|r| r.kind == "epoch")
+        .map(|r| r.test_loss.unwrap())
+        .collect()
 }
 
 /// Runs `job` in this process with `workers` threads.
