@@ -11,22 +11,53 @@
 /// Sample size for the edges.
 pub const SAMPLE: usize = 16_384;
 
-/// Lower edges of `q` buckets over `magnitudes` (all >= 0): `edges[0]` is the exact minimum,
-/// the others are sample quantiles; strictly increasing (duplicates removed, so there may be
-/// fewer than `q`).
-pub fn bucket_edges(magnitudes: &[f32], q: usize) -> Vec<f32> {
-    if magnitudes.is_empty() || q == 0 {
-        return Vec::new();
-    }
-    let step = magnitudes.len().div_ceil(SAMPLE);
-    let mut sample: Vec<f32> = magnitudes.iter().step_by(step).copied().collect();
-    let min = magnitudes.iter().copied().fold(f32::INFINITY, f32::min);
-    edges_from_sample(&mut sample, min, q)
+/// Bucket edges for the magnitudes of each sign of a set of values (zeros belong to neither):
+/// index 0 for positive values, 1 for negative ones.
+pub struct SignedEdges {
+    /// Lower edges of up to `q` buckets per sign: `edges[s][0]` is the sign's exact minimum
+    /// magnitude, the others quantiles of a strided sample of up to [`SAMPLE`] of that sign's
+    /// values; strictly increasing (duplicates removed, so there may be fewer than `q`).
+    pub edges: [Vec<f32>; 2],
+    /// The largest magnitude of each sign (0 when it has none).
+    pub max: [f32; 2],
 }
 
-/// Lower edges of `q` buckets from a sample of the magnitudes and their exact minimum (see
-/// [`bucket_edges`]); sorts `sample`.
-pub fn edges_from_sample(sample: &mut [f32], min: f32, q: usize) -> Vec<f32> {
+/// [`SignedEdges`] of `values` with `q` buckets per sign, in two passes over `values` and
+/// without copying either sign's magnitudes: one for each sign's count, minimum and maximum,
+/// one for a sample with a stride of its own per sign (so a sign with few values is sampled
+/// whole).
+pub fn signed_bucket_edges(values: &[f32], q: usize) -> SignedEdges {
+    let (mut count, mut min, mut max) = ([0usize; 2], [f32::INFINITY; 2], [0f32; 2]);
+    for &v in values {
+        if v != 0.0 {
+            let (sign, m) = ((v < 0.0) as usize, v.abs());
+            count[sign] += 1;
+            min[sign] = min[sign].min(m);
+            max[sign] = max[sign].max(m);
+        }
+    }
+    let step = count.map(|n| n.div_ceil(SAMPLE).max(1));
+    let mut samples = [0, 1].map(|sign| Vec::with_capacity(count[sign].div_ceil(step[sign])));
+    let mut until_next = [0usize; 2];
+    for &v in values {
+        if v != 0.0 {
+            let sign = (v < 0.0) as usize;
+            if until_next[sign] == 0 {
+                samples[sign].push(v.abs());
+                until_next[sign] = step[sign];
+            }
+            until_next[sign] -= 1;
+        }
+    }
+    SignedEdges {
+        edges: [0, 1].map(|sign| edges_from_sample(&mut samples[sign], min[sign], q)),
+        max,
+    }
+}
+
+/// Lower edges of `q` buckets from a sample of the magnitudes and their exact minimum; sorts
+/// `sample`.
+fn edges_from_sample(sample: &mut [f32], min: f32, q: usize) -> Vec<f32> {
     if sample.is_empty() || q == 0 {
         return Vec::new();
     }
@@ -104,21 +135,42 @@ mod tests {
         let mags: Vec<f32> = (0..100_000)
             .map(|i| ((i * 7919) % 100_000) as f32 * 1e-5)
             .collect();
-        let edges = bucket_edges(&mags, 128);
+        let edges = &signed_bucket_edges(&mags, 128).edges[0];
         assert_eq!(edges.len(), 128);
         assert!(edges.windows(2).all(|w| w[0] < w[1]));
         let mut count = vec![0usize; edges.len()];
-        for &m in &mags {
-            let b = bucket_of(&edges, m);
+        for &m in mags.iter().filter(|&&m| m > 0.0) {
+            // (zeros belong to no bucket)
+            let b = bucket_of(edges, m);
             assert!(edges[b] <= m, "the edge is a lower bound");
             count[b] += 1;
         }
-        let finder = BucketFinder::new(&edges, 1.0);
+        let finder = BucketFinder::new(edges, 1.0);
         for &m in mags.iter().chain([0.0, 1.0].iter()) {
-            assert_eq!(finder.find(m), bucket_of(&edges, m), "{m}");
+            assert_eq!(finder.find(m), bucket_of(edges, m), "{m}");
         }
         let (lo, hi) = (count.iter().min().unwrap(), count.iter().max().unwrap());
         assert!(*hi < 2 * *lo, "bucket counts {lo}..{hi}");
-        assert_eq!(bucket_edges(&[0.5, 0.5, 0.5], 4), vec![0.5]);
+        assert_eq!(signed_bucket_edges(&[0.5, 0.5, 0.5], 4).edges[0], vec![0.5]);
+    }
+
+    #[test]
+    fn each_sign_is_sampled_with_its_own_stride() {
+        // 100 distinct negative values among 200,000 positive ones: the negative side gets
+        // 100 edges (sampled whole), not the one or two a shared stride would pick.
+        let values: Vec<f32> = (0..200_100)
+            .map(|i| {
+                if i % 2001 == 7 && i / 2001 < 100 {
+                    -((i / 2001 + 1) as f32)
+                } else {
+                    1.0 + (i % 977) as f32
+                }
+            })
+            .collect();
+        let e = signed_bucket_edges(&values, 128);
+        assert_eq!(e.edges[1].len(), 100);
+        assert_eq!((e.edges[1][0], e.max[1]), (1.0, 100.0));
+        assert_eq!(e.edges[0][0], 1.0);
+        assert_eq!(signed_bucket_edges(&[0.0, 0.0], 4).edges, [vec![], vec![]]);
     }
 }

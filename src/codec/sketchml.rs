@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use super::bits::{BitReader, BitWriter};
 use super::keys::{bit_len, KeyCoding};
 use super::minmax::MinMaxSketch;
-use super::quantile::{edges_from_sample, BucketFinder, SAMPLE};
+use super::quantile::{signed_bucket_edges, BucketFinder, SignedEdges};
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
 };
@@ -193,29 +193,7 @@ pub(crate) fn sketch_gradient(
     values: &[f32],
     s: &mut Sketched,
 ) {
-    // One pass: per sign the exact minimum and maximum magnitude and a strided sample (no
-    // full-size copy of either sign's values).
-    let step = values.len().div_ceil(SAMPLE).max(1);
-    let (mut min, mut maxima) = ([f32::INFINITY; 2], [0f32; 2]);
-    let mut samples: [Vec<f32>; 2] = [Vec::new(), Vec::new()];
-    for chunk in values.chunks(step) {
-        for &v in chunk {
-            let (sign, m) = ((v < 0.0) as usize, v.abs());
-            min[sign] = min[sign].min(if m > 0.0 { m } else { f32::INFINITY });
-            maxima[sign] = maxima[sign].max(m);
-        }
-        let first = chunk[0];
-        if first != 0.0 {
-            samples[(first < 0.0) as usize].push(first.abs());
-        }
-    }
-    // A sign whose values all missed the sample still needs an edge.
-    for sign in 0..2 {
-        if samples[sign].is_empty() && min[sign].is_finite() {
-            samples[sign].push(min[sign]);
-        }
-    }
-    let edges = [0, 1].map(|sign| edges_from_sample(&mut samples[sign], min[sign], sh.half));
+    let SignedEdges { edges, max: maxima } = signed_bucket_edges(values, sh.half);
     let finders = [
         BucketFinder::new(&edges[0], maxima[0]),
         BucketFinder::new(&edges[1], maxima[1]),
@@ -238,7 +216,9 @@ pub(crate) fn sketch_gradient(
         let g = sign * sh.groups_per_sign + b / sh.per_group;
         group_keys[g].push(k);
         group_idx[g].push((b % sh.per_group) as u8);
-        group_mags[g].push(v.abs());
+        if decode == Decode::Mean {
+            group_mags[g].push(v.abs());
+        }
     }
     s.sketches
         .resize_with(n_groups, || MinMaxSketch::new(1, 1, 0));
