@@ -49,10 +49,9 @@ const MAX_BUCKET: u32 = (1 << 24) - 1;
 /// Stochastic level quantization with per-bucket norms.
 pub struct Qsgd {
     p: QsgdParams,
-    /// Scratch: (key, level, negative) of the kept values, reused across messages.
-    kept: Vec<(u32, u32, bool)>,
-    /// Scratch: the kept keys, in order.
+    /// Scratch, reused across messages: the kept keys, in order, and their (level, negative).
     kept_keys: Vec<u32>,
+    kept: Vec<(u32, bool)>,
     /// Scratch: per bucket, its norm and kept count.
     buckets: Vec<(f32, u32)>,
 }
@@ -74,8 +73,8 @@ impl FromParams for Qsgd {
         }
         Ok(Qsgd {
             p: p.clone(),
-            kept: Vec::new(),
             kept_keys: Vec::new(),
+            kept: Vec::new(),
             buckets: Vec::new(),
         })
     }
@@ -97,11 +96,13 @@ impl Codec for Qsgd {
         check_finite(keys, values)?;
         let s = self.p.levels as f64;
         let mut rng = ctx.rng();
-        let (kept, buckets) = (&mut self.kept, &mut self.buckets);
+        let (kept_keys, kept, buckets) = (&mut self.kept_keys, &mut self.kept, &mut self.buckets);
         // Every value is written to the next slot and the slot advances only for a kept one:
         // a branch on the random level would mispredict about half the time.
+        kept_keys.clear();
+        kept_keys.resize(keys.len(), 0);
         kept.clear();
-        kept.resize(keys.len(), (0, 0, false));
+        kept.resize(keys.len(), (0, false));
         let mut n = 0;
         buckets.clear();
         for (bucket_keys, bucket_values) in keys
@@ -120,16 +121,16 @@ impl Codec for Qsgd {
                     let x = (v.abs() as f64 * scale).min(s);
                     let floor = x as u32; // x >= 0: truncation is the floor
                     let level = floor + (rng.random::<f64>() < x - floor as f64) as u32;
-                    kept[n] = (k, level, v < 0.0);
+                    kept_keys[n] = k;
+                    kept[n] = (level, v < 0.0);
                     n += (level > 0) as usize;
                 }
             }
             buckets.push((norm, (n - before) as u32));
         }
+        kept_keys.truncate(n);
         kept.truncate(n);
-        self.kept_keys.clear();
-        self.kept_keys.extend(kept.iter().map(|t| t.0));
-        let (p, kept_keys) = (&self.p, &self.kept_keys);
+        let p = &self.p;
         write_message(out, ID, VERSION, dim, kept.len(), |w| {
             w.write(p.levels as u64 - 1, 20);
             w.write(p.bucket as u64, 24);
@@ -140,7 +141,7 @@ impl Codec for Qsgd {
                 w.write_gamma(count + 1);
             }
             p.keys.encode(kept_keys, w);
-            for &(_, level, neg) in kept.iter() {
+            for &(level, neg) in kept.iter() {
                 w.write(neg as u64, 1);
                 w.write_gamma(level);
             }
