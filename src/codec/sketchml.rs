@@ -138,6 +138,14 @@ impl Shape {
         })
     }
 
+    /// The sign of group `g` and the sign's bucket its local index 0 stands for.
+    pub(crate) fn group_origin(&self, g: usize) -> (usize, usize) {
+        (
+            g / self.groups_per_sign,
+            (g % self.groups_per_sign) * self.per_group,
+        )
+    }
+
     pub(crate) fn columns(&self, keys: usize) -> usize {
         ((self.ratio as f64 * keys as f64).ceil() as usize).max(1)
     }
@@ -248,10 +256,7 @@ pub(crate) fn sketch_gradient(
                 vec![(0f64, 0u32); edges[1].len()],
             ];
             for g in 0..n_groups {
-                let (sign, first) = (
-                    g / sh.groups_per_sign,
-                    (g % sh.groups_per_sign) * sh.per_group,
-                );
+                let (sign, first) = sh.group_origin(g);
                 for (&k, &m) in group_keys[g].iter().zip(&group_mags[g]) {
                     let slot = &mut sums[sign][first + sketches[g].query(k) as usize];
                     slot.0 += m as f64;
@@ -286,10 +291,7 @@ pub(crate) fn group_values(
     sketch: &MinMaxSketch,
     out: &mut Vec<f32>,
 ) -> Result<(), CodecError> {
-    let (sign, first) = (
-        g / sh.groups_per_sign,
-        (g % sh.groups_per_sign) * sh.per_group,
-    );
+    let (sign, first) = sh.group_origin(g);
     let e = &table[sign];
     out.reserve(keys.len());
     for &k in keys {
