@@ -88,4 +88,27 @@ mod tests {
             assert_eq!(build_codec(&spec).unwrap().name(), *name);
         }
     }
+
+    #[test]
+    fn out_of_range_parameters_are_errors_naming_the_field() {
+        #[derive(Deserialize)]
+        struct J {
+            compressor: CodecSpec,
+        }
+        for (table, field) in [
+            ("{ name = \"qsgd\", bucket = 0 }", "qsgd.bucket"),
+            ("{ name = \"qsgd\", levels = 0 }", "qsgd.levels"),
+            ("{ name = \"sketchml\", bins = 3 }", "sketchml.bins"),
+            ("{ name = \"fastsgd\", tau = 0 }", "fastsgd.tau"),
+        ] {
+            let j: J = toml::from_str(&format!("compressor = {table}")).unwrap();
+            let e = build_codec(&j.compressor).err().expect(table);
+            assert!(e.contains(field), "{table}: {e}");
+        }
+        let e = toml::from_str::<J>("compressor = { name = \"sketchml\", decode = \"median\" }")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("mean") && e.contains("midpoint"), "{e}");
+    }
 }

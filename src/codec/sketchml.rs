@@ -536,3 +536,35 @@ impl Codec for SketchMl {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `runs` appended one after another, as a decoder appends its groups.
+    fn merged(runs: &[&[u32]]) -> (Result<(), CodecError>, SparseGrad) {
+        let (mut merger, mut out) = (RunMerger::default(), SparseGrad::default());
+        merger.start();
+        for run in runs {
+            out.keys.extend_from_slice(run);
+            out.values.extend(run.iter().map(|&k| k as f32 * 0.5));
+            merger.end_run(out.keys.len());
+        }
+        (merger.merge(&mut out), out)
+    }
+
+    #[test]
+    fn runs_merge_into_key_order_with_their_values_and_a_shared_key_is_an_error() {
+        let runs: [&[u32]; 5] = [&[3, 9, 40], &[1, 2], &[], &[10, 41, 42, 50], &[0]];
+        let (result, out) = merged(&runs);
+        result.unwrap();
+        assert_eq!(out.keys, [0, 1, 2, 3, 9, 10, 40, 41, 42, 50]);
+        assert!(out
+            .keys
+            .iter()
+            .zip(&out.values)
+            .all(|(&k, &v)| v == k as f32 * 0.5));
+        let (result, _) = merged(&[&[1, 5], &[2, 5]]);
+        assert!(matches!(result, Err(CodecError::BadKeys(_))), "{result:?}");
+    }
+}
