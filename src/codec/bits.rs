@@ -62,6 +62,22 @@ impl<'a> BitWriter<'a> {
         }
     }
 
+    /// Writes `value` as a Golomb-Rice code with parameter `k <= 31`: `value >> k` in unary, then
+    /// the low `k` bits. One field when the code fits in 32 bits (the common case for gaps near
+    /// their mean), the unary loop otherwise.
+    #[inline]
+    pub fn write_rice(&mut self, value: u64, k: u32) {
+        let q = value >> k;
+        let low = value & ((1u64 << k) - 1);
+        if q + 1 + k as u64 <= 32 {
+            let q = q as u32;
+            self.write(((1u64 << q) - 1) | low << (q + 1), q + 1 + k);
+        } else {
+            self.write_unary(q);
+            self.write(low, k);
+        }
+    }
+
     /// Writes an f32 as its 32 bits.
     #[inline]
     pub fn write_f32(&mut self, x: f32) {
@@ -77,6 +93,38 @@ impl<'a> BitWriter<'a> {
         }
         self.out.len()
     }
+}
+
+/// Writes the sign bit of each value (1 for negative), 32 to a field.
+pub fn write_signs(values: impl Iterator<Item = f32>, w: &mut BitWriter) {
+    let (mut word, mut n) = (0u64, 0u32);
+    for v in values {
+        word |= ((v.to_bits() >> 31) as u64) << n;
+        n += 1;
+        if n == 32 {
+            w.write(word, 32);
+            (word, n) = (0, 0);
+        }
+    }
+    w.write(word, n);
+}
+
+/// Reads `count` sign bits written by [`write_signs`] and appends `±magnitude` for each.
+pub fn read_signs(
+    count: usize,
+    magnitude: f32,
+    r: &mut BitReader,
+    out: &mut Vec<f32>,
+) -> Result<(), CodecError> {
+    let positive = magnitude.abs().to_bits();
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(32) as u32;
+        let word = r.read(n)?;
+        out.extend((0..n).map(|j| f32::from_bits(positive | (((word >> j) & 1) as u32) << 31)));
+        left -= n as usize;
+    }
+    Ok(())
 }
 
 /// Reads bit fields written by [`BitWriter`].
@@ -160,6 +208,35 @@ impl<'a> BitReader<'a> {
         }
     }
 
+    /// Reads a Golomb-Rice code written by [`BitWriter::write_rice`], failing when its quotient
+    /// exceeds `max_q`. With 32 bits buffered, a code of up to 32 bits is one peek and one shift.
+    #[inline]
+    pub fn read_rice(&mut self, k: u32, max_q: u64) -> Result<u64, CodecError> {
+        self.fill();
+        let q = (!self.acc).trailing_zeros();
+        if q + 1 + k <= self.avail && (q as u64) <= max_q {
+            let low = (self.acc >> (q + 1)) & ((1u64 << k) - 1);
+            // q + 1 + k <= avail <= 64; a shift by 64 (a full buffer consumed) empties it.
+            self.acc = self.acc.checked_shr(q + 1 + k).unwrap_or(0);
+            self.avail -= q + 1 + k;
+            return Ok((q as u64) << k | low);
+        }
+        let q = self.read_unary(max_q)?;
+        Ok(q << k | self.read(k)?)
+    }
+
+    /// Buffers one more 32-bit word when at most 32 bits are buffered and the input has one;
+    /// never fails (the slow paths of the readers handle the last bytes).
+    #[inline]
+    fn fill(&mut self) {
+        if self.avail <= 32 && self.pos + 4 <= self.bytes.len() {
+            let word = u32::from_le_bytes(self.bytes[self.pos..self.pos + 4].try_into().unwrap());
+            self.acc |= (word as u64) << self.avail;
+            self.avail += 32;
+            self.pos += 4;
+        }
+    }
+
     /// Reads an Elias gamma value written by [`BitWriter::write_gamma`], failing above `max`.
     #[inline]
     pub fn read_gamma(&mut self, max: u32) -> Result<u32, CodecError> {
@@ -236,6 +313,54 @@ mod tests {
             BitReader::new(&buf).read_gamma(8).is_err(),
             "bound not enforced"
         );
+    }
+
+    #[test]
+    fn rice_codes_round_trip_on_both_paths() {
+        // Codes of 32 bits and less take the one-field paths, longer ones the unary loops; mix
+        // them so that both paths meet every buffer position.
+        let mut cases = Vec::new();
+        for k in [0u32, 1, 4, 15, 30, 31] {
+            for q in [0u64, 1, 2, 30 - k.min(30) as u64, 31 - k as u64, 32 - k as u64, 40, 100] {
+                cases.push((k, (q << k) | (0x5555_5555 & ((1u64 << k) - 1))));
+            }
+        }
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        for &(k, v) in &cases {
+            w.write_rice(v, k);
+            w.write(1, 1);
+        }
+        w.finish();
+        let mut r = BitReader::new(&buf);
+        for &(k, v) in &cases {
+            assert_eq!(r.read_rice(k, u64::MAX).unwrap(), v, "k {k}");
+            assert_eq!(r.read(1).unwrap(), 1, "rice({v}, {k}) length");
+        }
+        r.finish().unwrap();
+        // A quotient above the bound is an error on the fast path too.
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        w.write_rice(5 << 3, 3);
+        w.finish();
+        assert!(BitReader::new(&buf).read_rice(3, 4).is_err());
+        assert_eq!(BitReader::new(&buf).read_rice(3, 5).unwrap(), 40);
+    }
+
+    #[test]
+    fn signs_round_trip_in_words_and_a_tail() {
+        let values: Vec<f32> = (0..77).map(|i| if i % 3 == 0 { -1.0 } else { 0.5 }).collect();
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        write_signs(values.iter().copied(), &mut w);
+        assert_eq!(w.finish(), 10, "77 bits");
+        let mut out = Vec::new();
+        let mut r = BitReader::new(&buf);
+        read_signs(77, 2.0, &mut r, &mut out).unwrap();
+        r.finish().unwrap();
+        let want: Vec<f32> = values.iter().map(|v| 2.0f32.copysign(*v)).collect();
+        assert_eq!(out, want);
+        assert!(read_signs(81, 2.0, &mut BitReader::new(&buf), &mut out).is_err());
     }
 
     #[test]

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::adaptive;
 use super::{
-    check_finite, check_scale, read_message, write_message, Codec, CodecError, EncodeContext,
-    FromParams,
+    check_finite, check_scale, read_message, reduce, write_message, Codec, CodecError,
+    EncodeContext, FromParams,
 };
 use crate::sparse::SparseGrad;
 
@@ -87,7 +87,7 @@ impl Codec for FastSgd {
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
         let (b, tau) = (self.p.b, self.p.tau);
-        let sum = values.iter().map(|v| v.abs() as f64).sum::<f64>() as f32;
+        let sum = reduce::sum_abs(values) as f32;
         let ln_b = (b as f64).ln();
         let mut kept_keys = Vec::with_capacity(keys.len());
         let mut codes = Vec::with_capacity(keys.len());

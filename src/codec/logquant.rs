@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
+    check_finite, read_message, reduce, write_message, Codec, CodecError, EncodeContext,
+    FromParams, Kept,
 };
 use crate::sparse::SparseGrad;
 
@@ -37,6 +38,7 @@ impl Default for LogQuantParams {
 /// Power-of-two quantization.
 pub struct LogQuant {
     p: LogQuantParams,
+    kept: Kept,
 }
 
 impl FromParams for LogQuant {
@@ -45,7 +47,10 @@ impl FromParams for LogQuant {
         if !(1..=8).contains(&p.bits) {
             return Err(format!("logquant.bits: must be 1..=8, got {}", p.bits));
         }
-        Ok(LogQuant { p: p.clone() })
+        Ok(LogQuant {
+            p: p.clone(),
+            kept: Kept::default(),
+        })
     }
 }
 
@@ -87,25 +92,25 @@ impl Codec for LogQuant {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
-        let emax = values
-            .iter()
-            .filter(|v| **v != 0.0)
-            .map(|&v| exponent(v))
-            .max()
-            .unwrap_or(0);
+        // round(log2 |v|) is monotone in |v|: the largest exponent is the largest value's.
+        let largest = reduce::max_abs(values);
+        let emax = if largest > 0.0 { exponent(largest) } else { 0 };
         let span = (1i32 << self.p.bits) - 1;
-        let kept: Vec<usize> = (0..values.len())
-            .filter(|&i| values[i] != 0.0 && emax - exponent(values[i]) <= span)
-            .collect();
-        let kept_keys: Vec<u32> = kept.iter().map(|&i| keys[i]).collect();
-        write_message(out, ID, VERSION, dim, kept.len(), |w| {
+        let kept = &mut self.kept;
+        kept.select_where(values.len(), |i| {
+            values[i] != 0.0 && emax - exponent(values[i]) <= span
+        });
+        let (positions, kept_keys) = kept.with_keys(keys);
+        write_message(out, ID, VERSION, dim, kept_keys.len(), |w| {
             w.write(self.p.bits as u64, 4);
             self.p.keys.write_id(w);
             w.write((emax + EXP_BIAS) as u64, 10);
-            self.p.keys.encode(&kept_keys, w);
-            for &i in &kept {
-                w.write(values[i].is_sign_negative() as u64, 1);
-                w.write((emax - exponent(values[i])) as u64, self.p.bits);
+            self.p.keys.encode(kept_keys, w);
+            // Per key one field: the sign bit, then the offset below the largest exponent.
+            for &i in positions {
+                let v = values[i as usize];
+                let offset = (emax - exponent(v)) as u64;
+                w.write(v.is_sign_negative() as u64 | offset << 1, self.p.bits + 1);
             }
         });
         Ok(())
@@ -125,10 +130,10 @@ impl Codec for LogQuant {
             let emax = r.read(10)? as i32 - EXP_BIAS;
             coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
             for _ in 0..h.count {
-                let neg = r.read(1)? == 1;
-                let e = emax - r.read(bits)? as i32;
-                let v = power_of_two(e);
-                out.values.push(if neg { -v } else { v });
+                let field = r.read(bits + 1)?;
+                let v = power_of_two(emax - (field >> 1) as i32);
+                out.values
+                    .push(f32::from_bits(v.to_bits() | (field as u32 & 1) << 31));
             }
             Ok(())
         })

@@ -21,6 +21,7 @@ pub mod keys;
 pub mod measure;
 pub mod minmax;
 pub mod quantile;
+pub mod reduce;
 pub mod registry;
 
 pub mod fastsgd;
@@ -320,24 +321,74 @@ pub fn check_scale(name: &str, x: f32) -> Result<f32, CodecError> {
     }
 }
 
-/// The coordinates a sparsifying codec keeps: positions into a gradient's `keys`/`values`.
-pub struct Selection<'a> {
-    /// The gradient's keys.
-    pub keys: &'a [u32],
-    /// The gradient's values.
-    pub values: &'a [f32],
+/// The coordinates a sparsifying codec keeps, as positions into a gradient's `keys`/`values`,
+/// in buffers the codec reuses from message to message (a fresh multi-megabyte buffer per
+/// message costs its page faults every time).
+#[derive(Default)]
+pub struct Kept {
     /// Sorted positions of the kept coordinates.
-    pub kept: &'a [u32],
+    pub positions: Vec<u32>,
+    keys: Vec<u32>,
 }
 
-impl Selection<'_> {
-    /// The kept keys.
-    pub fn kept_keys(&self) -> Vec<u32> {
-        self.kept.iter().map(|&i| self.keys[i as usize]).collect()
+impl Kept {
+    /// Keeps the positions `i < n` for which `keep(i)` holds, in increasing order. Branch-free:
+    /// every position is written and the cursor advances by the predicate, so an unpredictable
+    /// decision (a random draw, a sign) costs no mispredicted branch.
+    pub fn select_where(&mut self, n: usize, mut keep: impl FnMut(usize) -> bool) -> &mut Self {
+        self.positions.clear();
+        self.positions.resize(n, 0);
+        let mut m = 0;
+        for i in 0..n {
+            self.positions[m] = i as u32;
+            m += keep(i) as usize; // before this line `m <= i`, so the write above is in bounds
+        }
+        self.positions.truncate(m);
+        self
     }
-    /// The kept values.
-    pub fn kept_values(&self) -> impl Iterator<Item = f32> + '_ {
-        self.kept.iter().map(|&i| self.values[i as usize])
+
+    /// The number of kept coordinates.
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+
+    /// The kept positions and the kept keys of a gradient with keys `keys` (gathered into a
+    /// reused buffer).
+    pub fn with_keys(&mut self, keys: &[u32]) -> (&[u32], &[u32]) {
+        self.keys.clear();
+        self.keys
+            .extend(self.positions.iter().map(|&i| keys[i as usize]));
+        (&self.positions, &self.keys)
+    }
+
+    /// Writes the message of a sparsifying codec: (for `Signs`) the magnitude, the key coder,
+    /// the kept keys, the kept values in the form `form`. Shared by `topk`, `randomk`,
+    /// `threshold` (exact values) and `signsgd`, `terngrad` (signs); [`read_selection`] reads it.
+    pub(crate) fn write(
+        &mut self,
+        out: &mut Vec<u8>,
+        (id, dim, coder): (u8, u32, keys::KeyCoding),
+        (keys, values): (&[u32], &[f32]),
+        form: KeptValues,
+    ) {
+        let (positions, kept_keys) = self.with_keys(keys);
+        let kept_values = positions.iter().map(|&i| values[i as usize]);
+        write_message(out, id, 1, dim, kept_keys.len(), |w| {
+            if let KeptValues::Signs(magnitude) = form {
+                w.write_f32(magnitude);
+            }
+            coder.write_id(w);
+            coder.encode(kept_keys, w);
+            match form {
+                KeptValues::Exact(factor) => kept_values.for_each(|v| w.write_f32(v * factor)),
+                KeptValues::Signs(_) => bits::write_signs(kept_values, w),
+            }
+        });
     }
 }
 
@@ -350,33 +401,7 @@ pub(crate) enum KeptValues {
     Signs(f32),
 }
 
-/// Writes a selection: (for `Signs`) the magnitude, the key coder, the kept keys, the values.
-/// Shared by `topk`, `randomk`, `threshold` (exact values) and `signsgd`, `terngrad` (signs).
-pub(crate) fn write_selection(
-    out: &mut Vec<u8>,
-    id: u8,
-    dim: u32,
-    coder: keys::KeyCoding,
-    sel: &Selection,
-    values: KeptValues,
-) {
-    let kept_keys = sel.kept_keys();
-    write_message(out, id, 1, dim, kept_keys.len(), |w| {
-        if let KeptValues::Signs(magnitude) = values {
-            w.write_f32(magnitude);
-        }
-        coder.write_id(w);
-        coder.encode(&kept_keys, w);
-        for v in sel.kept_values() {
-            match values {
-                KeptValues::Exact(factor) => w.write_f32(v * factor),
-                KeptValues::Signs(_) => w.write(v.is_sign_negative() as u64, 1),
-            }
-        }
-    });
-}
-
-/// Reads a message written by [`write_selection`] (`signs` tells which value form it holds).
+/// Reads a message written by [`Kept::write`] (`signs` tells which value form it holds).
 pub(crate) fn read_selection(
     bytes: &[u8],
     id: u8,
@@ -391,17 +416,12 @@ pub(crate) fn read_selection(
         };
         let coder = keys::KeyCoding::read_id(r)?;
         coder.decode(h.count as usize, h.dim, r, &mut out.keys)?;
-        for _ in 0..h.count {
-            let v = if signs {
-                if r.read(1)? == 1 {
-                    -magnitude
-                } else {
-                    magnitude
-                }
-            } else {
-                r.read_f32()?
-            };
-            out.values.push(v);
+        if signs {
+            bits::read_signs(h.count as usize, magnitude, r, &mut out.values)?;
+        } else {
+            for _ in 0..h.count {
+                out.values.push(r.read_f32()?);
+            }
         }
         Ok(())
     })

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    check_finite, check_scale, read_message, write_message, Codec, CodecError, EncodeContext,
-    FromParams,
+    check_finite, check_scale, read_message, reduce, write_message, Codec, CodecError,
+    EncodeContext, FromParams,
 };
 use crate::sparse::SparseGrad;
 
@@ -109,11 +109,7 @@ impl Codec for Qsgd {
             .chunks(self.p.bucket as usize)
             .zip(values.chunks(self.p.bucket as usize))
         {
-            let norm = bucket_values
-                .iter()
-                .map(|&v| v as f64 * v as f64)
-                .sum::<f64>()
-                .sqrt() as f32;
+            let norm = reduce::sum_f64(bucket_values, |v| v as f64 * v as f64).sqrt() as f32;
             let before = n;
             if norm > 0.0 {
                 let scale = s / norm as f64;

@@ -5,8 +5,7 @@ use rand::seq::index::sample;
 
 use super::topk::KeepRatio;
 use super::{
-    check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
-    KeptValues, Selection,
+    check_finite, read_selection, Codec, CodecError, EncodeContext, FromParams, Kept, KeptValues,
 };
 use crate::sparse::SparseGrad;
 
@@ -15,13 +14,17 @@ const ID: u8 = 6;
 /// Uniform random sparsification with unbiased scaling.
 pub struct RandomK {
     p: KeepRatio,
+    kept: Kept,
 }
 
 impl FromParams for RandomK {
     type Params = KeepRatio;
     fn from_params(p: &KeepRatio) -> Result<Self, String> {
         p.validate("randomk")?;
-        Ok(RandomK { p: p.clone() })
+        Ok(RandomK {
+            p: p.clone(),
+            kept: Kept::default(),
+        })
     }
 }
 
@@ -41,26 +44,19 @@ impl Codec for RandomK {
         check_finite(keys, values)?;
         let n = values.len();
         let k = self.p.count(n);
-        let mut kept: Vec<u32> = sample(&mut ctx.rng(), n, k)
-            .into_iter()
-            .map(|i| i as u32)
-            .collect();
+        let kept = &mut self.kept.positions;
+        kept.clear();
+        kept.extend(sample(&mut ctx.rng(), n, k).into_iter().map(|i| i as u32));
         kept.sort_unstable();
         let scale = if k == 0 {
             1.0
         } else {
             (n as f64 / k as f64) as f32
         };
-        write_selection(
+        self.kept.write(
             out,
-            ID,
-            dim,
-            self.p.keys,
-            &Selection {
-                keys,
-                values,
-                kept: &kept,
-            },
+            (ID, dim, self.p.keys),
+            (keys, values),
             KeptValues::Exact(scale),
         );
         Ok(())

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    check_finite, read_selection, write_selection, Codec, CodecError, Combine, EncodeContext,
-    FromParams, KeptValues, Selection,
+    check_finite, read_selection, reduce, Codec, CodecError, Combine, EncodeContext, FromParams,
+    Kept, KeptValues,
 };
 use crate::sparse::SparseGrad;
 
@@ -29,12 +29,16 @@ pub struct SignSgdParams {
 /// Scaled sign compression.
 pub struct SignSgd {
     p: SignSgdParams,
+    kept: Kept,
 }
 
 impl FromParams for SignSgd {
     type Params = SignSgdParams;
     fn from_params(p: &SignSgdParams) -> Result<Self, String> {
-        Ok(SignSgd { p: p.clone() })
+        Ok(SignSgd {
+            p: p.clone(),
+            kept: Kept::default(),
+        })
     }
 }
 
@@ -52,20 +56,15 @@ impl Codec for SignSgd {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
-        let nonzero: Vec<u32> = (0..values.len() as u32)
-            .filter(|&i| values[i as usize] != 0.0)
-            .collect();
-        let mean = values.iter().map(|v| v.abs() as f64).sum::<f64>() / nonzero.len().max(1) as f64;
-        write_selection(
+        let sent = self
+            .kept
+            .select_where(values.len(), |i| values[i] != 0.0)
+            .len();
+        let mean = reduce::sum_abs(values) / sent.max(1) as f64;
+        self.kept.write(
             out,
-            ID,
-            dim,
-            self.p.keys,
-            &Selection {
-                keys,
-                values,
-                kept: &nonzero,
-            },
+            (ID, dim, self.p.keys),
+            (keys, values),
             KeptValues::Signs(mean as f32),
         );
         Ok(())

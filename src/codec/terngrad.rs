@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
-    KeptValues, Selection,
+    check_finite, read_selection, reduce, Codec, CodecError, EncodeContext, FromParams, Kept,
+    KeptValues,
 };
 use crate::sparse::SparseGrad;
 
@@ -41,6 +41,7 @@ impl Default for TernGradParams {
 /// Stochastic ternarisation.
 pub struct TernGrad {
     p: TernGradParams,
+    kept: Kept,
 }
 
 impl FromParams for TernGrad {
@@ -49,7 +50,10 @@ impl FromParams for TernGrad {
         if !(p.clip.is_finite() && p.clip >= 0.0) {
             return Err(format!("terngrad.clip: must be >= 0, got {}", p.clip));
         }
-        Ok(TernGrad { p: p.clone() })
+        Ok(TernGrad {
+            p: p.clone(),
+            kept: Kept::default(),
+        })
     }
 }
 
@@ -58,13 +62,7 @@ fn clip_bound(values: &[f32], c: f64) -> f32 {
     if c == 0.0 || values.len() < 2 {
         return f32::INFINITY;
     }
-    let n = values.len() as f64;
-    let mean = values.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let var = values
-        .iter()
-        .map(|&v| (v as f64 - mean).powi(2))
-        .sum::<f64>()
-        / n;
+    let (_, var) = reduce::mean_and_variance(values);
     let bound = (c * var.sqrt()) as f32;
     if bound > 0.0 {
         bound
@@ -88,24 +86,17 @@ impl Codec for TernGrad {
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
         let bound = clip_bound(values, self.p.clip);
-        let s = values.iter().fold(0f32, |m, v| m.max(v.abs().min(bound)));
+        // max over v of min(|v|, bound) = min(max |v|, bound).
+        let s = reduce::max_abs(values).min(bound);
         let mut rng = ctx.rng();
-        let kept: Vec<u32> = (0..values.len() as u32)
-            .filter(|&i| {
-                let v = values[i as usize].abs().min(bound);
-                s > 0.0 && rng.random::<f64>() < (v / s) as f64
-            })
-            .collect();
-        write_selection(
+        self.kept.select_where(values.len(), |i| {
+            let v = values[i].abs().min(bound);
+            s > 0.0 && rng.random::<f64>() < (v / s) as f64
+        });
+        self.kept.write(
             out,
-            ID,
-            dim,
-            self.p.keys,
-            &Selection {
-                keys,
-                values,
-                kept: &kept,
-            },
+            (ID, dim, self.p.keys),
+            (keys, values),
             KeptValues::Signs(s),
         );
         Ok(())

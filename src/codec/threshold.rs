@@ -4,8 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    check_finite, read_selection, write_selection, Codec, CodecError, EncodeContext, FromParams,
-    KeptValues, Selection,
+    check_finite, read_selection, Codec, CodecError, EncodeContext, FromParams, Kept, KeptValues,
 };
 use crate::sparse::SparseGrad;
 
@@ -33,6 +32,7 @@ impl Default for ThresholdParams {
 /// Magnitude-threshold sparsification.
 pub struct Threshold {
     p: ThresholdParams,
+    kept: Kept,
 }
 
 impl FromParams for Threshold {
@@ -44,7 +44,10 @@ impl FromParams for Threshold {
                 p.threshold
             ));
         }
-        Ok(Threshold { p: p.clone() })
+        Ok(Threshold {
+            p: p.clone(),
+            kept: Kept::default(),
+        })
     }
 }
 
@@ -62,19 +65,13 @@ impl Codec for Threshold {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
-        let kept: Vec<u32> = (0..values.len() as u32)
-            .filter(|&i| values[i as usize].abs() >= self.p.threshold)
-            .collect();
-        write_selection(
+        let threshold = self.p.threshold;
+        self.kept
+            .select_where(values.len(), |i| values[i].abs() >= threshold);
+        self.kept.write(
             out,
-            ID,
-            dim,
-            self.p.keys,
-            &Selection {
-                keys,
-                values,
-                kept: &kept,
-            },
+            (ID, dim, self.p.keys),
+            (keys, values),
             KeptValues::Exact(1.0),
         );
         Ok(())

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::KeyCoding;
 use super::{
-    check_finite, largest, read_selection, write_selection, Codec, CodecError, EncodeContext,
-    FromParams, KeptValues, Selection,
+    check_finite, largest, read_selection, Codec, CodecError, EncodeContext, FromParams, Kept,
+    KeptValues,
 };
 use crate::sparse::SparseGrad;
 
@@ -52,13 +52,17 @@ impl KeepRatio {
 /// Largest-magnitude sparsification.
 pub struct TopK {
     p: KeepRatio,
+    kept: Kept,
 }
 
 impl FromParams for TopK {
     type Params = KeepRatio;
     fn from_params(p: &KeepRatio) -> Result<Self, String> {
         p.validate("topk")?;
-        Ok(TopK { p: p.clone() })
+        Ok(TopK {
+            p: p.clone(),
+            kept: Kept::default(),
+        })
     }
 }
 
@@ -76,17 +80,11 @@ impl Codec for TopK {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
-        let kept = largest(values, self.p.count(values.len()));
-        write_selection(
+        self.kept.positions = largest(values, self.p.count(values.len()));
+        self.kept.write(
             out,
-            ID,
-            dim,
-            self.p.keys,
-            &Selection {
-                keys,
-                values,
-                kept: &kept,
-            },
+            (ID, dim, self.p.keys),
+            (keys, values),
             KeptValues::Exact(1.0),
         );
         Ok(())

@@ -8,7 +8,7 @@
 //! and the succinct-structure crates (e.g. sucds' Elias-Fano) serialise their own containers,
 //! which would not share this message's bit stream.
 
-use super::{bit_len, BitReader, BitWriter, CodecError, KeyBuilder};
+use super::{bit_len, BitReader, BitWriter, CodecError};
 
 fn parameter(keys: &[u32]) -> u32 {
     match keys.last() {
@@ -24,27 +24,28 @@ fn parameter(keys: &[u32]) -> u32 {
 pub fn encode(keys: &[u32], w: &mut BitWriter) {
     let k = parameter(keys);
     w.write(k as u64, 5);
-    let mut prev = 0u32;
-    for (i, &key) in keys.iter().enumerate() {
-        let v = if i == 0 { key } else { key - prev - 1 } as u64;
-        w.write_unary(v >> k);
-        w.write(v & ((1u64 << k) - 1), k);
-        prev = key;
+    let mut next = 0u32; // the smallest the next key can be: 0, then the previous key + 1
+    for &key in keys {
+        w.write_rice((key - next) as u64, k);
+        next = key.wrapping_add(1);
     }
 }
 
-/// Reads `k` and `n` gaps.
+/// Reads `k` and `n` gaps. Gaps are at least 1 by construction, so keys only need checking
+/// against the dimension.
 pub fn decode(n: usize, dim: u32, r: &mut BitReader, out: &mut Vec<u32>) -> Result<(), CodecError> {
     let k = r.read(5)? as u32;
     let max_q = (dim as u64) >> k;
-    let mut b = KeyBuilder::new(dim);
-    let mut prev = None;
+    let mut next = 0u64;
     for _ in 0..n {
-        let q = r.read_unary(max_q)?;
-        let v = (q << k) | r.read(k)?;
-        let delta = if prev.is_none() { v } else { v + 1 };
-        b.push_delta(prev, delta, out)?;
-        prev = out.last().copied();
+        let key = next + r.read_rice(k, max_q)?;
+        if key >= dim as u64 {
+            return Err(CodecError::BadKeys(format!(
+                "decoded key {key} (dimension {dim})"
+            )));
+        }
+        out.push(key as u32);
+        next = key + 1;
     }
     Ok(())
 }
