@@ -22,50 +22,101 @@ pub struct SignedEdges {
     pub max: [f32; 2],
 }
 
-/// [`SignedEdges`] of `values` with `q` buckets per sign, in two passes over `values` and
-/// without copying either sign's magnitudes: one for each sign's count, minimum and maximum,
-/// one for a sample with a stride of its own per sign (so a sign with few values is sampled
-/// whole).
+/// [`SignedEdges`] of `values` with `q` buckets per sign, without copying either sign's
+/// magnitudes: one pass for each sign's count, minimum and maximum (on the float bits, branch-
+/// free, so it vectorises), then a strided sample of about [`SAMPLE`] values per sign taken
+/// once over all values. A sign whose share of that sample is small (fewer than `SAMPLE / 8`
+/// values while it has more) is sampled again on its own with a stride of its own, so a sign
+/// with few values keeps its buckets.
 pub fn signed_bucket_edges(values: &[f32], q: usize) -> SignedEdges {
-    let (mut count, mut min, mut max) = ([0usize; 2], [f32::INFINITY; 2], [0f32; 2]);
-    for &v in values {
+    let stats = SignStats::of(values);
+    let count = stats.count;
+    let stride = values.len().div_ceil(2 * SAMPLE).max(1);
+    let mut samples: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+    for &v in values.iter().step_by(stride) {
         if v != 0.0 {
-            let (sign, m) = ((v < 0.0) as usize, v.abs());
-            count[sign] += 1;
-            min[sign] = min[sign].min(m);
-            max[sign] = max[sign].max(m);
+            samples[(v < 0.0) as usize].push(v.to_bits() & 0x7FFF_FFFF);
         }
     }
-    let step = count.map(|n| n.div_ceil(SAMPLE).max(1));
-    let mut samples = [0, 1].map(|sign| Vec::with_capacity(count[sign].div_ceil(step[sign])));
-    let mut until_next = [0usize; 2];
-    for &v in values {
-        if v != 0.0 {
-            let sign = (v < 0.0) as usize;
-            if until_next[sign] == 0 {
-                samples[sign].push(v.abs());
-                until_next[sign] = step[sign];
-            }
-            until_next[sign] -= 1;
+    for sign in 0..2 {
+        if samples[sign].len() < SAMPLE / 8 && count[sign] > samples[sign].len() {
+            let step = count[sign].div_ceil(SAMPLE).max(1);
+            samples[sign] = values
+                .iter()
+                .filter(|&&v| v != 0.0 && (v < 0.0) as usize == sign)
+                .step_by(step)
+                .map(|v| v.to_bits() & 0x7FFF_FFFF)
+                .collect();
         }
     }
     SignedEdges {
-        edges: [0, 1].map(|sign| edges_from_sample(&mut samples[sign], min[sign], q)),
-        max,
+        edges: [0, 1].map(|sign| edges_from_sample(&mut samples[sign], stats.min[sign], q)),
+        max: stats.max,
     }
 }
 
-/// Lower edges of `q` buckets from a sample of the magnitudes and their exact minimum; sorts
-/// `sample`.
-fn edges_from_sample(sample: &mut [f32], min: f32, q: usize) -> Vec<f32> {
+/// Per sign (0 positive, 1 negative; zeros belong to neither): count, smallest and largest
+/// magnitude (0 for both when the sign has no values).
+struct SignStats {
+    count: [usize; 2],
+    min: [f32; 2],
+    max: [f32; 2],
+}
+
+impl SignStats {
+    /// In eight independent lanes with selects instead of branches (a value's sign is a coin
+    /// flip, so a branch on it mispredicts half the time), which the compiler vectorises.
+    fn of(values: &[f32]) -> SignStats {
+        const L: usize = 8;
+        let (mut negatives, mut zeros) = ([0u32; L], [0u32; L]);
+        let (mut min, mut max) = ([[f32::INFINITY; L]; 2], [[0f32; L]; 2]);
+        let mut lane = |j: usize, v: f32| {
+            let (m, negative, zero) = (v.abs(), v < 0.0, v == 0.0);
+            negatives[j] += negative as u32;
+            zeros[j] += zero as u32;
+            let inf = f32::INFINITY;
+            min[0][j] = min[0][j].min(if negative || zero { inf } else { m });
+            min[1][j] = min[1][j].min(if negative { m } else { inf });
+            max[0][j] = max[0][j].max(if negative { 0.0 } else { m });
+            max[1][j] = max[1][j].max(if negative { m } else { 0.0 });
+        };
+        let chunks = values.chunks_exact(L);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for (j, &v) in chunk.iter().enumerate() {
+                lane(j, v);
+            }
+        }
+        for (j, &v) in tail.iter().enumerate() {
+            lane(j, v);
+        }
+        let negatives = negatives.iter().map(|&c| c as usize).sum::<usize>();
+        let zeros = zeros.iter().map(|&c| c as usize).sum::<usize>();
+        let fold_min = |lanes: &[f32; L]| lanes.iter().fold(f32::INFINITY, |a, &b| a.min(b));
+        let fold_max = |lanes: &[f32; L]| lanes.iter().fold(0f32, |a, &b| a.max(b));
+        SignStats {
+            count: [values.len() - negatives - zeros, negatives],
+            min: [0, 1].map(|sign| {
+                Some(fold_min(&min[sign]))
+                    .filter(|m| m.is_finite())
+                    .unwrap_or(0.0)
+            }),
+            max: [fold_max(&max[0]), fold_max(&max[1])],
+        }
+    }
+}
+
+/// Lower edges of `q` buckets from a sample of the magnitudes (as float bits, which sort like
+/// the non-negative floats they are) and their exact minimum; sorts `sample`.
+fn edges_from_sample(sample: &mut [u32], min: f32, q: usize) -> Vec<f32> {
     if sample.is_empty() || q == 0 {
         return Vec::new();
     }
-    sample.sort_unstable_by(f32::total_cmp);
+    sample.sort_unstable();
     let mut edges = Vec::with_capacity(q);
     edges.push(min);
     for j in 1..q {
-        let e = sample[j * sample.len() / q];
+        let e = f32::from_bits(sample[j * sample.len() / q]);
         if e > *edges.last().unwrap() {
             edges.push(e);
         }
@@ -81,14 +132,18 @@ pub fn bucket_of(edges: &[f32], m: f32) -> usize {
 
 /// [`bucket_of`] for many values in one pass: a table indexed by the top bits of the float
 /// (exponent and 8 mantissa bits; non-negative floats order like their bit patterns) gives the
-/// bucket of the smallest value with those bits, and a short forward scan finishes. The table
-/// spans only the prefixes between the first edge and the largest value, a few thousand entries
-/// for gradient magnitudes. One load and a compare or two per value, instead of a chain of
-/// dependent loads in a binary search.
+/// bucket of the smallest value with those bits, and a fixed number of branch-free steps
+/// finishes (the most edges any one table slot spans, measured when the table is built: one
+/// or two for gradient magnitudes). The table spans only the prefixes between the first edge
+/// and the largest value, a few thousand entries. One load and a compare or two per value,
+/// without a chain of dependent loads (a binary search) or a data-dependent loop that
+/// mispredicts.
 pub struct BucketFinder {
+    /// Edge bits, then `steps` sentinels (`u32::MAX`, above every finite value).
     edges: Vec<u32>,
     first_prefix: u32,
     table: Vec<u16>,
+    steps: usize,
 }
 
 const PREFIX_SHIFT: u32 = 15;
@@ -97,18 +152,26 @@ impl BucketFinder {
     /// A finder for `edges` (strictly increasing, non-negative, fewer than 65,536) and values up
     /// to `max`.
     pub fn new(edges: &[f32], max: f32) -> Self {
-        let bits: Vec<u32> = edges.iter().map(|e| e.to_bits()).collect();
+        let mut bits: Vec<u32> = edges.iter().map(|e| e.to_bits()).collect();
         let (first_prefix, last_prefix) = match (bits.first(), max.to_bits()) {
             (Some(&lo), hi) if hi >= lo => (lo >> PREFIX_SHIFT, hi >> PREFIX_SHIFT),
             _ => (0, 0),
         };
-        let table = (first_prefix..=last_prefix)
-            .map(|p| bucket_of(edges, f32::from_bits(p << PREFIX_SHIFT)) as u16)
+        let first_in = |p: u32| bucket_of(edges, f32::from_bits(p << PREFIX_SHIFT));
+        let last_in = |p: u32| bucket_of(edges, f32::from_bits(((p + 1) << PREFIX_SHIFT) - 1));
+        let table: Vec<u16> = (first_prefix..=last_prefix)
+            .map(|p| first_in(p) as u16)
             .collect();
+        let steps = (first_prefix..=last_prefix)
+            .map(|p| last_in(p) - first_in(p))
+            .max()
+            .unwrap_or(0);
+        bits.extend(std::iter::repeat_n(u32::MAX, steps + 1));
         BucketFinder {
             edges: bits,
             first_prefix,
             table,
+            steps,
         }
     }
 
@@ -119,8 +182,8 @@ impl BucketFinder {
         let slot = ((bits >> PREFIX_SHIFT).saturating_sub(self.first_prefix) as usize)
             .min(self.table.len().saturating_sub(1));
         let mut b = self.table.get(slot).copied().unwrap_or(0) as usize;
-        while b + 1 < self.edges.len() && self.edges[b + 1] <= bits {
-            b += 1;
+        for _ in 0..self.steps {
+            b += (self.edges[b + 1] <= bits) as usize;
         }
         b
     }
