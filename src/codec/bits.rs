@@ -253,8 +253,9 @@ impl<'a> BitReader<'a> {
         self.fill();
         let q = (!self.acc).trailing_zeros();
         if q + 1 + k <= self.avail && (q as u64) <= max_q {
-            let low = (self.acc >> (q + 1)) & ((1u64 << k) - 1);
-            // q + 1 + k <= avail <= 64; a shift by 64 (a full buffer consumed) empties it.
+            // q + 1 + k <= avail <= 64: with k = 0 and 63 ones in a full buffer, both shifts
+            // are by 64, which `checked_shr` turns into an empty buffer (found by fuzzing).
+            let low = self.acc.checked_shr(q + 1).unwrap_or(0) & ((1u64 << k) - 1);
             self.acc = self.acc.checked_shr(q + 1 + k).unwrap_or(0);
             self.avail -= q + 1 + k;
             return Ok((q as u64) << k | low);
@@ -385,6 +386,22 @@ mod tests {
             assert_eq!(r.read(1).unwrap(), 1, "rice({v}, {k}) length");
         }
         r.finish().unwrap();
+        // 63 ones and a zero with k = 0 fill the buffer exactly (a shift by 64).
+        // (One bit, then a 31-bit code, leave exactly 32 bits buffered, so the next fill makes
+        // 64.)
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        w.write(1, 1);
+        w.write_rice(5, 30);
+        w.write_rice(63, 0);
+        w.write_rice(2, 0);
+        w.finish();
+        let mut r = BitReader::new(&buf);
+        assert_eq!(r.read(1).unwrap(), 1);
+        assert_eq!(r.read_rice(30, u64::MAX).unwrap(), 5);
+        assert_eq!(r.avail, 32);
+        assert_eq!(r.read_rice(0, u64::MAX).unwrap(), 63);
+        assert_eq!(r.read_rice(0, u64::MAX).unwrap(), 2);
         // A quotient above the bound is an error on the fast path too.
         let mut buf = Vec::new();
         let mut w = BitWriter::new(&mut buf);
