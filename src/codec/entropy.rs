@@ -1,30 +1,36 @@
 //! Entropy coding of small-alphabet symbols (sketch cells, key-length classes) with an ANS coder
 //! from the `constriction` crate, over a categorical model quantised from the symbols' own
-//! histogram. The model travels with the message as fixed-point probabilities (24 bits each,
-//! all nonzero, summing to 2^24), so both sides build exactly the same model.
+//! histogram. The model travels with the message as fixed-point probabilities (12 bits each,
+//! all nonzero, summing to 2^12), so both sides build exactly the same model. Twelve bits let
+//! the receiver decode through a 4096-entry lookup table (constriction's
+//! `SmallContiguousLookupDecoderModel`) instead of searching the cumulative distribution for
+//! every symbol. Measured on `skcompress` at D = 29M, d = 1M (1.6M coded symbols): decoding
+//! 41 → 19.5 ms, for 0.06% more bytes than 24-bit probabilities.
 //!
 //! No probability exceeds 1 − 2⁻⁸, so every symbol costs at least
 //! −log₂(1 − 2⁻⁸) ≈ 0.0056 bits: a receiver bounds the number of symbols a stream can hold by
-//! its length and refuses a larger claim before decoding anything (an uncapped 24-bit model lets
-//! a 157-byte message claim 10⁸ symbols and keep the decoder busy for seconds).
+//! its length and refuses a larger claim before decoding anything (an uncapped model lets a
+//! 157-byte message claim 10⁸ symbols and keep the decoder busy for seconds).
 //!
 //! The bound needs one more thing. An ANS coder starts from state 0, and while the state is
 //! below a symbol's probability, coding that symbol only adds its cumulative probability to the
 //! state: a run of the first symbol (cumulative 0) cost nothing at all (100,000 zero cells coded
 //! to no words, and a valid stream was refused). So the coder's model has one more symbol than
 //! the alphabet: a reserved symbol 0 holding 2⁻⁸ of the mass, never coded (symbol `s` is coded
-//! as `s + 1`). Every coded symbol then adds at least 2¹⁶ to the state, which reaches the
-//! regime where each costs its information within 256 symbols. The reserve takes the place of
-//! the cap (every probability is at most 1 − 2⁻⁸ of the total) at no extra size.
+//! as `s + 1`). Every coded symbol then adds at least 2⁴ (2⁻⁸ of 2¹²) to the state, which
+//! reaches the regime where each costs its information within 256 symbols. The reserve takes
+//! the place of the cap (every probability is at most 1 − 2⁻⁸ of the total) at no extra size.
 
-use constriction::stream::model::DefaultContiguousCategoricalEntropyModel;
+use constriction::stream::model::{
+    SmallContiguousCategoricalEntropyModel, SmallContiguousLookupDecoderModel,
+};
 use constriction::stream::stack::DefaultAnsCoder;
 use constriction::stream::Decode;
 
 use super::bits::{BitReader, BitWriter};
 use super::CodecError;
 
-const PRECISION: u32 = 24;
+const PRECISION: u32 = 12;
 
 /// Symbols per coded bit at most, with margin: 1 / −log₂(1 − 2⁻⁸) ≈ 177.1.
 const SYMBOLS_PER_BIT: usize = 178;
@@ -55,11 +61,30 @@ pub fn quantize(counts: &[u64]) -> Vec<u32> {
     p
 }
 
-/// The coder's model: the reserved symbol, then the alphabet's probabilities.
-fn model(p: &[u32]) -> Result<DefaultContiguousCategoricalEntropyModel, CodecError> {
-    let full: Vec<u32> = std::iter::once(RESERVED).chain(p.iter().copied()).collect();
-    DefaultContiguousCategoricalEntropyModel::from_nonzero_fixed_point_probabilities(&full, false)
-        .map_err(|_| CodecError::Corrupt("invalid entropy model".into()))
+/// The reserved symbol's probability, then the alphabet's.
+fn with_reserve(p: &[u32]) -> Vec<u16> {
+    std::iter::once(RESERVED)
+        .chain(p.iter().copied())
+        .map(|x| x as u16)
+        .collect()
+}
+
+/// The encoder's model.
+fn encoder_model(p: &[u32]) -> Result<SmallContiguousCategoricalEntropyModel, CodecError> {
+    SmallContiguousCategoricalEntropyModel::from_nonzero_fixed_point_probabilities(
+        with_reserve(p),
+        false,
+    )
+    .map_err(|_| CodecError::Corrupt("invalid entropy model".into()))
+}
+
+/// The decoder's model: the same distribution as a lookup table.
+fn decoder_model(p: &[u32]) -> Result<SmallContiguousLookupDecoderModel, CodecError> {
+    SmallContiguousLookupDecoderModel::from_nonzero_fixed_point_probabilities(
+        with_reserve(p),
+        false,
+    )
+    .map_err(|_| CodecError::Corrupt("invalid entropy model".into()))
 }
 
 /// Writes the model for `symbols` (each `< alphabet`) and the ANS-coded symbols.
@@ -68,7 +93,7 @@ pub fn write_symbols(w: &mut BitWriter, symbols: &[u8], alphabet: usize) -> Resu
     symbols.iter().for_each(|&s| counts[s as usize] += 1);
     let p = quantize(&counts);
     p.iter().for_each(|&x| w.write(x as u64, PRECISION));
-    let m = model(&p)?;
+    let m = encoder_model(&p)?;
     let mut ans = DefaultAnsCoder::new();
     ans.encode_iid_symbols_reverse(symbols.iter().map(|&s| s as usize + 1), &m)
         .map_err(|e| CodecError::Corrupt(format!("entropy coder: {e:?}")))?;
@@ -94,7 +119,7 @@ pub fn read_symbols(
     if p.contains(&0) || p.iter().map(|&x| x as u64).sum::<u64>() != ALPHABET_TOTAL as u64 {
         return Err(CodecError::Corrupt("entropy model probabilities".into()));
     }
-    let m = model(&p)?;
+    let m = decoder_model(&p)?;
     let count = r.read(32)? as usize;
     // The coded words (and the coder's final state, at most 64 bits) bound the symbol count.
     let words_present = r.remaining_bits() / 32;
@@ -111,7 +136,7 @@ pub fn read_symbols(
     let mut ans = DefaultAnsCoder::from_compressed(words)
         .map_err(|_| CodecError::Corrupt("entropy-coded stream".into()))?;
     out.clear();
-    for s in ans.decode_iid_symbols(n, &m) {
+    for s in ans.decode_iid_symbols(n, m.as_view()) {
         match s {
             Ok(s) if s >= 1 => out.push((s - 1) as u8),
             _ => return Err(CodecError::Corrupt("entropy-coded stream".into())),
@@ -151,7 +176,7 @@ mod tests {
         assert!(q.iter().all(|&x| x >= 1));
         let skewed = quantize(&[1_000_000, 0, 1]);
         assert_eq!(skewed.iter().sum::<u32>(), ALPHABET_TOTAL);
-        assert_eq!((skewed[1], skewed[2]), (1, 17), "{skewed:?}");
+        assert_eq!((skewed[1], skewed[2]), (1, 1), "{skewed:?}");
         // A long run of one symbol costs bits (it did not when that symbol had cumulative
         // probability 0: the coder's zero state swallowed it), so it fits the receiver's bound.
         for first in [0u8, 5] {

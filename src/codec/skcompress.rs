@@ -30,7 +30,7 @@ use super::{
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 14;
-const VERSION: u8 = 4;
+const VERSION: u8 = 5;
 /// Delta bit lengths 0..=32.
 const LENGTH_CLASSES: usize = 33;
 
