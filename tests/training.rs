@@ -65,6 +65,39 @@ fn logistic_regression_learns_the_generated_data() {
 }
 
 #[test]
+fn eval_every_adds_test_metrics_between_epochs_without_changing_training() {
+    // 10 rounds per epoch, 4 epochs; evaluating every 4 rounds adds rows after rounds 4, 8, 12,
+    // 16, 24, 28, 32 and 36 (20 and 40 are epoch ends). The pull exchange must fetch the test
+    // rows' weights before each of them: it gives the broadcast model bit for bit, so its
+    // evaluations must equal the broadcast run's.
+    let kind = |out: &gradflow::runtime::RunOutcome, k: &str| -> Vec<(u64, f64)> {
+        out.rows
+            .iter()
+            .filter(|r| r.kind == k)
+            .map(|r| (r.round, r.test_loss.unwrap()))
+            .collect()
+    };
+    let plain = run_local(&job(&["train.exchange=\"sharded\""]), 2);
+    let every = run_local(&job(&["train.exchange=\"sharded\"", "train.eval_every=4"]), 2);
+    let pulled = run_local(
+        &job(&[
+            "train.exchange=\"sharded\"",
+            "train.eval_every=4",
+            "train.pull=true",
+        ]),
+        2,
+    );
+    assert_eq!(kind(&every, "epoch"), kind(&plain, "epoch"), "training changed");
+    let evals = kind(&every, "eval");
+    let rounds: Vec<u64> = evals.iter().map(|e| e.0).collect();
+    assert_eq!(rounds, [3, 7, 11, 15, 23, 27, 31, 35]);
+    assert!(kind(&plain, "eval").is_empty());
+    assert!(evals.iter().all(|e| e.1.is_finite() && e.1 > 0.0));
+    assert!(evals[0].1 > evals[7].1, "the test loss falls: {evals:?}");
+    assert_eq!(kind(&pulled, "eval"), evals, "pull evaluated other weights");
+}
+
+#[test]
 fn every_loss_trains_and_reports_its_metrics() {
     let svm = run_local(&job(&["model.loss=\"hinge\""]), 1);
     let last = svm.rows.iter().rfind(|r| r.kind == "epoch").unwrap();

@@ -135,28 +135,47 @@ pub fn collect(
                 }
                 observer(&row);
                 rows.borrow_mut().push(row.clone());
+                // The test metrics after this round: an `epoch` row at epoch ends, an `eval`
+                // row between them (`train.eval_every`).
                 if let Some(eval) = acc.eval {
                     let s = eval.summary(plan.loss);
-                    let (traffic, busiest) = epoch.traffic_summary();
-                    let mut e = MetricsRow {
-                        kind: "epoch",
-                        epoch: row.epoch,
-                        round: q,
-                        seconds: row.seconds,
-                        train_loss: epoch.loss_sum / epoch.rows.max(1) as f64,
-                        test_loss: s.loss,
-                        test_accuracy: s.accuracy,
-                        test_auc: s.auc,
-                        test_rmse: s.rmse,
-                        gradient_keys: epoch.grad_keys,
-                        ..Default::default()
-                    };
-                    e.set_kept(epoch.offered_keys, epoch.sent_keys);
-                    e.set_times(&epoch.times);
-                    e.set_traffic(&traffic, busiest);
-                    observer(&e);
-                    rows.borrow_mut().push(e);
-                    epoch = RoundAcc::default();
+                    if (q + 1) % plan.rounds_per_epoch != 0 {
+                        let e = MetricsRow {
+                            kind: "eval",
+                            epoch: row.epoch,
+                            round: q,
+                            seconds: row.seconds,
+                            train_loss: row.train_loss,
+                            test_loss: s.loss,
+                            test_accuracy: s.accuracy,
+                            test_auc: s.auc,
+                            test_rmse: s.rmse,
+                            ..Default::default()
+                        };
+                        observer(&e);
+                        rows.borrow_mut().push(e);
+                    } else {
+                        let (traffic, busiest) = epoch.traffic_summary();
+                        let mut e = MetricsRow {
+                            kind: "epoch",
+                            epoch: row.epoch,
+                            round: q,
+                            seconds: row.seconds,
+                            train_loss: epoch.loss_sum / epoch.rows.max(1) as f64,
+                            test_loss: s.loss,
+                            test_accuracy: s.accuracy,
+                            test_auc: s.auc,
+                            test_rmse: s.rmse,
+                            gradient_keys: epoch.grad_keys,
+                            ..Default::default()
+                        };
+                        e.set_kept(epoch.offered_keys, epoch.sent_keys);
+                        e.set_times(&epoch.times);
+                        e.set_traffic(&traffic, busiest);
+                        observer(&e);
+                        rows.borrow_mut().push(e);
+                        epoch = RoundAcc::default();
+                    }
                 }
             }
             // When the run is over: one row per process with its totals.

@@ -210,8 +210,7 @@ impl GradientStep {
         }
         stats.prev_traffic = std::mem::take(&mut st.traffic);
         (st.aggregate_ms, st.update_ms) = (0.0, 0.0);
-        let rpe = self.plan.rounds_per_epoch;
-        if r > 0 && r % rpe == 0 {
+        if self.plan.evaluates_after(r) {
             stats.eval = Some(EvalPart::evaluate(
                 &self.data.test,
                 &st.weights,
@@ -338,7 +337,7 @@ impl GradientStep {
         } else {
             0..0
         };
-        let evaluate = next % self.plan.rounds_per_epoch == 0;
+        let evaluate = self.plan.evaluates_after(next);
         let (me, peers) = (self.me, self.peers);
         let (order, train) = (&self.order, &self.data.train);
         let p = self.pull.as_mut().unwrap();

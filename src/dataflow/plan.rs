@@ -46,6 +46,9 @@ pub struct TrainPlan {
     pub dump_gradients: Option<std::path::PathBuf>,
     /// Rounds (mini-batches) per epoch.
     pub rounds_per_epoch: u64,
+    /// Evaluate on the test rows every this many rounds as well as at epoch ends (0: epoch ends
+    /// only).
+    pub eval_every: u64,
     /// Epochs.
     pub epochs: u64,
     /// Seed of every random choice.
@@ -58,6 +61,13 @@ impl TrainPlan {
     /// Total number of rounds.
     pub fn rounds(&self) -> u64 {
         self.rounds_per_epoch * self.epochs
+    }
+
+    /// Whether the test rows are evaluated after `r` rounds (`r >= 1`): at every epoch end and
+    /// every `eval_every` rounds.
+    pub fn evaluates_after(&self, r: u64) -> bool {
+        r > 0
+            && (r % self.rounds_per_epoch == 0 || (self.eval_every > 0 && r % self.eval_every == 0))
     }
 
     /// The process of worker `w`.

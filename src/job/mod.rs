@@ -196,6 +196,9 @@ pub struct TrainSection {
     pub sketch: SketchParams,
     /// Seed of every random choice (split, batches, randomised codecs).
     pub seed: u64,
+    /// Also evaluate on the test rows every this many rounds (metrics rows of kind `eval`), so
+    /// that time to a target loss is not bound to epoch ends; 0: at epoch ends only.
+    pub eval_every: u64,
 }
 
 impl Default for TrainSection {
@@ -211,6 +214,7 @@ impl Default for TrainSection {
             pull: false,
             sketch: SketchParams::default(),
             seed: 42,
+            eval_every: 0,
         }
     }
 }
@@ -505,6 +509,7 @@ impl Job {
             dump_gradients: self.output.gradients.clone(),
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
+            eval_every: self.train.eval_every,
             epochs: self.train.epochs,
             seed: self.train.seed,
             threads_per_process,

@@ -115,7 +115,9 @@ impl Traffic {
 /// One row of the metrics CSV: a round, an epoch, or (at the end) a process's totals.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MetricsRow {
-    /// `round`, `epoch` or `process`.
+    /// `round`, `epoch`, `eval` (test metrics after a round between epoch ends, with
+    /// `train.eval_every`; its traffic and time fields are zero, the round's row has them) or
+    /// `process`.
     pub kind: &'static str,
     /// The process a `process` row describes.
     pub process: Option<u32>,
