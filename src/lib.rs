@@ -26,6 +26,7 @@
 //! assert!((negative_sum - (-2.25)).abs() < 1e-6);
 //! ```
 
+pub mod bench;
 pub mod codec;
 pub mod data;
 pub mod dataflow;

@@ -78,7 +78,10 @@ fn eval_every_adds_test_metrics_between_epochs_without_changing_training() {
             .collect()
     };
     let plain = run_local(&job(&["train.exchange=\"sharded\""]), 2);
-    let every = run_local(&job(&["train.exchange=\"sharded\"", "train.eval_every=4"]), 2);
+    let every = run_local(
+        &job(&["train.exchange=\"sharded\"", "train.eval_every=4"]),
+        2,
+    );
     let pulled = run_local(
         &job(&[
             "train.exchange=\"sharded\"",
@@ -87,7 +90,11 @@ fn eval_every_adds_test_metrics_between_epochs_without_changing_training() {
         ]),
         2,
     );
-    assert_eq!(kind(&every, "epoch"), kind(&plain, "epoch"), "training changed");
+    assert_eq!(
+        kind(&every, "epoch"),
+        kind(&plain, "epoch"),
+        "training changed"
+    );
     let evals = kind(&every, "eval");
     let rounds: Vec<u64> = evals.iter().map(|e| e.0).collect();
     assert_eq!(rounds, [3, 7, 11, 15, 23, 27, 31, 35]);

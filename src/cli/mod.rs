@@ -1,6 +1,8 @@
 //! Command-line interface (clap). Thin: parses arguments, calls the library, prints.
 
+mod bench;
 mod cluster;
+mod netns;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -35,6 +37,9 @@ enum Command {
     Train(TrainArgs),
     /// Start N local processes of a job on loopback and wait for all of them.
     Cluster(ClusterArgs),
+    /// Run a benchmark suite: every cell (codec x exchange x processes x link x model) as a real
+    /// cluster, over emulated links when root; writes results.csv and summary.md.
+    Bench(bench::BenchArgs),
     /// Evaluate a saved model on a LibSVM file and write its predictions.
     Predict(PredictArgs),
     /// Dataset utilities.
@@ -273,6 +278,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
             a.startup_timeout,
             &a.overrides.to_args(),
         ),
+        Command::Bench(a) => bench::run(a),
         Command::Predict(a) => predict(a),
         Command::Data(DataCommand::Synth(a)) => data_synth(a),
         Command::Codec(CodecCommand::Compare(a)) => codec_compare(a),

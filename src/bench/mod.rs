@@ -1,0 +1,685 @@
+//! Benchmark suites: a base job and axes (compressors with their memory and downlink, exchange,
+//! processes, links, models, repeats), expanded into cells that each run as a real cluster.
+//! This module holds what does not launch anything: the suite file, its cells and their job
+//! files, and the report computed from the cells' metrics ([`report`]). `gradflow bench` runs
+//! the cells.
+//!
+//! A suite file (paths relative to it):
+//!
+//! ```toml
+//! job = "exchange.toml"            # the base job
+//! processes = [2, 4]               # W: processes of `workers` threads each
+//! exchange = ["sharded", "allgather"]
+//! links = ["loopback", { name = "100mbit", rate = "100mbit" }]
+//! repeats = 1
+//! target = 0.01                    # time to within 1% of the baseline's final test loss
+//! baseline = { exchange = "sharded", compressor = "none" }
+//!
+//! [set]                            # any job field, in every cell
+//! "train.epochs" = 2
+//! "train.eval_every" = 10
+//!
+//! [[compressor]]                   # a codec table, plus optional label, memory, downlink, pull
+//! name = "none"
+//!
+//! [[compressor]]
+//! name = "topk"
+//! ratio = 0.01
+//! memory = "residual"
+//!
+//! [[model]]                        # optional: model fields plus an optional optimizer table
+//! loss = "logistic"
+//! optimizer = { kind = "adam", lr = 0.01 }
+//! ```
+
+pub mod report;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::codec::CodecSpec;
+use crate::job::Job;
+use crate::memory::MemorySpec;
+
+/// A suite file as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuiteFile {
+    job: PathBuf,
+    #[serde(default = "one")]
+    repeats: usize,
+    #[serde(default = "default_target")]
+    target: f64,
+    #[serde(default = "default_processes")]
+    processes: Vec<usize>,
+    #[serde(default = "one")]
+    workers: usize,
+    #[serde(default)]
+    exchange: Vec<String>,
+    #[serde(default)]
+    links: Vec<LinkEntry>,
+    #[serde(default)]
+    compressor: Vec<toml::Table>,
+    #[serde(default)]
+    model: Vec<toml::Table>,
+    #[serde(default)]
+    set: toml::Table,
+    #[serde(default)]
+    baseline: Option<BaselineEntry>,
+}
+
+fn one() -> usize {
+    1
+}
+fn default_target() -> f64 {
+    0.01
+}
+fn default_processes() -> Vec<usize> {
+    vec![2]
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum LinkEntry {
+    Name(String),
+    Table(Link),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BaselineEntry {
+    exchange: String,
+    compressor: String,
+}
+
+/// A link between processes: loopback, or a shaped link in network namespaces.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// Name in the report.
+    pub name: String,
+    /// Rate, as `tc` takes it (`10mbit`, `1gbit`); absent: unshaped.
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// One-way delay (`5ms`), which needs the kernel's `netem`; absent: none.
+    #[serde(default)]
+    pub delay: Option<String>,
+}
+
+impl Link {
+    /// The plain loopback link.
+    pub fn loopback() -> Link {
+        Link {
+            name: "loopback".into(),
+            rate: None,
+            delay: None,
+        }
+    }
+
+    /// Whether the link needs network namespaces (anything but plain loopback).
+    pub fn shaped(&self) -> bool {
+        self.rate.is_some() || self.delay.is_some()
+    }
+
+    /// The rate in bits per second, parsed from the `tc` form (`100mbit`, `1gbit`, `500kbit`).
+    pub fn rate_bits(&self) -> Option<Result<u64, String>> {
+        let rate = self.rate.as_ref()?;
+        let r = rate.trim().to_ascii_lowercase();
+        let (num, mult) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
+            .iter()
+            .find_map(|(unit, m)| r.strip_suffix(unit).map(|n| (n.to_string(), *m)))
+            .unwrap_or((r.clone(), 0.0));
+        Some(match num.trim().parse::<f64>() {
+            Ok(n) if mult > 0.0 && n > 0.0 && (n * mult) >= 8_000.0 => Ok((n * mult) as u64),
+            _ => Err(format!(
+                "link {}: rate '{rate}' is not a rate like 100mbit (at least 8kbit)",
+                self.name
+            )),
+        })
+    }
+}
+
+/// One labelled value of an axis: its label and the job fields it sets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AxisValue {
+    /// Label in cell ids and the report.
+    pub label: String,
+    /// `(dotted job field, value)` pairs.
+    pub sets: Vec<(String, toml::Value)>,
+}
+
+/// A parsed, validated suite.
+#[derive(Clone, Debug)]
+pub struct Suite {
+    /// The suite's name (its file stem).
+    pub name: String,
+    /// The base job file.
+    pub job: PathBuf,
+    /// Times each cell runs.
+    pub repeats: usize,
+    /// Relative tolerance on the baseline's final test loss for time-to-target.
+    pub target: f64,
+    /// Process counts.
+    pub processes: Vec<usize>,
+    /// Worker threads per process.
+    pub workers: usize,
+    /// Links.
+    pub links: Vec<Link>,
+    /// Models (one unlabelled entry: the job's own).
+    pub models: Vec<AxisValue>,
+    /// Exchanges.
+    pub exchanges: Vec<AxisValue>,
+    /// Compressors.
+    pub compressors: Vec<AxisValue>,
+    /// Fields set in every cell.
+    pub sets: Vec<(String, toml::Value)>,
+    /// Labels of the (exchange, compressor) every other cell is compared with.
+    pub baseline: (String, String),
+}
+
+/// One run of a suite: a point of every axis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cell {
+    /// `link/W2/model/exchange/compressor/r0`: unique in the suite, used for `--only`.
+    pub id: String,
+    /// The link.
+    pub link: Link,
+    /// Processes.
+    pub processes: usize,
+    /// Worker threads per process.
+    pub workers: usize,
+    /// Model label.
+    pub model: String,
+    /// Exchange label.
+    pub exchange: String,
+    /// Compressor label.
+    pub compressor: String,
+    /// Repeat index.
+    pub repeat: usize,
+    /// Every job field the cell sets, in order (suite-wide first).
+    pub sets: Vec<(String, toml::Value)>,
+}
+
+impl Cell {
+    /// Whether this cell is the baseline of its (link, processes, model, repeat) group.
+    pub fn is_baseline(&self, suite: &Suite) -> bool {
+        (self.exchange.as_str(), self.compressor.as_str())
+            == (suite.baseline.0.as_str(), suite.baseline.1.as_str())
+    }
+
+    /// A name usable as a directory: the id with `/` as `__` and anything unusual as `_`.
+    pub fn slug(&self) -> String {
+        self.id
+            .chars()
+            .map(|c| match c {
+                '/' => '~',
+                c if c.is_ascii_alphanumeric() || "-_.=,".contains(c) => c,
+                _ => '_',
+            })
+            .collect::<String>()
+            .replace('~', "__")
+    }
+
+    /// The cell's job: the base job's table with the cell's fields set, as TOML text, checked by
+    /// loading it as a job (so a bad field is an error before anything runs).
+    pub fn job_text(&self, base: &Path, extra: &[(String, toml::Value)]) -> Result<String, String> {
+        let text = std::fs::read_to_string(base).map_err(|e| format!("{}: {e}", base.display()))?;
+        let mut table: toml::Table =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", base.display()))?;
+        for (key, value) in self.sets.iter().chain(extra) {
+            set_path(&mut table, key, value.clone())
+                .map_err(|e| format!("cell {}: {e}", self.id))?;
+        }
+        let out = toml::to_string(&table).map_err(|e| format!("cell {}: {e}", self.id))?;
+        Job::parse(&out, Path::new(&self.id), &[]).map_err(|e| format!("cell {}: {e}", self.id))?;
+        Ok(out)
+    }
+}
+
+/// Sets `a.b.c = value` in `table`, creating tables on the way.
+fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let path: Vec<&str> = key.split('.').collect();
+    if path.iter().any(|p| p.is_empty()) {
+        return Err(format!("'{key}' is not a dotted field name"));
+    }
+    let mut cur = table;
+    for part in &path[..path.len() - 1] {
+        cur = cur
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| format!("{key}: {part} is not a table"))?;
+    }
+    cur.insert(path[path.len() - 1].to_string(), value);
+    Ok(())
+}
+
+/// A compact label for a table: `name` then `k=v` pairs (`topk,ratio=0.01`).
+fn table_label(t: &toml::Table, first: &str) -> String {
+    let mut parts: Vec<String> = t.get(first).map(|v| vec![plain(v)]).unwrap_or_default();
+    parts.extend(
+        t.iter()
+            .filter(|(k, _)| k.as_str() != first)
+            .map(|(k, v)| format!("{k}={}", plain(v))),
+    );
+    parts.join(",")
+}
+
+/// A value without TOML quoting for labels.
+fn plain(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Table(t) => format!("{{{}}}", table_label(t, "name")),
+        other => other.to_string(),
+    }
+}
+
+impl Suite {
+    /// Loads and validates a suite file.
+    pub fn load(path: &Path) -> Result<Suite, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let f: SuiteFile = toml::from_str(&text)
+            .map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        let at = |what: String| format!("{}: {what}", path.display());
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "suite".into());
+        if f.repeats == 0 || f.workers == 0 {
+            return Err(at("repeats and workers must be at least 1".into()));
+        }
+        if f.processes.is_empty() || f.processes.contains(&0) {
+            return Err(at(
+                "processes: give at least one count, each at least 1".into()
+            ));
+        }
+        if !(f.target.is_finite() && f.target >= 0.0) {
+            return Err(at(format!("target: must be >= 0, got {}", f.target)));
+        }
+        let links = if f.links.is_empty() {
+            vec![Link::loopback()]
+        } else {
+            f.links
+                .into_iter()
+                .map(|l| match l {
+                    LinkEntry::Name(n) if n == "loopback" => Ok(Link::loopback()),
+                    LinkEntry::Name(n) => Err(at(format!(
+                        "links: '{n}' is not \"loopback\"; a shaped link is a table like \
+                         {{ name = \"{n}\", rate = \"100mbit\" }}"
+                    ))),
+                    LinkEntry::Table(l) => match l.rate_bits() {
+                        Some(Err(e)) => Err(at(e)),
+                        _ => Ok(l),
+                    },
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let exchanges = if f.exchange.is_empty() {
+            vec![AxisValue {
+                label: "job".into(),
+                sets: vec![],
+            }]
+        } else {
+            f.exchange
+                .iter()
+                .map(|e| match e.as_str() {
+                    "sharded" | "allgather" | "sketch" => Ok(AxisValue {
+                        label: e.clone(),
+                        sets: vec![("train.exchange".into(), toml::Value::String(e.clone()))],
+                    }),
+                    _ => Err(at(format!(
+                        "exchange: '{e}' is not sharded, allgather or sketch"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let compressors = if f.compressor.is_empty() {
+            vec![AxisValue {
+                label: "job".into(),
+                sets: vec![],
+            }]
+        } else {
+            f.compressor
+                .iter()
+                .map(|t| compressor_value(t).map_err(&at))
+                .collect::<Result<_, _>>()?
+        };
+        let models = if f.model.is_empty() {
+            vec![AxisValue {
+                label: "job".into(),
+                sets: vec![],
+            }]
+        } else {
+            f.model
+                .iter()
+                .map(|t| model_value(t).map_err(&at))
+                .collect::<Result<_, _>>()?
+        };
+        for (axis, values) in [
+            ("exchange", &exchanges),
+            ("compressor", &compressors),
+            ("model", &models),
+        ] {
+            let mut labels: Vec<&str> = values.iter().map(|v| v.label.as_str()).collect();
+            labels.sort_unstable();
+            if let Some(w) = labels.windows(2).find(|w| w[0] == w[1]) {
+                return Err(at(format!(
+                    "{axis}: two entries are labelled '{}'; give one a `label`",
+                    w[0]
+                )));
+            }
+        }
+        let mut link_names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
+        link_names.sort_unstable();
+        if let Some(w) = link_names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(at(format!("links: two links are named '{}'", w[0])));
+        }
+        let baseline = match f.baseline {
+            Some(b) => (b.exchange, b.compressor),
+            None => ("sharded".into(), "none".into()),
+        };
+        Ok(Suite {
+            name,
+            job: dir.join(&f.job),
+            repeats: f.repeats,
+            target: f.target,
+            processes: f.processes,
+            workers: f.workers,
+            links,
+            models,
+            exchanges,
+            compressors,
+            sets: f.set.into_iter().collect(),
+            baseline,
+        })
+    }
+
+    /// Every cell, links outermost, repeats innermost. A compressor entry with a `downlink` or
+    /// `pull` applies only to `sharded` (the other exchanges have no downlink): its cells under
+    /// other exchanges are left out and listed by [`Suite::left_out`].
+    pub fn cells(&self) -> Vec<Cell> {
+        self.expand().0
+    }
+
+    /// The (exchange, compressor) pairs [`Suite::cells`] leaves out, with the reason.
+    pub fn left_out(&self) -> Vec<String> {
+        self.expand().1
+    }
+
+    fn expand(&self) -> (Vec<Cell>, Vec<String>) {
+        let sharded_only = |c: &AxisValue| {
+            c.sets
+                .iter()
+                .any(|(k, _)| k == "train.downlink" || k == "train.pull")
+        };
+        let mut left_out = Vec::new();
+        for e in &self.exchanges {
+            for c in &self.compressors {
+                if sharded_only(c) && !matches!(e.label.as_str(), "sharded" | "job") {
+                    left_out.push(format!(
+                        "{} / {}: a downlink or pull needs the sharded exchange",
+                        e.label, c.label
+                    ));
+                }
+            }
+        }
+        let mut cells = Vec::new();
+        for link in &self.links {
+            for &processes in &self.processes {
+                for model in &self.models {
+                    for exchange in &self.exchanges {
+                        for compressor in &self.compressors {
+                            if sharded_only(compressor)
+                                && !matches!(exchange.label.as_str(), "sharded" | "job")
+                            {
+                                continue;
+                            }
+                            for repeat in 0..self.repeats {
+                                let sets = self
+                                    .sets
+                                    .iter()
+                                    .chain(&model.sets)
+                                    .chain(&exchange.sets)
+                                    .chain(&compressor.sets)
+                                    .cloned()
+                                    .collect();
+                                cells.push(Cell {
+                                    id: format!(
+                                        "{}/W{processes}/{}/{}/{}/r{repeat}",
+                                        link.name, model.label, exchange.label, compressor.label
+                                    ),
+                                    link: link.clone(),
+                                    processes,
+                                    workers: self.workers,
+                                    model: model.label.clone(),
+                                    exchange: exchange.label.clone(),
+                                    compressor: compressor.label.clone(),
+                                    repeat,
+                                    sets,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (cells, left_out)
+    }
+}
+
+/// A `[[compressor]]` entry: `label`, `memory`, `downlink` and `pull` come out; the rest is the
+/// codec table, checked by parsing it as one.
+fn compressor_value(t: &toml::Table) -> Result<AxisValue, String> {
+    let mut codec = t.clone();
+    let label = codec.remove("label");
+    let mut sets = Vec::new();
+    let extra: Vec<(&str, Option<toml::Value>)> = ["memory", "downlink", "pull"]
+        .iter()
+        .map(|k| (*k, codec.remove(*k)))
+        .collect();
+    let what = table_label(t, "name");
+    CodecSpec::deserialize(toml::Value::Table(codec.clone()))
+        .map_err(|e| format!("compressor {what}: {}", e.to_string().trim_end()))?;
+    sets.push((
+        "train.compressor".to_string(),
+        toml::Value::Table(codec.clone()),
+    ));
+    for (k, v) in extra {
+        if let Some(v) = v {
+            if k == "memory" {
+                MemorySpec::deserialize(v.clone())
+                    .map_err(|e| format!("compressor {what}: memory: {e}"))?;
+            }
+            if k == "downlink" {
+                CodecSpec::deserialize(v.clone())
+                    .map_err(|e| format!("compressor {what}: downlink: {e}"))?;
+            }
+            sets.push((format!("train.{k}"), v));
+        }
+    }
+    let label = match label {
+        Some(toml::Value::String(s)) => s,
+        Some(other) => return Err(format!("compressor {what}: label {other} is not a string")),
+        None => {
+            // The codec, then what else the entry sets: `topk,ratio=0.05+residual+down=topk`.
+            let mut l = table_label(&codec, "name");
+            for (k, v) in &sets[1..] {
+                l += &match (k.as_str(), v) {
+                    ("train.memory", v) => format!("+{}", plain(v)),
+                    ("train.downlink", toml::Value::Table(d)) => {
+                        format!("+down={}", table_label(d, "name"))
+                    }
+                    ("train.pull", toml::Value::Boolean(true)) => "+pull".into(),
+                    (_, v) => format!("+{}", plain(v)),
+                };
+            }
+            l
+        }
+    };
+    Ok(AxisValue { label, sets })
+}
+
+/// A `[[model]]` entry: `label` and `optimizer` come out; the rest are `[model]` fields.
+fn model_value(t: &toml::Table) -> Result<AxisValue, String> {
+    let mut fields = t.clone();
+    let label = fields.remove("label");
+    let optimizer = fields.remove("optimizer");
+    let mut sets: Vec<(String, toml::Value)> = fields
+        .iter()
+        .map(|(k, v)| (format!("model.{k}"), v.clone()))
+        .collect();
+    if let Some(o) = optimizer {
+        sets.push(("optimizer".into(), o));
+    }
+    let label = match label {
+        Some(toml::Value::String(s)) => s,
+        Some(other) => return Err(format!("model: label {other} is not a string")),
+        None => table_label(t, "loss"),
+    };
+    Ok(AxisValue { label, sets })
+}
+
+/// Whether `id` matches `pattern`: `*` matches anything, other characters themselves; a pattern
+/// without `*` matches ids that contain it.
+pub fn matches(pattern: &str, id: &str) -> bool {
+    if !pattern.contains('*') {
+        return id.contains(pattern);
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !id.starts_with(first) || id.len() < first.len() + last.len() || !id.ends_with(last) {
+        return false;
+    }
+    let mut rest = &id[first.len()..id.len() - last.len()];
+    for p in &parts[1..parts.len() - 1] {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The suite and the directory holding it and its base job (alive as long as it is).
+    fn suite(text: &str) -> Result<(Suite, tempfile::TempDir), String> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("base.toml"), "[train]\nepochs = 1\n").unwrap();
+        let p = dir.path().join("s.toml");
+        std::fs::write(&p, text).unwrap();
+        let s = Suite::load(&p)?;
+        // The cells' jobs load (the base file must still exist).
+        for c in s.cells() {
+            c.job_text(&s.job, &[])?;
+        }
+        Ok((s, dir))
+    }
+
+    #[test]
+    fn axes_expand_into_labelled_cells_whose_jobs_set_their_fields() {
+        let (s, _dir) = suite(
+            r#"
+job = "base.toml"
+processes = [2, 4]
+exchange = ["sharded", "allgather"]
+repeats = 2
+[set]
+"train.eval_every" = 5
+[[compressor]]
+name = "none"
+[[compressor]]
+name = "topk"
+ratio = 0.05
+memory = "residual"
+downlink = { name = "topk", ratio = 0.03 }
+"#,
+        )
+        .unwrap();
+        let cells = s.cells();
+        // 2 W x (sharded x 2 compressors + allgather x none) x 2 repeats: topk has a downlink.
+        assert_eq!(cells.len(), 2 * 3 * 2);
+        assert_eq!(s.left_out().len(), 1);
+        assert_eq!(cells[0].id, "loopback/W2/job/sharded/none/r0");
+        assert_eq!(
+            cells[3].id,
+            "loopback/W2/job/sharded/topk,ratio=0.05+residual+down=topk,ratio=0.03/r1"
+        );
+        assert!(cells[0].is_baseline(&s) && !cells[3].is_baseline(&s));
+        let job: Job = toml::from_str(&cells[3].job_text(&s.job, &[]).unwrap()).unwrap();
+        assert_eq!(job.train.eval_every, 5);
+        assert_eq!(job.train.epochs, 1, "the base job's fields stay");
+        assert_eq!(
+            job.train.memory,
+            Some(MemorySpec::deserialize(toml::Value::String("residual".into())).unwrap())
+        );
+        assert!(matches!(job.train.compressor, CodecSpec::Topk(_)));
+        assert!(matches!(job.train.downlink, CodecSpec::Topk(_)));
+        assert_eq!(
+            cells.iter().filter(|c| matches("*W4*topk*", &c.id)).count(),
+            2
+        );
+        assert_eq!(
+            cells.iter().filter(|c| matches("allgather", &c.id)).count(),
+            4
+        );
+        assert!(cells[3]
+            .slug()
+            .starts_with("loopback__W2__job__sharded__topk,ratio=0.05"));
+    }
+
+    #[test]
+    fn mistakes_in_a_suite_name_the_entry() {
+        let cases = [
+            ("job = \"base.toml\"\n[[compressor]]\nname = \"topq\"\n", "topq"),
+            (
+                "job = \"base.toml\"\n[[compressor]]\nname = \"topk\"\nratio = 2.0\nmemory = \"resid\"\n",
+                "memory",
+            ),
+            ("job = \"base.toml\"\nexchange = [\"gossip\"]\n", "gossip"),
+            ("job = \"base.toml\"\nlinks = [\"fast\"]\n", "fast"),
+            (
+                "job = \"base.toml\"\nlinks = [{ name = \"x\", rate = \"fast\" }]\n",
+                "rate 'fast'",
+            ),
+            ("job = \"base.toml\"\nprocesses = []\n", "processes"),
+            (
+                "job = \"base.toml\"\n[[compressor]]\nname = \"none\"\n[[compressor]]\nname = \"none\"\n",
+                "labelled 'none'",
+            ),
+            ("job = \"base.toml\"\n[set]\n\"train.epochz\" = 2\n", "epochz"),
+            ("job = \"base.toml\"\nrepeat = 2\n", "repeat"),
+        ];
+        for (text, want) in cases {
+            let e = suite(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn link_rates_parse_in_tc_units() {
+        let l = |r: &str| Link {
+            name: "l".into(),
+            rate: Some(r.into()),
+            delay: None,
+        };
+        assert_eq!(l("100mbit").rate_bits(), Some(Ok(100_000_000)));
+        assert_eq!(l("1gbit").rate_bits(), Some(Ok(1_000_000_000)));
+        assert_eq!(l("2.5Mbit").rate_bits(), Some(Ok(2_500_000)));
+        assert!(l("100").rate_bits().unwrap().is_err());
+        assert!(l("1bit").rate_bits().unwrap().is_err());
+        assert_eq!(Link::loopback().rate_bits(), None);
+        assert!(!Link::loopback().shaped() && l("1gbit").shaped());
+    }
+
+    #[test]
+    fn patterns_match_like_globs() {
+        assert!(matches("a*c", "abc") && matches("a*c", "ac") && !matches("a*c", "acb"));
+        assert!(matches("*b*", "abc") && matches("b", "abc") && !matches("x", "abc"));
+        assert!(matches("*", "") && !matches("ab*ba", "aba"));
+    }
+}

@@ -1,0 +1,404 @@
+//! What a suite's report says, computed from the cells' metrics CSVs: one result row per cell
+//! and evaluation (`results.csv`), and per link a summary table (`summary.md`): seconds per
+//! epoch, bytes per process, final test loss and AUC, time to the target loss and speed-up
+//! against the baseline cell (uncompressed `sharded` unless the suite says otherwise).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cell, Suite};
+
+/// The columns of a metrics CSV the report reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct MetricsRecord {
+    /// `round`, `epoch`, `eval` or `process`.
+    pub kind: String,
+    /// Epoch.
+    pub epoch: u64,
+    /// Round.
+    pub round: u64,
+    /// Seconds since training started.
+    pub seconds: f64,
+    /// Test loss (evaluations).
+    pub test_loss: Option<f64>,
+    /// Test AUC (classification evaluations).
+    pub test_auc: Option<f64>,
+    /// Uplink payload bytes sent to other processes.
+    pub uplink_bytes: u64,
+    /// Downlink payload bytes sent to other processes.
+    pub downlink_bytes: u64,
+    /// Stage times, ms (mean over workers).
+    pub gradient_ms: f64,
+    /// Encode time, ms.
+    pub encode_ms: f64,
+    /// Waiting time, ms.
+    pub wait_ms: f64,
+    /// Decode and sum time, ms.
+    pub aggregate_ms: f64,
+    /// Update time, ms.
+    pub update_ms: f64,
+}
+
+/// Reads a metrics CSV written by `gradflow train`.
+pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRecord>, String> {
+    let mut r = csv::Reader::from_path(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    r.deserialize()
+        .enumerate()
+        .map(|(i, row)| row.map_err(|e| format!("{}: row {}: {e}", path.display(), i + 2)))
+        .collect()
+}
+
+/// One finished cell.
+#[derive(Clone, Debug)]
+pub struct CellRun {
+    /// The cell.
+    pub cell: Cell,
+    /// Its metrics rows (every process writes the same rows; process 0's are read).
+    pub rows: Vec<MetricsRecord>,
+    /// Wall-clock seconds of the whole cluster run (start-up included).
+    pub wall_seconds: f64,
+}
+
+/// A row of `results.csv`: a cell at one evaluation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResultRow {
+    /// Cell id.
+    pub cell: String,
+    /// Link name.
+    pub link: String,
+    /// Processes.
+    pub processes: usize,
+    /// Model label.
+    pub model: String,
+    /// Exchange label.
+    pub exchange: String,
+    /// Compressor label.
+    pub compressor: String,
+    /// Repeat.
+    pub repeat: usize,
+    /// `epoch` or `eval`.
+    pub kind: String,
+    /// Epoch.
+    pub epoch: u64,
+    /// Rounds done (the evaluation follows round `rounds - 1`).
+    pub rounds: u64,
+    /// Seconds since training started.
+    pub seconds: f64,
+    /// Test loss.
+    pub test_loss: Option<f64>,
+    /// Test AUC.
+    pub test_auc: Option<f64>,
+    /// Uplink bytes sent to other processes so far, per process.
+    pub up_bytes_per_process: f64,
+    /// Downlink bytes so far, per process.
+    pub down_bytes_per_process: f64,
+    /// Stage times so far, ms (mean over workers).
+    pub gradient_ms: f64,
+    /// Encode ms so far.
+    pub encode_ms: f64,
+    /// Waiting ms so far.
+    pub wait_ms: f64,
+    /// Decode and sum ms so far.
+    pub aggregate_ms: f64,
+    /// Update ms so far.
+    pub update_ms: f64,
+}
+
+/// The result rows of one cell: every evaluation, with bytes and stage times accumulated over
+/// the rounds up to it.
+pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
+    let c = &run.cell;
+    let per = c.processes.max(1) as f64;
+    let mut acc = MetricsRecord::default();
+    let mut out = Vec::new();
+    for r in &run.rows {
+        match r.kind.as_str() {
+            "round" => {
+                acc.uplink_bytes += r.uplink_bytes;
+                acc.downlink_bytes += r.downlink_bytes;
+                acc.gradient_ms += r.gradient_ms;
+                acc.encode_ms += r.encode_ms;
+                acc.wait_ms += r.wait_ms;
+                acc.aggregate_ms += r.aggregate_ms;
+                acc.update_ms += r.update_ms;
+            }
+            "epoch" | "eval" => out.push(ResultRow {
+                cell: c.id.clone(),
+                link: c.link.name.clone(),
+                processes: c.processes,
+                model: c.model.clone(),
+                exchange: c.exchange.clone(),
+                compressor: c.compressor.clone(),
+                repeat: c.repeat,
+                kind: r.kind.clone(),
+                epoch: r.epoch,
+                rounds: r.round + 1,
+                seconds: r.seconds,
+                test_loss: r.test_loss,
+                test_auc: r.test_auc,
+                up_bytes_per_process: acc.uplink_bytes as f64 / per,
+                down_bytes_per_process: acc.downlink_bytes as f64 / per,
+                gradient_ms: acc.gradient_ms,
+                encode_ms: acc.encode_ms,
+                wait_ms: acc.wait_ms,
+                aggregate_ms: acc.aggregate_ms,
+                update_ms: acc.update_ms,
+            }),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A cell's line in the summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// The cell.
+    pub cell: Cell,
+    /// Training seconds per epoch (to the last evaluation).
+    pub seconds_per_epoch: f64,
+    /// Uplink and downlink bytes per process over the run.
+    pub up_bytes: f64,
+    /// Downlink bytes per process.
+    pub down_bytes: f64,
+    /// Final test loss and AUC.
+    pub final_loss: Option<f64>,
+    /// Final AUC.
+    pub final_auc: Option<f64>,
+    /// The loss that counts as reached: the baseline's final loss times (1 + target).
+    pub target_loss: Option<f64>,
+    /// Seconds to the first evaluation at or below the target loss (None: never reached).
+    pub time_to_target: Option<f64>,
+    /// Baseline's time to target over this cell's.
+    pub speedup: Option<f64>,
+}
+
+/// The summary of every run: the baseline of a cell is the run with the suite's baseline
+/// labels and the cell's link, processes, model and repeat.
+pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
+    let results: Vec<Vec<ResultRow>> = runs.iter().map(result_rows).collect();
+    let final_loss = |i: usize| results[i].last().and_then(|r| r.test_loss);
+    let time_to = |i: usize, loss: f64| {
+        results[i]
+            .iter()
+            .find(|r| r.test_loss.is_some_and(|l| l <= loss))
+            .map(|r| r.seconds)
+    };
+    runs.iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let c = &run.cell;
+            let base = runs.iter().position(|b| {
+                let bc = &b.cell;
+                bc.is_baseline(suite)
+                    && (&bc.link.name, bc.processes, &bc.model, bc.repeat)
+                        == (&c.link.name, c.processes, &c.model, c.repeat)
+            });
+            let target_loss = base.and_then(final_loss).map(|l| l * (1.0 + suite.target));
+            let time_to_target = target_loss.and_then(|t| time_to(i, t));
+            let base_time = base.zip(target_loss).and_then(|(b, t)| time_to(b, t));
+            let last = results[i].last();
+            let epochs = results[i]
+                .iter()
+                .filter(|r| r.kind == "epoch")
+                .count()
+                .max(1);
+            Summary {
+                cell: c.clone(),
+                seconds_per_epoch: last.map_or(0.0, |r| r.seconds / epochs as f64),
+                up_bytes: last.map_or(0.0, |r| r.up_bytes_per_process),
+                down_bytes: last.map_or(0.0, |r| r.down_bytes_per_process),
+                final_loss: final_loss(i),
+                final_auc: last.and_then(|r| r.test_auc),
+                target_loss,
+                time_to_target,
+                speedup: base_time.zip(time_to_target).map(|(b, t)| b / t.max(1e-9)),
+            }
+        })
+        .collect()
+}
+
+/// `summary.md`: per link, a table of every cell; `notes` are printed under the title (the
+/// machine, each link's measured throughput, what could not be emulated).
+pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Suite `{}`\n", suite.name);
+    for n in notes {
+        let _ = writeln!(md, "- {n}");
+    }
+    let (be, bc) = &suite.baseline;
+    let _ = writeln!(
+        md,
+        "\nTime to target: first evaluation within {:.1}% of the final test loss of `{be}` / \
+         `{bc}` on the same link, processes, model and repeat; speed-up: its time over the \
+         cell's. Bytes are payload sent to other processes, per process, both directions.",
+        100.0 * suite.target
+    );
+    let fmt =
+        |x: Option<f64>, digits: usize| x.map_or("–".to_string(), |v| format!("{v:.digits$}"));
+    for link in &suite.links {
+        let _ = writeln!(md, "\n## Link `{}`\n", link.name);
+        let _ = writeln!(
+            md,
+            "| W | model | exchange | compressor | rep | s/epoch | up MB/proc | down MB/proc | \
+             final loss | final AUC | time to target s | speed-up |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for s in summaries.iter().filter(|s| s.cell.link.name == link.name) {
+            let c = &s.cell;
+            let ttt = match (s.time_to_target, s.target_loss) {
+                (Some(t), _) => format!("{t:.2}"),
+                (None, Some(_)) => "not reached".into(),
+                (None, None) => "–".into(),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
+                c.processes,
+                c.model,
+                c.exchange,
+                c.compressor,
+                c.repeat,
+                s.seconds_per_epoch,
+                s.up_bytes / 1e6,
+                s.down_bytes / 1e6,
+                fmt(s.final_loss, 4),
+                fmt(s.final_auc, 4),
+                ttt,
+                s.speedup.map_or("–".into(), |x| format!("{x:.2}x")),
+            );
+        }
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{AxisValue, Link};
+    use super::*;
+
+    fn suite() -> Suite {
+        let v = |l: &str| AxisValue {
+            label: l.into(),
+            sets: vec![],
+        };
+        Suite {
+            name: "t".into(),
+            job: "j.toml".into(),
+            repeats: 1,
+            target: 0.01,
+            processes: vec![2],
+            workers: 1,
+            links: vec![Link::loopback()],
+            models: vec![v("job")],
+            exchanges: vec![v("sharded")],
+            compressors: vec![v("none"), v("topk")],
+            sets: vec![],
+            baseline: ("sharded".into(), "none".into()),
+        }
+    }
+
+    fn record(kind: &str, round: u64, seconds: f64, loss: Option<f64>, up: u64) -> MetricsRecord {
+        MetricsRecord {
+            kind: kind.into(),
+            epoch: round / 10 + 1,
+            round,
+            seconds,
+            test_loss: loss,
+            uplink_bytes: up,
+            encode_ms: 1.0,
+            ..Default::default()
+        }
+    }
+
+    fn run(cell: Cell, losses: &[(u64, f64, f64)], up_per_round: u64) -> CellRun {
+        let mut rows = Vec::new();
+        for round in 0..20 {
+            rows.push(record(
+                "round",
+                round,
+                round as f64 * 0.1,
+                None,
+                up_per_round,
+            ));
+            if let Some(&(_, s, l)) = losses.iter().find(|x| x.0 == round) {
+                let kind = if (round + 1) % 10 == 0 {
+                    "epoch"
+                } else {
+                    "eval"
+                };
+                rows.push(record(kind, round, s, Some(l), 0));
+            }
+        }
+        CellRun {
+            cell,
+            rows,
+            wall_seconds: 3.0,
+        }
+    }
+
+    #[test]
+    fn time_to_target_and_speedup_come_from_the_baselines_final_loss() {
+        let s = suite();
+        let cells = s.cells();
+        let runs = vec![
+            // Baseline: final loss 0.40 at 2.0 s; the target is 0.404, first reached at 1.5 s.
+            run(
+                cells[0].clone(),
+                &[
+                    (4, 0.5, 0.50),
+                    (9, 1.0, 0.45),
+                    (14, 1.5, 0.403),
+                    (19, 2.0, 0.40),
+                ],
+                1000,
+            ),
+            // Compressed: reaches 0.404 at its second evaluation (0.5 s), ends above it.
+            run(
+                cells[1].clone(),
+                &[
+                    (4, 0.3, 0.41),
+                    (9, 0.5, 0.404),
+                    (14, 0.8, 0.405),
+                    (19, 1.0, 0.406),
+                ],
+                100,
+            ),
+        ];
+        let sum = summarize(&s, &runs);
+        assert!((sum[0].target_loss.unwrap() - 0.404).abs() < 1e-12);
+        assert_eq!(sum[0].time_to_target, Some(1.5));
+        assert_eq!(sum[0].speedup, Some(1.0));
+        assert_eq!(sum[1].time_to_target, Some(0.5));
+        assert!((sum[1].speedup.unwrap() - 3.0).abs() < 1e-9);
+        assert_eq!(sum[1].final_loss, Some(0.406));
+        assert_eq!(
+            sum[0].up_bytes,
+            20.0 * 1000.0 / 2.0,
+            "per process, over the run"
+        );
+        let rows = result_rows(&runs[1]);
+        assert_eq!(rows.len(), 4);
+        assert_eq!((rows[0].kind.as_str(), rows[0].rounds), ("eval", 5));
+        assert_eq!(
+            rows[0].up_bytes_per_process,
+            5.0 * 100.0 / 2.0,
+            "cumulative"
+        );
+        assert_eq!(rows[1].encode_ms, 10.0);
+        let md = summary_markdown(&s, &sum, &["machine: test".into()]);
+        assert!(md.contains("| 2 | job | sharded | topk | 0 |"), "{md}");
+        assert!(
+            md.contains("3.00x") && md.contains("- machine: test"),
+            "{md}"
+        );
+        // A cell that never gets there says so; without a baseline there is no target.
+        let never = run(cells[1].clone(), &[(9, 0.5, 0.5), (19, 1.0, 0.45)], 1);
+        let sum = summarize(&s, &[runs[0].clone(), never.clone()]);
+        assert_eq!((sum[1].time_to_target, sum[1].speedup), (None, None));
+        assert!(summary_markdown(&s, &sum, &[]).contains("not reached"));
+        assert_eq!(summarize(&s, &[never])[0].target_loss, None);
+    }
+}
