@@ -65,6 +65,25 @@ fn namespaces() -> String {
         .unwrap_or_default()
 }
 
+/// `gradflow bench SUITE --out OUT --only ONLY`, which must succeed; returns its stdout.
+fn bench(suite: &Path, out: &Path, only: &str) -> String {
+    let run = gradflow([
+        "bench".as_ref(),
+        suite.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--only".as_ref(),
+        only.as_ref(),
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn a_suite_runs_every_cell_as_a_cluster_and_reports_bytes_losses_and_time_to_target() {
     let dir = tempfile::tempdir().unwrap();
@@ -79,20 +98,7 @@ fn a_suite_runs_every_cell_as_a_cluster_and_reports_bytes_losses_and_time_to_tar
     );
     assert!(!out.exists(), "a dry run writes nothing");
 
-    let run = gradflow([
-        "bench".as_ref(),
-        suite.as_os_str(),
-        "--out".as_ref(),
-        out.as_os_str(),
-        "--only".as_ref(),
-        "*sharded*".as_ref(),
-    ]);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    bench(&suite, &out, "*sharded*");
     let rows: Vec<csv::StringRecord> = csv::Reader::from_path(out.join("results.csv"))
         .unwrap()
         .records()
@@ -127,7 +133,7 @@ fn a_suite_runs_every_cell_as_a_cluster_and_reports_bytes_losses_and_time_to_tar
     );
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(
-        summary.contains("| 2 | job | sharded | none | 0 |") && summary.contains("1.00x"),
+        summary.contains("| 2 | job | sharded | none | 1 |") && summary.contains("1.00x"),
         "{summary}"
     );
     assert!(
@@ -149,20 +155,7 @@ fn a_shaped_link_runs_in_namespaces_at_its_rate_and_is_removed_afterwards() {
     let dir = tempfile::tempdir().unwrap();
     let suite = write_suite(dir.path(), r#"{ name = "20mbit", rate = "20mbit" }"#);
     let out = dir.path().join("out");
-    let run = gradflow([
-        "bench".as_ref(),
-        suite.as_os_str(),
-        "--out".as_ref(),
-        out.as_os_str(),
-        "--only".as_ref(),
-        "*/sharded/none/*".as_ref(),
-    ]);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = bench(&suite, &out, "*/sharded/none/*");
     if !is_root() {
         assert!(
             stdout.contains("not root") || stdout.contains("no iproute2"),

@@ -32,6 +32,7 @@
 //! optimizer = { kind = "adam", lr = 0.01 }
 //! ```
 
+pub mod plot;
 pub mod report;
 
 use std::path::{Path, PathBuf};
@@ -316,47 +317,18 @@ impl Suite {
                 })
                 .collect::<Result<_, _>>()?
         };
-        let exchanges = if f.exchange.is_empty() {
-            vec![AxisValue {
-                label: "job".into(),
-                sets: vec![],
-            }]
-        } else {
-            f.exchange
-                .iter()
-                .map(|e| match e.as_str() {
-                    "sharded" | "allgather" | "sketch" => Ok(AxisValue {
-                        label: e.clone(),
-                        sets: vec![("train.exchange".into(), toml::Value::String(e.clone()))],
-                    }),
-                    _ => Err(at(format!(
-                        "exchange: '{e}' is not sharded, allgather or sketch"
-                    ))),
-                })
-                .collect::<Result<_, _>>()?
-        };
-        let compressors = if f.compressor.is_empty() {
-            vec![AxisValue {
-                label: "job".into(),
-                sets: vec![],
-            }]
-        } else {
-            f.compressor
-                .iter()
-                .map(|t| compressor_value(t).map_err(&at))
-                .collect::<Result<_, _>>()?
-        };
-        let models = if f.model.is_empty() {
-            vec![AxisValue {
-                label: "job".into(),
-                sets: vec![],
-            }]
-        } else {
-            f.model
-                .iter()
-                .map(|t| model_value(t).map_err(&at))
-                .collect::<Result<_, _>>()?
-        };
+        let exchanges = axis(&f.exchange, |e| match e.as_str() {
+            "sharded" | "allgather" | "sketch" => Ok(AxisValue {
+                label: e.clone(),
+                sets: vec![("train.exchange".into(), toml::Value::String(e.clone()))],
+            }),
+            _ => Err(format!(
+                "exchange: '{e}' is not sharded, allgather or sketch"
+            )),
+        })
+        .map_err(&at)?;
+        let compressors = axis(&f.compressor, compressor_value).map_err(&at)?;
+        let models = axis(&f.model, model_value).map_err(&at)?;
         for (axis, values) in [
             ("exchange", &exchanges),
             ("compressor", &compressors),
@@ -467,6 +439,21 @@ impl Suite {
         }
         (cells, left_out)
     }
+}
+
+/// The values of an axis from its entries; an axis the suite does not give is the job's own
+/// setting, one value labelled `job`.
+fn axis<T>(
+    entries: &[T],
+    value: impl Fn(&T) -> Result<AxisValue, String>,
+) -> Result<Vec<AxisValue>, String> {
+    if entries.is_empty() {
+        return Ok(vec![AxisValue {
+            label: "job".into(),
+            sets: vec![],
+        }]);
+    }
+    entries.iter().map(value).collect()
 }
 
 /// A `[[compressor]]` entry: `label`, `memory`, `downlink` and `pull` come out; the rest is the

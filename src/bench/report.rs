@@ -167,6 +167,9 @@ pub struct Summary {
     pub final_loss: Option<f64>,
     /// Final AUC.
     pub final_auc: Option<f64>,
+    /// The lowest test loss of any evaluation and when it came (SketchML Table 2's and FastSGD
+    /// Table VII's measure).
+    pub min_loss: Option<(f64, f64)>,
     /// The loss that counts as reached: the baseline's final loss times (1 + target).
     pub target_loss: Option<f64>,
     /// Seconds to the first evaluation at or below the target loss (None: never reached).
@@ -212,6 +215,10 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                 down_bytes: last.map_or(0.0, |r| r.down_bytes_per_process),
                 final_loss: final_loss(i),
                 final_auc: last.and_then(|r| r.test_auc),
+                min_loss: results[i]
+                    .iter()
+                    .filter_map(|r| r.test_loss.map(|l| (l, r.seconds)))
+                    .min_by(|a, b| a.0.total_cmp(&b.0)),
                 target_loss,
                 time_to_target,
                 speedup: base_time.zip(time_to_target).map(|(b, t)| b / t.max(1e-9)),
@@ -220,7 +227,8 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
         .collect()
 }
 
-/// `summary.md`: per link, a table of every cell; `notes` are printed under the title (the
+/// `summary.md`: per link, a table of every cell (the median of its repeats, each speed-up
+/// taken against the baseline of the same repeat); `notes` are printed under the title (the
 /// machine, each link's measured throughput, what could not be emulated).
 pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) -> String {
     let mut md = String::new();
@@ -242,36 +250,88 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
         let _ = writeln!(md, "\n## Link `{}`\n", link.name);
         let _ = writeln!(
             md,
-            "| W | model | exchange | compressor | rep | s/epoch | up MB/proc | down MB/proc | \
-             final loss | final AUC | time to target s | speed-up |"
+            "| W | model | exchange | compressor | runs | s/epoch | up MB/proc | down MB/proc | \
+             final loss | final AUC | min loss @ s | time to target s | speed-up |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for s in summaries.iter().filter(|s| s.cell.link.name == link.name) {
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        // One line per cell with its repeats folded in: medians, and how many runs reached
+        // the target when not all did.
+        let of_link: Vec<&Summary> = summaries
+            .iter()
+            .filter(|s| s.cell.link.name == link.name)
+            .collect();
+        let mut seen: Vec<(usize, &str, &str, &str)> = Vec::new();
+        for s in &of_link {
             let c = &s.cell;
-            let ttt = match (s.time_to_target, s.target_loss) {
-                (Some(t), _) => format!("{t:.2}"),
+            let key = (
+                c.processes,
+                c.model.as_str(),
+                c.exchange.as_str(),
+                c.compressor.as_str(),
+            );
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            let runs: Vec<&&Summary> = of_link
+                .iter()
+                .filter(|t| {
+                    let d = &t.cell;
+                    (
+                        d.processes,
+                        d.model.as_str(),
+                        d.exchange.as_str(),
+                        d.compressor.as_str(),
+                    ) == key
+                })
+                .collect();
+            let med = |f: &dyn Fn(&Summary) -> Option<f64>| {
+                median(runs.iter().filter_map(|r| f(r)).collect())
+            };
+            let reached = runs.iter().filter(|r| r.time_to_target.is_some()).count();
+            let ttt = match (med(&|r| r.time_to_target), s.target_loss) {
+                (Some(t), _) if reached == runs.len() => format!("{t:.2}"),
+                (Some(t), _) => format!("{t:.2} ({reached} of {} runs)", runs.len()),
                 (None, Some(_)) => "not reached".into(),
                 (None, None) => "–".into(),
             };
+            let min_loss = med(&|r| r.min_loss.map(|m| m.0))
+                .zip(med(&|r| r.min_loss.map(|m| m.1)))
+                .map_or("–".into(), |(l, t)| format!("{l:.4} @ {t:.2}"));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} |",
                 c.processes,
                 c.model,
                 c.exchange,
                 c.compressor,
-                c.repeat,
-                s.seconds_per_epoch,
-                s.up_bytes / 1e6,
-                s.down_bytes / 1e6,
-                fmt(s.final_loss, 4),
-                fmt(s.final_auc, 4),
+                runs.len(),
+                med(&|r| Some(r.seconds_per_epoch)).unwrap_or(0.0),
+                med(&|r| Some(r.up_bytes)).unwrap_or(0.0) / 1e6,
+                med(&|r| Some(r.down_bytes)).unwrap_or(0.0) / 1e6,
+                fmt(med(&|r| r.final_loss), 4),
+                fmt(med(&|r| r.final_auc), 4),
+                min_loss,
                 ttt,
-                s.speedup.map_or("–".into(), |x| format!("{x:.2}x")),
+                med(&|r| r.speedup).map_or("–".into(), |x| format!("{x:.2}x")),
             );
         }
     }
     md
+}
+
+/// The median (the mean of the middle two for an even count); None for no values.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    })
 }
 
 #[cfg(test)]
@@ -374,6 +434,7 @@ mod tests {
         assert_eq!(sum[1].time_to_target, Some(0.5));
         assert!((sum[1].speedup.unwrap() - 3.0).abs() < 1e-9);
         assert_eq!(sum[1].final_loss, Some(0.406));
+        assert_eq!(sum[1].min_loss, Some((0.404, 0.5)));
         assert_eq!(
             sum[0].up_bytes,
             20.0 * 1000.0 / 2.0,
@@ -389,7 +450,7 @@ mod tests {
         );
         assert_eq!(rows[1].encode_ms, 10.0);
         let md = summary_markdown(&s, &sum, &["machine: test".into()]);
-        assert!(md.contains("| 2 | job | sharded | topk | 0 |"), "{md}");
+        assert!(md.contains("| 2 | job | sharded | topk | 1 |"), "{md}");
         assert!(
             md.contains("3.00x") && md.contains("- machine: test"),
             "{md}"
@@ -400,5 +461,29 @@ mod tests {
         assert_eq!((sum[1].time_to_target, sum[1].speedup), (None, None));
         assert!(summary_markdown(&s, &sum, &[]).contains("not reached"));
         assert_eq!(summarize(&s, &[never])[0].target_loss, None);
+    }
+
+    #[test]
+    fn repeats_fold_into_medians_and_count_the_runs_that_reached_the_target() {
+        let mut s = suite();
+        s.repeats = 3;
+        let cells = s.cells(); // none r0..r2, topk r0..r2
+        let base = [(9, 1.0, 0.45), (19, 2.0, 0.40)];
+        let mut runs: Vec<CellRun> = cells[..3]
+            .iter()
+            .map(|c| run(c.clone(), &base, 10))
+            .collect();
+        // topk: 0.5 s and 1.0 s to the target in two repeats; the third never gets there.
+        runs.push(run(cells[3].clone(), &[(9, 0.5, 0.40), (19, 1.0, 0.39)], 1));
+        runs.push(run(cells[4].clone(), &[(9, 0.7, 0.42), (19, 1.0, 0.40)], 1));
+        runs.push(run(cells[5].clone(), &[(9, 0.6, 0.50), (19, 1.2, 0.45)], 1));
+        let md = summary_markdown(&s, &summarize(&s, &runs), &[]);
+        let topk = md.lines().find(|l| l.contains("| topk |")).unwrap();
+        assert!(topk.contains("| 3 |"), "{topk}");
+        assert!(topk.contains("0.75 (2 of 3 runs)"), "{topk}");
+        assert!(topk.contains("3.00x"), "median of 4x and 2x: {topk}");
+        assert_eq!(md.lines().filter(|l| l.contains("| none |")).count(), 1);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![]), None);
     }
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use gradflow::bench::plot::plots;
 use gradflow::bench::report::{
     read_metrics, result_rows, summarize, summary_markdown, CellRun, ResultRow,
 };
@@ -33,6 +34,10 @@ pub struct BenchArgs {
     /// List the cells and check their jobs; run nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Write the report (results.csv, summary.md, plots) again from the cells already in the
+    /// output directory, without running them.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub report_only: bool,
     /// Seconds each process waits for the others to connect.
     #[arg(long, default_value_t = 60)]
     pub startup_timeout: u64,
@@ -80,6 +85,27 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         .unwrap_or_else(|| Path::new("out/bench").join(&suite.name));
     let cells_dir = out.join("cells");
     std::fs::create_dir_all(&cells_dir).map_err(|e| format!("{}: {e}", cells_dir.display()))?;
+    // What the report says about the run (machine, links): kept for --report-only.
+    let notes_file = out.join("notes.txt");
+    if a.report_only {
+        let notes: Vec<String> = std::fs::read_to_string(&notes_file)
+            .map_err(|e| format!("{}: {e} (run the suite first)", notes_file.display()))?
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let mut runs = Vec::new();
+        for cell in &cells {
+            let metrics = cells_dir.join(cell.slug()).join("metrics.csv");
+            if metrics.exists() {
+                runs.push(CellRun {
+                    cell: cell.clone(),
+                    rows: read_metrics(&metrics)?,
+                    wall_seconds: 0.0,
+                });
+            }
+        }
+        return report(&suite, &out, &runs, &notes);
+    }
 
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -123,7 +149,22 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     }
     bar.finish_and_clear();
     notes.extend(failures.iter().cloned());
+    std::fs::write(&notes_file, notes.join("\n") + "\n")
+        .map_err(|e| format!("{}: {e}", notes_file.display()))?;
+    report(&suite, &out, &runs, &notes)?;
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} cells failed",
+            failures.len(),
+            cells.len()
+        ))
+    }
+}
 
+/// Writes results.csv, summary.md and the plots of `runs` into `out`, and prints the summary.
+fn report(suite: &Suite, out: &Path, runs: &[CellRun], notes: &[String]) -> Result<(), String> {
     let rows: Vec<ResultRow> = runs.iter().flat_map(result_rows).collect();
     let results = out.join("results.csv");
     let mut w =
@@ -134,21 +175,24 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     }
     w.flush()
         .map_err(|e| format!("{}: {e}", results.display()))?;
-    let summaries = summarize(&suite, &runs);
-    let md = summary_markdown(&suite, &summaries, &notes);
+    let summaries = summarize(suite, runs);
+    let md = summary_markdown(suite, &summaries, notes);
     let summary = out.join("summary.md");
     std::fs::write(&summary, &md).map_err(|e| format!("{}: {e}", summary.display()))?;
     print!("{md}");
     println!("\nwrote {} and {}", results.display(), summary.display());
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} of {} cells failed",
-            failures.len(),
-            cells.len()
-        ))
+    match plots(suite, runs, &summaries, out) {
+        Ok(files) => println!(
+            "plots: {}",
+            files
+                .iter()
+                .map(|f| f.file_name().unwrap_or_default().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Err(e) => eprintln!("plots: {e}"),
     }
+    Ok(())
 }
 
 /// Runs one cell as a cluster on `net` and reads its metrics.
