@@ -102,6 +102,17 @@ fn eval_every_adds_test_metrics_between_epochs_without_changing_training() {
     assert!(evals.iter().all(|e| e.1.is_finite() && e.1 > 0.0));
     assert!(evals[0].1 > evals[7].1, "the test loss falls: {evals:?}");
     assert_eq!(kind(&pulled, "eval"), evals, "pull evaluated other weights");
+    // Evaluation time is its own stage, on the round each evaluation follows and no other.
+    for r in every.rows.iter().filter(|r| r.kind == "round") {
+        let evaluated = (r.round + 1) % 4 == 0 || (r.round + 1) % 10 == 0;
+        assert_eq!(
+            r.eval_ms > 0.0,
+            evaluated,
+            "round {}: eval_ms {}",
+            r.round,
+            r.eval_ms
+        );
+    }
 }
 
 #[test]

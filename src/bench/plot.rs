@@ -130,7 +130,7 @@ pub fn plots(
     }
     for link in &suite.links {
         // Per cell, each stage's mean time per round, the median over repeats.
-        let mut per_cell: Vec<(String, Vec<[f64; 5]>)> = Vec::new();
+        let mut per_cell: Vec<(String, Vec<[f64; 6]>)> = Vec::new();
         for (r, rows) in results
             .iter()
             .filter(|(r, _)| r.cell.link.name == link.name)
@@ -143,6 +143,7 @@ pub fn plots(
                 last.wait_ms,
                 last.aggregate_ms,
                 last.update_ms,
+                last.eval_ms,
             ]
             .map(|t| t / rounds);
             let l = label(r);
@@ -151,11 +152,11 @@ pub fn plots(
                 None => per_cell.push((l, vec![times])),
             }
         }
-        let cells: Vec<(String, [f64; 5])> = per_cell
+        let cells: Vec<(String, [f64; 6])> = per_cell
             .into_iter()
             .map(|(l, runs)| {
                 let stage = |s: usize| median(runs.iter().map(|t| t[s]).collect()).unwrap_or(0.0);
-                (l, [0, 1, 2, 3, 4].map(stage))
+                (l, [0, 1, 2, 3, 4, 5].map(stage))
             })
             .collect();
         if !cells.is_empty() {
@@ -325,7 +326,7 @@ fn draw_stages(
     dir: &Path,
     name: &str,
     link: &str,
-    cells: &[(String, [f64; 5])],
+    cells: &[(String, [f64; 6])],
 ) -> Result<Vec<PathBuf>, String> {
     // About 110 pixels a bar, so that the labels under them do not run into each other.
     let size = ((110 * cells.len() as u32 + 120).max(760), 460);
@@ -342,12 +343,12 @@ fn draw_stages(
     Ok(vec![svg, png])
 }
 
-const STAGES: [&str; 5] = ["gradient", "encode", "wait", "aggregate", "update"];
+const STAGES: [&str; 6] = ["gradient", "encode", "wait", "aggregate", "update", "eval"];
 
 fn draw_stage_bars<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     link: &str,
-    cells: &[(String, [f64; 5])],
+    cells: &[(String, [f64; 6])],
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,

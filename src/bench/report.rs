@@ -39,6 +39,9 @@ pub struct MetricsRecord {
     pub aggregate_ms: f64,
     /// Update time, ms.
     pub update_ms: f64,
+    /// Test evaluation time, ms (absent in CSVs written before the column existed).
+    #[serde(default)]
+    pub eval_ms: f64,
 }
 
 /// Reads a metrics CSV written by `gradflow train`.
@@ -104,6 +107,8 @@ pub struct ResultRow {
     pub aggregate_ms: f64,
     /// Update ms so far.
     pub update_ms: f64,
+    /// Test evaluation ms so far.
+    pub eval_ms: f64,
 }
 
 /// The result rows of one cell: every evaluation, with bytes and stage times accumulated over
@@ -123,6 +128,7 @@ pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
                 acc.wait_ms += r.wait_ms;
                 acc.aggregate_ms += r.aggregate_ms;
                 acc.update_ms += r.update_ms;
+                acc.eval_ms += r.eval_ms;
             }
             "epoch" | "eval" => out.push(ResultRow {
                 cell: c.id.clone(),
@@ -145,6 +151,7 @@ pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
                 wait_ms: acc.wait_ms,
                 aggregate_ms: acc.aggregate_ms,
                 update_ms: acc.update_ms,
+                eval_ms: acc.eval_ms,
             }),
             _ => {}
         }

@@ -91,6 +91,7 @@ pub fn collect(
                         acc.times.wait_ms += s.prev_wait_ms;
                         acc.times.aggregate_ms += s.prev_aggregate_ms;
                         acc.times.update_ms += s.prev_update_ms;
+                        acc.times.eval_ms += s.prev_eval_ms;
                         acc.traffic(p, processes).add(&s.prev_traffic);
                         if let Some(e) = &s.eval {
                             acc.eval.get_or_insert_with(EvalPart::default).merge(e);

@@ -211,11 +211,13 @@ impl GradientStep {
         stats.prev_traffic = std::mem::take(&mut st.traffic);
         (st.aggregate_ms, st.update_ms) = (0.0, 0.0);
         if self.plan.evaluates_after(r) {
+            let t_eval = Instant::now();
             stats.eval = Some(EvalPart::evaluate(
                 &self.data.test,
                 &st.weights,
                 self.plan.loss,
             ));
+            stats.prev_eval_ms = ms(t_eval);
         }
         if r < self.rounds {
             let t_grad = Instant::now();

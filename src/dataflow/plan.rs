@@ -162,6 +162,8 @@ pub struct RoundStats {
     pub prev_aggregate_ms: f64,
     /// Previous round: optimizer update and applying received updates.
     pub prev_update_ms: f64,
+    /// Time of the test evaluation after round `r - 1`, ms.
+    pub prev_eval_ms: f64,
     /// Previous round: everything after its gradient messages (downlink, second rounds,
     /// receptions).
     pub prev_traffic: Traffic,

@@ -23,6 +23,8 @@ pub struct StageTimes {
     pub aggregate_ms: f64,
     /// Optimizer update and applying received model updates.
     pub update_ms: f64,
+    /// Test evaluation (epoch ends and `train.eval_every`), in no other stage.
+    pub eval_ms: f64,
 }
 
 impl StageTimes {
@@ -33,6 +35,7 @@ impl StageTimes {
         self.wait_ms += other.wait_ms;
         self.aggregate_ms += other.aggregate_ms;
         self.update_ms += other.update_ms;
+        self.eval_ms += other.eval_ms;
     }
     /// Multiplies every stage by `s`.
     pub fn scale(&mut self, s: f64) {
@@ -41,6 +44,7 @@ impl StageTimes {
         self.wait_ms *= s;
         self.aggregate_ms *= s;
         self.update_ms *= s;
+        self.eval_ms *= s;
     }
 }
 
@@ -173,6 +177,8 @@ pub struct MetricsRow {
     pub aggregate_ms: f64,
     /// Optimizer update time, ms (mean over workers).
     pub update_ms: f64,
+    /// Test evaluation time, ms (mean over workers): the evaluation after this round.
+    pub eval_ms: f64,
 }
 
 impl MetricsRow {
@@ -201,6 +207,7 @@ impl MetricsRow {
             wait_ms: self.wait_ms,
             aggregate_ms: self.aggregate_ms,
             update_ms: self.update_ms,
+            eval_ms: self.eval_ms,
         }
     }
 
@@ -211,6 +218,7 @@ impl MetricsRow {
         self.wait_ms = t.wait_ms;
         self.aggregate_ms = t.aggregate_ms;
         self.update_ms = t.update_ms;
+        self.eval_ms = t.eval_ms;
     }
 }
 
