@@ -116,6 +116,9 @@ pub struct RunOutcome {
     pub replica_digests: Vec<(u32, u64)>,
     /// Wall-clock seconds of the run (start-up included).
     pub seconds: f64,
+    /// What a user should know about the data (e.g. test features beyond the training
+    /// dimension, which were ignored).
+    pub notes: Vec<String>,
 }
 
 /// Builds the observer worker 0 calls for each metrics row.
@@ -133,6 +136,8 @@ struct WorkerReport {
     digest: u64,
     /// Worker 0 only: metrics rows, final model, plan.
     first: Option<(Vec<MetricsRow>, Vec<f32>, TrainPlan)>,
+    /// Notes about the data (every worker reads the same files, so worker 0's stand for all).
+    notes: Vec<String>,
 }
 
 type WorkerResult = Result<WorkerReport, String>;
@@ -175,6 +180,14 @@ pub fn run_job(
                 }
             };
             let plan = job.plan(dim, threads);
+            let mut notes = Vec::new();
+            if data.ignored_test_features > 0 {
+                notes.push(format!(
+                    "the test file has {} features beyond the training data's dimension {dim}; \
+                     they have no weight and were ignored",
+                    data.ignored_test_features
+                ));
+            }
             let observer = if index == 0 {
                 observer(&plan)
             } else {
@@ -202,6 +215,7 @@ pub fn run_job(
                 traffic: st.traffic_total,
                 digest: replica_digest(&st.weights),
                 first,
+                notes,
             })
         },
     )?;
@@ -242,6 +256,7 @@ pub fn run_job(
                     outcome.rows = rows;
                     outcome.weights = Some(weights);
                     outcome.plan = Some(plan);
+                    outcome.notes = report.notes;
                 }
             }
             Ok(Err(e)) => return Err(supervisor.message().unwrap_or(e)),

@@ -33,6 +33,7 @@ fn reads_labels_comments_qid_and_both_index_bases() {
         &LibsvmOptions {
             zero_based: true,
             dim: Some(10),
+            ignore_beyond_dim: false,
         },
     )
     .unwrap();
@@ -78,6 +79,7 @@ fn malformed_inputs_name_file_line_and_column() {
     let dim10 = LibsvmOptions {
         zero_based: false,
         dim: Some(10),
+        ignore_beyond_dim: false,
     };
     let cases: &[(&str, &LibsvmOptions, usize, usize, &str)] = &[
         ("1 1:1\nabc 2:1\n", &dim10, 2, 1, "bad label"),
@@ -139,4 +141,32 @@ fn invalid_utf8_is_an_error_not_a_panic() {
     )
     .unwrap_err();
     assert_eq!(e.line, 2);
+}
+
+#[test]
+fn features_beyond_a_fixed_dimension_can_be_ignored_and_counted() {
+    let ignore = LibsvmOptions {
+        zero_based: false,
+        dim: Some(10),
+        ignore_beyond_dim: true,
+    };
+    let s = parse("1 2:1 11:3 12:4\n0 1:1 10:2\n", &ignore).unwrap();
+    assert_eq!(s.ignored_features, 2);
+    assert_eq!(s.train.row(0), (&[1u32][..], &[1.0f32][..]));
+    assert_eq!(s.train.row(1), (&[0u32, 9][..], &[1.0f32, 2.0][..]));
+    assert_eq!(s.train.dim, 10);
+    // Ignored features are still checked: order, repeats and values.
+    for (text, word) in [
+        ("1 12:1 11:1\n", "not increasing"),
+        ("1 12:1 12:1\n", "repeated"),
+        ("1 12:x\n", "bad feature value"),
+    ] {
+        let e = parse(text, &ignore).unwrap_err().to_string();
+        assert!(e.contains(word), "{text}: {e}");
+    }
+    let strict = LibsvmOptions {
+        ignore_beyond_dim: false,
+        ..ignore
+    };
+    assert!(parse("1 11:3\n", &strict).is_err());
 }

@@ -575,6 +575,48 @@ fn predict_reads_the_saved_model() {
         .collect();
     assert_eq!(p.len(), 3000);
     assert!(p.iter().all(|x| (0.0..=1.0).contains(x)));
+
+    // Features the model never saw (beyond its dimension) are ignored and counted, in
+    // `predict` and in a training job's separate test file; a row keeps its other features.
+    let unseen = dir.path().join("unseen.svm");
+    std::fs::write(&unseen, "1 3:1 5000:1 9999:2\n0 7:1\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("predict")
+        .arg(&model)
+        .arg(&unseen)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("rows 2")
+            && stdout.contains("2 features beyond the model's dimension 2000 ignored"),
+        "{stdout}"
+    );
+    let with_test = write_job(
+        dir.path(),
+        "t.toml",
+        &format!(
+            "[data]\ntrain = {:?}\ntest = {:?}\n[train]\nepochs = 1\n",
+            data.display().to_string(),
+            unseen.display().to_string()
+        ),
+    );
+    let out = Command::new(BIN)
+        .arg("train")
+        .arg(&with_test)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the test file has 2 features beyond the training data's dimension 2000"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -95,6 +95,12 @@ pub fn libsvm(data: &[u8]) {
         LibsvmOptions {
             zero_based: true,
             dim: Some(1000),
+            ignore_beyond_dim: false,
+        },
+        LibsvmOptions {
+            zero_based: false,
+            dim: Some(100),
+            ignore_beyond_dim: true,
         },
     ] {
         if let Ok(split) = parse_libsvm(data, Path::new("fuzz.svm"), &opts, &RowFilter::all()) {

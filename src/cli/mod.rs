@@ -546,6 +546,9 @@ fn train(a: TrainArgs) -> Result<(), String> {
         );
     }
     if a.process == 0 {
+        for note in &outcome.notes {
+            eprintln!("note: {note}");
+        }
         let plan = outcome.plan.as_ref().ok_or("worker 0 returned no plan")?;
         if let Some(path) = &job.output.metrics {
             write_csv(path, &outcome.rows).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -574,13 +577,14 @@ fn train(a: TrainArgs) -> Result<(), String> {
 
 fn predict(a: PredictArgs) -> Result<(), String> {
     let model = ModelFile::load(&a.model)?;
+    let dim = model.weights.len() as u32;
     let opts = LibsvmOptions {
         zero_based: a.zero_based,
-        dim: Some(model.weights.len() as u32),
+        dim: Some(dim),
+        ignore_beyond_dim: true,
     };
-    let data = read_libsvm(&a.data, &opts, &RowFilter::all())
-        .map_err(|e| e.to_string())?
-        .train;
+    let split = read_libsvm(&a.data, &opts, &RowFilter::all()).map_err(|e| e.to_string())?;
+    let data = split.train;
     let part = EvalPart::evaluate(&data, &model.weights, model.loss);
     let s = part.summary(model.loss);
     let mut line = format!(
@@ -593,6 +597,12 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     }
     if let Some(r) = s.rmse {
         line += &format!("  rmse {r:.4}");
+    }
+    if split.ignored_features > 0 {
+        line += &format!(
+            "  ({} features beyond the model's dimension {dim} ignored)",
+            split.ignored_features
+        );
     }
     println!("{line}");
     if let Some(out) = &a.out {

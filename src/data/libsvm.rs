@@ -50,9 +50,14 @@ impl std::error::Error for DataError {}
 pub struct LibsvmOptions {
     /// Indices start at 0 instead of 1.
     pub zero_based: bool,
-    /// The declared number of features; an index at or beyond it is an error. When `None`, the
-    /// dimension is one past the largest index in the file.
+    /// The declared number of features; an index at or beyond it is an error (or ignored, see
+    /// `ignore_beyond_dim`). When `None`, the dimension is one past the largest index in the
+    /// file.
     pub dim: Option<u32>,
+    /// Ignore (and count in [`Split::ignored_features`]) a feature at or beyond `dim` instead
+    /// of failing: data read against a model or a training set whose dimension is fixed, where
+    /// a feature the model never saw carries no weight.
+    pub ignore_beyond_dim: bool,
 }
 
 /// The rows of one file that a worker keeps, split into training and test rows.
@@ -64,6 +69,9 @@ pub struct Split {
     pub test: Dataset,
     /// Number of data rows in the whole file (all workers, both sides).
     pub total_rows: usize,
+    /// Features at or beyond the declared dimension that were ignored, in the whole file (all
+    /// workers, both sides), with `ignore_beyond_dim`.
+    pub ignored_features: u64,
 }
 
 /// Reads `path`, keeping the rows that `filter` assigns to this worker.
@@ -96,6 +104,7 @@ pub fn parse_libsvm<R: BufRead>(
         train: Dataset::new(declared),
         test: Dataset::new(declared),
         total_rows: 0,
+        ignored_features: 0,
     };
     let mut max_index: Option<u32> = None;
     let mut line = String::new();
@@ -140,6 +149,7 @@ pub fn parse_libsvm<R: BufRead>(
         }
         keys.clear();
         vals.clear();
+        let mut prev: Option<u64> = None; // the previous index, kept or ignored
         for (col, tok) in tokens {
             let Some(colon) = tok.find(':') else {
                 return Err(err(
@@ -166,15 +176,7 @@ pub fn parse_libsvm<R: BufRead>(
             } else {
                 raw - 1
             };
-            if index >= declared as u64 {
-                return Err(err(
-                    line_no,
-                    col,
-                    format!("feature index {raw} is beyond the declared dimension {declared}"),
-                ));
-            }
-            let index = index as u32;
-            if let Some(&prev) = keys.last() {
+            if let Some(prev) = prev {
                 if index == prev {
                     return Err(err(line_no, col, format!("repeated feature index {raw}")));
                 }
@@ -185,6 +187,15 @@ pub fn parse_libsvm<R: BufRead>(
                         format!("feature index {raw} is not increasing"),
                     ));
                 }
+            }
+            prev = Some(index);
+            let beyond = index >= declared as u64;
+            if beyond && !opts.ignore_beyond_dim {
+                return Err(err(
+                    line_no,
+                    col,
+                    format!("feature index {raw} is beyond the declared dimension {declared}"),
+                ));
             }
             let value: f32 = val_s.parse().map_err(|_| {
                 err(
@@ -200,8 +211,12 @@ pub fn parse_libsvm<R: BufRead>(
                     format!("feature value '{val_s}' is not finite"),
                 ));
             }
-            keys.push(index);
-            vals.push(value);
+            if beyond {
+                split.ignored_features += 1;
+            } else {
+                keys.push(index as u32);
+                vals.push(value);
+            }
         }
         if let Some(&last) = keys.last() {
             max_index = Some(max_index.map_or(last, |m| m.max(last)));

@@ -83,6 +83,9 @@ pub struct WorkerData {
     pub train: Dataset,
     /// Test rows.
     pub test: Dataset,
+    /// Features of a separate test file beyond the training data's dimension, ignored (the
+    /// whole file's count).
+    pub ignored_test_features: u64,
 }
 
 /// Model state a worker's operators share: its replica of the weights, its error-feedback

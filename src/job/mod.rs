@@ -456,29 +456,34 @@ impl Job {
                 let opts = LibsvmOptions {
                     zero_based: d.zero_based,
                     dim: d.dim,
+                    ignore_beyond_dim: false,
                 };
                 let split = read_libsvm(path, &opts, &filter).map_err(|e| e.to_string())?;
                 let dim = split.train.dim;
-                let test = match &d.test {
+                // A test feature the training data never has gets no weight: it is ignored, and
+                // counted, rather than an error.
+                let (test, ignored_test_features) = match &d.test {
                     Some(test_path) => {
                         let opts = LibsvmOptions {
                             zero_based: d.zero_based,
                             dim: Some(dim),
+                            ignore_beyond_dim: true,
                         };
                         let only_mine = RowFilter {
                             test_fraction: 0.0,
                             ..filter.clone()
                         };
-                        read_libsvm(test_path, &opts, &only_mine)
-                            .map_err(|e| e.to_string())?
-                            .train
+                        let t =
+                            read_libsvm(test_path, &opts, &only_mine).map_err(|e| e.to_string())?;
+                        (t.train, t.ignored_features)
                     }
-                    None => split.test,
+                    None => (split.test, 0),
                 };
                 Ok((
                     WorkerData {
                         train: split.train,
                         test,
+                        ignored_test_features,
                     },
                     dim,
                 ))
@@ -488,7 +493,15 @@ impl Job {
                 all.dim = d.dim.unwrap_or(all.dim).max(all.dim);
                 let (train, test) = all.split(&filter);
                 let dim = all.dim;
-                Ok((WorkerData { train, test }, dim))
+                let ignored_test_features = 0;
+                Ok((
+                    WorkerData {
+                        train,
+                        test,
+                        ignored_test_features,
+                    },
+                    dim,
+                ))
             }
         }
     }
