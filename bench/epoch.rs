@@ -45,6 +45,7 @@ fn epoch(c: &mut Criterion) {
             || WorkerData {
                 train: train.clone(),
                 test: Dataset::new(params.dim),
+                ..Default::default()
             },
             |data| {
                 let plan = plan.clone();

@@ -45,7 +45,11 @@ fn main() {
         let all = ctr(&params);
         let filter = RowFilter { worker: index, workers: peers, test_fraction: 0.2, seed: plan.seed };
         let (train, test) = all.split(&filter);
-        let data = WorkerData { train, test };
+        let data = WorkerData {
+            train,
+            test,
+            ..Default::default()
+        };
         let state = WorkerState::shared(&plan);
         let rows = Rc::new(RefCell::new(Vec::new()));
         let sup = supervisor.clone();
