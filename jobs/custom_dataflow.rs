@@ -43,7 +43,13 @@ fn main() {
         let (index, peers) = (worker.index(), worker.peers());
         // Each worker keeps its share of the generated rows, 20% held out for testing.
         let all = ctr(&params);
-        let filter = RowFilter { worker: index, workers: peers, test_fraction: 0.2, seed: plan.seed };
+        let filter = RowFilter {
+            worker: index,
+            workers: peers,
+            test_fraction: 0.2,
+            seed: plan.seed,
+            tail_from: None,
+        };
         let (train, test) = all.split(&filter);
         let data = WorkerData {
             train,

@@ -59,6 +59,7 @@ fn workers_keep_disjoint_shares_and_the_split_is_seeded() {
     let mut test = 0;
     for w in 0..3 {
         let f = RowFilter {
+            tail_from: None,
             worker: w,
             workers: 3,
             test_fraction: 0.3,
@@ -169,4 +170,63 @@ fn features_beyond_a_fixed_dimension_can_be_ignored_and_counted() {
         ..ignore
     };
     assert!(parse("1 11:3\n", &strict).is_err());
+}
+
+#[test]
+fn a_tail_split_holds_out_the_last_rows_in_file_order() {
+    use gradflow::job::Job;
+    // Labels number the rows; comments and blank lines are not rows.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.svm");
+    let mut text = String::from("# ten rows\n\n");
+    for i in 0..10 {
+        text += &format!("{i} {}:1 # row {i}\n", i + 1);
+        if i == 4 {
+            text += "   \n# a comment line\n";
+        }
+    }
+    std::fs::write(&path, &text).unwrap();
+    assert_eq!(gradflow::data::count_rows(&path).unwrap(), 10);
+    let job_text = format!(
+        "[data]\ntrain = {:?}\ntest_fraction = 0.3\ntest_split = \"tail\"\n",
+        path.display().to_string()
+    );
+    let job = Job::parse(&job_text, Path::new("j.toml"), &[]).unwrap();
+    let labels = |d: &gradflow::data::Dataset| d.labels.clone();
+    let (one, _) = job.load_worker_data(0, 1).unwrap();
+    assert_eq!(labels(&one.test), [7.0, 8.0, 9.0]);
+    assert_eq!(labels(&one.train), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    // Two workers: rows still go to workers by number; the test side is the same tail.
+    let (w0, _) = job.load_worker_data(0, 2).unwrap();
+    let (w1, _) = job.load_worker_data(1, 2).unwrap();
+    assert_eq!(
+        (labels(&w0.test), labels(&w1.test)),
+        (vec![8.0], vec![7.0, 9.0])
+    );
+    // The generated data splits the same way: the last quarter of its rows.
+    let synth = Job::parse(
+        "[data]\ntest_fraction = 0.25\ntest_split = \"tail\"\n[data.synth]\nrows = 1000\n",
+        Path::new("s.toml"),
+        &[],
+    )
+    .unwrap();
+    let all = synth.data.synth.generate();
+    let (d, _) = synth.load_worker_data(0, 1).unwrap();
+    assert_eq!(d.test.labels, all.labels[750..].to_vec());
+    assert_eq!(d.train.labels, all.labels[..750].to_vec());
+    // The default is still the seeded hash split, which mixes the order.
+    let hashed = Job::parse(
+        "[data]\ntest_fraction = 0.25\n[data.synth]\nrows = 1000\n",
+        Path::new("h.toml"),
+        &[],
+    )
+    .unwrap();
+    let (h, _) = hashed.load_worker_data(0, 1).unwrap();
+    assert_ne!(h.test.labels, all.labels[750..].to_vec());
+    assert!(
+        Job::parse("[data]\ntest_split = \"head\"\n", Path::new("x.toml"), &[])
+            .unwrap_err()
+            .to_string()
+            .contains("head")
+    );
 }

@@ -92,6 +92,32 @@ pub fn read_libsvm(
     parse_libsvm(BufReader::new(file), path, opts, filter)
 }
 
+/// The number of data rows of `path` (lines with anything before a `#`), as [`read_libsvm`]
+/// numbers them: what an ordered split needs before reading.
+pub fn count_rows(path: &Path) -> Result<usize, DataError> {
+    let err = |line: usize, message: String| DataError {
+        file: path.to_path_buf(),
+        line,
+        column: 0,
+        message,
+    };
+    let file = File::open(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
+    let mut reader = BufReader::new(file);
+    let (mut line, mut line_no, mut rows) = (Vec::new(), 0usize, 0usize);
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| err(line_no + 1, format!("read error: {e}")))?;
+        if n == 0 {
+            return Ok(rows);
+        }
+        line_no += 1;
+        let content = line.split(|&b| b == b'#').next().unwrap_or_default();
+        rows += content.iter().any(|b| !b.is_ascii_whitespace()) as usize;
+    }
+}
+
 /// Parses LibSVM text from any reader; `name` is used in error messages.
 pub fn parse_libsvm<R: BufRead>(
     mut reader: R,

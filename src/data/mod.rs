@@ -5,7 +5,7 @@ pub mod libsvm;
 pub mod partition;
 pub mod synth;
 
-pub use libsvm::{read_libsvm, write_libsvm, DataError, LibsvmOptions};
+pub use libsvm::{count_rows, read_libsvm, write_libsvm, DataError, LibsvmOptions};
 pub use partition::RowFilter;
 
 /// A sparse dataset in compressed sparse row form: row `i` has the features

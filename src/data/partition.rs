@@ -24,6 +24,9 @@ pub struct RowFilter {
     pub test_fraction: f64,
     /// Seed of the split.
     pub seed: u64,
+    /// An ordered split instead of the seeded hash: rows from this number on are test rows
+    /// (the last `test_fraction` of a file, as a time split needs); `None`: the hash split.
+    pub tail_from: Option<usize>,
 }
 
 impl RowFilter {
@@ -34,7 +37,14 @@ impl RowFilter {
             workers: 1,
             test_fraction: 0.0,
             seed: 0,
+            tail_from: None,
         }
+    }
+
+    /// The first test row of an ordered split of `rows` rows holding out `test_fraction` of
+    /// them (rounded to the nearest row).
+    pub fn tail_start(rows: usize, test_fraction: f64) -> usize {
+        rows - ((rows as f64 * test_fraction).round() as usize).min(rows)
     }
 
     /// The side of row `row` if this worker keeps it.
@@ -43,11 +53,13 @@ impl RowFilter {
         if row % self.workers != self.worker {
             return None;
         }
-        if self.test_fraction > 0.0 && unit_hash(self.seed, row as u64) < self.test_fraction {
-            Some(Side::Test)
-        } else {
-            Some(Side::Train)
-        }
+        let test = match self.tail_from {
+            Some(first) => row >= first,
+            None => {
+                self.test_fraction > 0.0 && unit_hash(self.seed, row as u64) < self.test_fraction
+            }
+        };
+        Some(if test { Side::Test } else { Side::Train })
     }
 }
 
@@ -91,6 +103,7 @@ mod tests {
     fn every_row_has_exactly_one_owner_and_split_is_worker_independent() {
         let filters: Vec<RowFilter> = (0..3)
             .map(|w| RowFilter {
+                tail_from: None,
                 worker: w,
                 workers: 3,
                 test_fraction: 0.25,
@@ -98,6 +111,7 @@ mod tests {
             })
             .collect();
         let single = RowFilter {
+            tail_from: None,
             worker: 0,
             workers: 1,
             test_fraction: 0.25,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{CodecSpec, ErrorFeedback};
 use crate::data::synth::{self, CtrParams, GsparParams};
-use crate::data::{read_libsvm, Dataset, LibsvmOptions, RowFilter};
+use crate::data::{count_rows, read_libsvm, Dataset, LibsvmOptions, RowFilter};
 use crate::dataflow::{TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
@@ -50,6 +50,9 @@ pub struct DataSection {
     pub test: Option<PathBuf>,
     /// Fraction held out for testing when there is no test file.
     pub test_fraction: f64,
+    /// How rows are held out: `hash` (a seeded hash of the row number, the default) or `tail`
+    /// (the last `test_fraction` of the rows in file order: a time split).
+    pub test_split: TestSplit,
     /// Indices in the files start at 0.
     pub zero_based: bool,
     /// Declared number of features (an index beyond it is an error); absent: from the data.
@@ -64,6 +67,7 @@ impl Default for DataSection {
             train: None,
             test: None,
             test_fraction: 0.25,
+            test_split: TestSplit::Hash,
             zero_based: false,
             dim: None,
             synth: SynthSection::default(),
@@ -147,6 +151,17 @@ impl SynthSection {
             }),
         }
     }
+}
+
+/// How `data.test_fraction` of the rows are held out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestSplit {
+    /// A seeded hash of the row number (independent of the number of workers).
+    #[default]
+    Hash,
+    /// The last rows of the file, in order (a chronological split).
+    Tail,
 }
 
 /// `[model]`.
@@ -441,7 +456,7 @@ impl Job {
         workers: usize,
     ) -> Result<(WorkerData, u32), String> {
         let d = &self.data;
-        let filter = RowFilter {
+        let mut filter = RowFilter {
             worker,
             workers,
             test_fraction: if d.test.is_some() {
@@ -450,9 +465,16 @@ impl Job {
                 d.test_fraction
             },
             seed: self.train.seed,
+            tail_from: None,
         };
+        // An ordered split needs the number of rows first.
+        let tail = d.test_split == TestSplit::Tail && filter.test_fraction > 0.0;
         match &d.train {
             Some(path) => {
+                if tail {
+                    let rows = count_rows(path).map_err(|e| e.to_string())?;
+                    filter.tail_from = Some(RowFilter::tail_start(rows, filter.test_fraction));
+                }
                 let opts = LibsvmOptions {
                     zero_based: d.zero_based,
                     dim: d.dim,
@@ -471,6 +493,7 @@ impl Job {
                         };
                         let only_mine = RowFilter {
                             test_fraction: 0.0,
+                            tail_from: None,
                             ..filter.clone()
                         };
                         let t =
@@ -491,6 +514,10 @@ impl Job {
             None => {
                 let mut all = d.synth.generate();
                 all.dim = d.dim.unwrap_or(all.dim).max(all.dim);
+                if tail {
+                    filter.tail_from =
+                        Some(RowFilter::tail_start(all.rows(), filter.test_fraction));
+                }
                 let (train, test) = all.split(&filter);
                 let dim = all.dim;
                 let ignored_test_features = 0;
