@@ -113,16 +113,7 @@ impl<'a> BitWriter<'a> {
 
 /// Writes the sign bit of each value (1 for negative), 32 to a field.
 pub fn write_signs(values: impl Iterator<Item = f32>, w: &mut BitWriter) {
-    let (mut word, mut n) = (0u64, 0u32);
-    for v in values {
-        word |= ((v.to_bits() >> 31) as u64) << n;
-        n += 1;
-        if n == 32 {
-            w.write(word, 32);
-            (word, n) = (0, 0);
-        }
-    }
-    w.write(word, n);
+    w.write_packed(values.map(|v| (v.to_bits() >> 31) as u64), 1);
 }
 
 /// Reads `count` sign bits written by [`write_signs`] and appends `±magnitude` for each.
@@ -409,6 +400,40 @@ mod tests {
         w.finish();
         assert!(BitReader::new(&buf).read_rice(3, 4).is_err());
         assert_eq!(BitReader::new(&buf).read_rice(3, 5).unwrap(), 40);
+    }
+
+    #[test]
+    fn packed_fields_are_the_bits_of_single_writes_and_bound_their_values() {
+        for bits in 1..=8u32 {
+            let mut values: Vec<u64> = (0..77u64).map(|i| (i * 37) % (1 << bits)).collect();
+            values[40] = (1 << bits) - 1; // the largest value the width holds
+            let (mut packed, mut single) = (Vec::new(), Vec::new());
+            let mut w = BitWriter::new(&mut packed);
+            w.write(1, 3); // an odd start, so fields straddle bytes
+            w.write_packed(values.iter().copied(), bits);
+            w.finish();
+            let mut w = BitWriter::new(&mut single);
+            w.write(1, 3);
+            values.iter().for_each(|&v| w.write(v, bits));
+            w.finish();
+            assert_eq!(packed, single, "{bits} bits");
+            let mut r = BitReader::new(&packed);
+            r.read(3).unwrap();
+            let mut out = vec![0u8; values.len()];
+            r.read_packed(&mut out, bits, u64::MAX).unwrap();
+            r.finish().unwrap();
+            assert!(
+                out.iter().zip(&values).all(|(&a, &b)| a as u64 == b),
+                "{bits}"
+            );
+            let max = (1u64 << bits) - 2;
+            let mut r = BitReader::new(&packed);
+            r.read(3).unwrap();
+            assert!(
+                r.read_packed(&mut out, bits, max).is_err(),
+                "{bits}: a value above {max}"
+            );
+        }
     }
 
     #[test]
