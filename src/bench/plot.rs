@@ -14,6 +14,7 @@ use plotters::prelude::*;
 
 use super::report::{median, result_rows, CellRun, ResultRow, Summary};
 use super::Suite;
+use crate::metrics::StageTimes;
 
 /// A line: its label and points.
 type Series = (String, Vec<(f64, f64)>);
@@ -25,6 +26,18 @@ struct Chart {
     y: String,
     series: Vec<Series>,
     log_x: bool,
+}
+
+impl Chart {
+    fn new(title: String, x: &str, y: &str, series: Vec<Series>, log_x: bool) -> Chart {
+        Chart {
+            title,
+            x: x.into(),
+            y: y.into(),
+            series,
+            log_x,
+        }
+    }
 }
 
 /// Fonts tried for PNG text.
@@ -102,26 +115,26 @@ pub fn plots(
         };
         charts.push((
             format!("loss-vs-time-{}", link.name),
-            Chart {
-                title: format!("test loss against wall time, link {}", link.name),
-                x: "seconds".into(),
-                y: "test loss".into(),
-                series: curve(|r| r.seconds),
-                log_x: false,
-            },
+            Chart::new(
+                format!("test loss against wall time, link {}", link.name),
+                "seconds",
+                "test loss",
+                curve(|r| r.seconds),
+                false,
+            ),
         ));
         charts.push((
             format!("loss-vs-bytes-{}", link.name),
-            Chart {
-                title: format!(
+            Chart::new(
+                format!(
                     "test loss against bytes sent per process, link {}",
                     link.name
                 ),
-                x: "MB per process (both directions)".into(),
-                y: "test loss".into(),
-                series: curve(|r| (r.up_bytes_per_process + r.down_bytes_per_process) / 1e6),
-                log_x: false,
-            },
+                "MB per process (both directions)",
+                "test loss",
+                curve(|r| (r.up_bytes_per_process + r.down_bytes_per_process) / 1e6),
+                false,
+            ),
         ));
     }
     let mut files = Vec::new();
@@ -137,15 +150,7 @@ pub fn plots(
         {
             let Some(last) = rows.last() else { continue };
             let rounds = last.rounds.max(1) as f64;
-            let times = [
-                last.gradient_ms,
-                last.encode_ms,
-                last.wait_ms,
-                last.aggregate_ms,
-                last.update_ms,
-                last.eval_ms,
-            ]
-            .map(|t| t / rounds);
+            let times = last.times().values().map(|t| t / rounds);
             let l = label(r);
             match per_cell.iter_mut().find(|(k, _)| *k == l) {
                 Some((_, v)) => v.push(times),
@@ -156,7 +161,7 @@ pub fn plots(
             .into_iter()
             .map(|(l, runs)| {
                 let stage = |s: usize| median(runs.iter().map(|t| t[s]).collect()).unwrap_or(0.0);
-                (l, [0, 1, 2, 3, 4, 5].map(stage))
+                (l, std::array::from_fn(stage))
             })
             .collect();
         if !cells.is_empty() {
@@ -179,13 +184,13 @@ pub fn plots(
                     .push((c.processes as f64, bytes / 1e3));
             }
         }
-        let chart = Chart {
-            title: "bytes per process per round against processes".into(),
-            x: "processes (W)".into(),
-            y: "kB per process per round".into(),
-            series: lines.into_iter().collect(),
-            log_x: true,
-        };
+        let chart = Chart::new(
+            "bytes per process per round against processes".to_string(),
+            "processes (W)",
+            "kB per process per round",
+            lines.into_iter().collect(),
+            true,
+        );
         files.extend(draw_both(dir, "bytes-vs-processes", &chart)?);
     }
     // Speed-up against bandwidth, per (exchange, compressor), over the shaped links.
@@ -222,13 +227,13 @@ pub fn plots(
         for points in lines.values_mut() {
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        let chart = Chart {
-            title: "speed-up to the target loss against link rate".into(),
-            x: "link rate, Mbit/s".into(),
-            y: "speed-up vs baseline".into(),
-            series: lines.into_iter().collect(),
-            log_x: true,
-        };
+        let chart = Chart::new(
+            "speed-up to the target loss against link rate".to_string(),
+            "link rate, Mbit/s",
+            "speed-up vs baseline",
+            lines.into_iter().collect(),
+            true,
+        );
         files.extend(draw_both(dir, "speedup-vs-bandwidth", &chart)?);
     }
     Ok(files)
@@ -343,8 +348,6 @@ fn draw_stages(
     Ok(vec![svg, png])
 }
 
-const STAGES: [&str; 6] = ["gradient", "encode", "wait", "aggregate", "update", "eval"];
-
 fn draw_stage_bars<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     link: &str,
@@ -391,7 +394,7 @@ where
         .y_desc("ms per round (mean over workers)")
         .draw()
         .map_err(err)?;
-    for (s, stage) in STAGES.iter().enumerate() {
+    for (s, stage) in StageTimes::NAMES.iter().enumerate() {
         let color = Palette99::pick(s).to_rgba();
         chart
             .draw_series(cells.iter().enumerate().map(|(i, (_, t))| {

@@ -9,8 +9,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{Cell, Suite};
+use crate::metrics::StageTimes;
 
-/// The columns of a metrics CSV the report reads.
+/// The columns of a metrics CSV the report reads. (The stage-time columns are listed again
+/// here and in [`ResultRow`] rather than flattened from [`StageTimes`]: the csv crate does not
+/// support `#[serde(flatten)]`.)
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct MetricsRecord {
     /// `round`, `epoch`, `eval` or `process`.
@@ -111,24 +114,47 @@ pub struct ResultRow {
     pub eval_ms: f64,
 }
 
+impl MetricsRecord {
+    /// The row's stage times.
+    pub fn times(&self) -> StageTimes {
+        StageTimes {
+            gradient_ms: self.gradient_ms,
+            encode_ms: self.encode_ms,
+            wait_ms: self.wait_ms,
+            aggregate_ms: self.aggregate_ms,
+            update_ms: self.update_ms,
+            eval_ms: self.eval_ms,
+        }
+    }
+}
+
+impl ResultRow {
+    /// The stage times so far.
+    pub fn times(&self) -> StageTimes {
+        StageTimes {
+            gradient_ms: self.gradient_ms,
+            encode_ms: self.encode_ms,
+            wait_ms: self.wait_ms,
+            aggregate_ms: self.aggregate_ms,
+            update_ms: self.update_ms,
+            eval_ms: self.eval_ms,
+        }
+    }
+}
+
 /// The result rows of one cell: every evaluation, with bytes and stage times accumulated over
 /// the rounds up to it.
 pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
     let c = &run.cell;
     let per = c.processes.max(1) as f64;
-    let mut acc = MetricsRecord::default();
+    let (mut up, mut down, mut times) = (0u64, 0u64, StageTimes::default());
     let mut out = Vec::new();
     for r in &run.rows {
         match r.kind.as_str() {
             "round" => {
-                acc.uplink_bytes += r.uplink_bytes;
-                acc.downlink_bytes += r.downlink_bytes;
-                acc.gradient_ms += r.gradient_ms;
-                acc.encode_ms += r.encode_ms;
-                acc.wait_ms += r.wait_ms;
-                acc.aggregate_ms += r.aggregate_ms;
-                acc.update_ms += r.update_ms;
-                acc.eval_ms += r.eval_ms;
+                up += r.uplink_bytes;
+                down += r.downlink_bytes;
+                times.add(&r.times());
             }
             "epoch" | "eval" => out.push(ResultRow {
                 cell: c.id.clone(),
@@ -144,14 +170,14 @@ pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
                 seconds: r.seconds,
                 test_loss: r.test_loss,
                 test_auc: r.test_auc,
-                up_bytes_per_process: acc.uplink_bytes as f64 / per,
-                down_bytes_per_process: acc.downlink_bytes as f64 / per,
-                gradient_ms: acc.gradient_ms,
-                encode_ms: acc.encode_ms,
-                wait_ms: acc.wait_ms,
-                aggregate_ms: acc.aggregate_ms,
-                update_ms: acc.update_ms,
-                eval_ms: acc.eval_ms,
+                up_bytes_per_process: up as f64 / per,
+                down_bytes_per_process: down as f64 / per,
+                gradient_ms: times.gradient_ms,
+                encode_ms: times.encode_ms,
+                wait_ms: times.wait_ms,
+                aggregate_ms: times.aggregate_ms,
+                update_ms: times.update_ms,
+                eval_ms: times.eval_ms,
             }),
             _ => {}
         }

@@ -28,6 +28,22 @@ pub struct StageTimes {
 }
 
 impl StageTimes {
+    /// The stages' names, in the order of [`StageTimes::values`].
+    pub const NAMES: [&'static str; 6] =
+        ["gradient", "encode", "wait", "aggregate", "update", "eval"];
+
+    /// The stages' times, in the order of [`StageTimes::NAMES`].
+    pub fn values(&self) -> [f64; 6] {
+        [
+            self.gradient_ms,
+            self.encode_ms,
+            self.wait_ms,
+            self.aggregate_ms,
+            self.update_ms,
+            self.eval_ms,
+        ]
+    }
+
     /// Adds `other` into `self`.
     pub fn add(&mut self, other: &StageTimes) {
         self.gradient_ms += other.gradient_ms;
