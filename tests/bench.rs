@@ -48,6 +48,10 @@ ratio = 0.02
     p
 }
 
+/// The tests that bring emulated links up run one at a time (a second bench is refused while
+/// one holds the links).
+static LINKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -148,12 +152,69 @@ fn a_suite_runs_every_cell_as_a_cluster_and_reports_bytes_losses_and_time_to_tar
             assert!(out.join("cells").join(c).join(f).exists(), "{c}/{f}");
         }
     }
+    // Plots, where a font is there to draw their text with (.ci/run installs one).
+    if Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
+        for f in [
+            "loss-vs-time-loopback.svg",
+            "loss-vs-bytes-loopback.png",
+            "stages-loopback.svg",
+        ] {
+            let len = std::fs::metadata(out.join(f)).map_or(0, |m| m.len());
+            assert!(len > 1000, "{f}: {len} bytes");
+        }
+    }
+    // --report-only writes the same report again from the cells, running nothing.
+    std::fs::remove_file(out.join("summary.md")).unwrap();
+    std::fs::remove_file(out.join("results.csv")).unwrap();
+    let again = gradflow([
+        "bench".as_ref(),
+        suite.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--only".as_ref(),
+        "*sharded*".as_ref(),
+        "--report-only".as_ref(),
+    ]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("summary.md")).unwrap(),
+        summary
+    );
+    assert_eq!(
+        csv::Reader::from_path(out.join("results.csv"))
+            .unwrap()
+            .records()
+            .count(),
+        20
+    );
+    // Without an earlier run there is nothing to report, and it says so.
+    let empty = dir.path().join("empty");
+    let none = gradflow([
+        "bench".as_ref(),
+        suite.as_os_str(),
+        "--out".as_ref(),
+        empty.as_os_str(),
+        "--report-only".as_ref(),
+    ]);
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        !none.status.success() && err.contains("run the suite first"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_shaped_link_runs_in_namespaces_at_its_rate_and_is_removed_afterwards() {
+    let _links = LINKS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let suite = write_suite(dir.path(), r#"{ name = "20mbit", rate = "20mbit" }"#);
+    let suite = write_suite(
+        dir.path(),
+        r#"{ name = "20mbit", rate = "20mbit", delay = "1ms" }"#,
+    );
     let out = dir.path().join("out");
     let stdout = bench(&suite, &out, "*/sharded/none/*");
     if !is_root() {
@@ -174,6 +235,67 @@ fn a_shaped_link_runs_in_namespaces_at_its_rate_and_is_removed_afterwards() {
         (16.0..=21.0).contains(&mbit),
         "20mbit link measured {mbit} Mbit/s"
     );
+    // A delay needs netem; where the kernel lacks it, the report says so and the link runs.
+    let netem = std::process::Command::new("modinfo")
+        .arg("sch_netem")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        netem || stdout.contains("delay 1ms not emulated: no netem"),
+        "{stdout}"
+    );
+    assert!(
+        !namespaces().contains("gfbench"),
+        "namespaces left behind: {}",
+        namespaces()
+    );
+}
+
+#[test]
+fn an_interrupted_suite_removes_its_network_and_fails() {
+    if !is_root() {
+        return; // nothing to remove without namespaces
+    }
+    let _links = LINKS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let suite = write_suite(dir.path(), r#"{ name = "5mbit", rate = "5mbit" }"#);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .arg("bench")
+        .arg(&suite)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the namespaces, then interrupt as Ctrl-C would.
+    let start = std::time::Instant::now();
+    while !namespaces().contains("gfbench") {
+        assert!(start.elapsed().as_secs() < 30, "no namespaces appeared");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // While it holds the links, a second bench with a shaped link is refused at once.
+    let second = gradflow([
+        "bench".as_ref(),
+        suite.as_os_str(),
+        "--out".as_ref(),
+        dir.path().join("second").as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success() && err.contains("another gradflow bench"),
+        "{err}"
+    );
+    assert!(
+        namespaces().contains("gfbench"),
+        "the refused bench removed nothing"
+    );
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an interrupted suite fails");
+    assert!(stderr.contains("interrupted"), "{stderr}");
     assert!(
         !namespaces().contains("gfbench"),
         "namespaces left behind: {}",

@@ -20,16 +20,20 @@ const BRIDGE: &str = "gfbench-br";
 const SUBNET: &str = "10.213.0";
 /// The port every process listens on (each has its own address).
 const PORT: u16 = 2101;
+/// Held (`flock`) while a bench has emulated links up: the names are fixed, so a second bench
+/// would tear down the first one's network.
+const LOCK: &str = "/run/lock/gradflow-bench.lock";
 
 /// The network a link's cells run on.
 pub enum Network {
     /// Plain loopback; `why` says why a shaped link could not be emulated, if it was asked for.
     Loopback { why: Option<String> },
-    /// Namespaces on a bridge, shaped.
+    /// Namespaces on a bridge, shaped; `_lock` holds [`LOCK`] while they exist.
     Shaped {
         link: Link,
         processes: usize,
         notes: Vec<String>,
+        _lock: std::fs::File,
     },
 }
 
@@ -50,11 +54,13 @@ impl Network {
                 why: Some("no iproute2 (ip, tc): ran on loopback, unshaped".into()),
             });
         }
+        let lock = take_lock()?;
         cleanup();
         let mut net = Network::Shaped {
             link: link.clone(),
             processes,
             notes: Vec::new(),
+            _lock: lock,
         };
         // On an error, dropping `net` removes what was made.
         net.build()?;
@@ -107,6 +113,7 @@ impl Network {
             link,
             processes,
             notes,
+            ..
         } = self
         else {
             return Ok(());
@@ -175,14 +182,35 @@ impl Drop for Network {
     }
 }
 
+/// Takes [`LOCK`], failing at once (with a message saying why) when another bench holds it.
+fn take_lock() -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let _ = std::fs::create_dir_all("/run/lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK)
+        .map_err(|e| format!("{LOCK}: {e}"))?;
+    // SAFETY: a valid open descriptor; the lock goes with it when the file is closed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "another gradflow bench has emulated links up (it holds {LOCK}); run one suite with \
+             shaped links at a time"
+        ));
+    }
+    Ok(f)
+}
+
 /// Token bucket size: 2 ms at the rate, at least one 64 KiB segment (a smaller bucket than a
 /// TCP segment offload caps the rate well below the setting).
 fn burst_bytes(bits_per_second: u64) -> u64 {
     (bits_per_second / 8 / 500).max(64 * 1024)
 }
 
-/// Removes every namespace named `gfbench*` (which takes its veth pair) and the bridge; errors
-/// are ignored (there may be nothing to remove).
+/// Removes every namespace named `gfbench*` (which takes its veth pair), any `gfbench*` link
+/// left in this namespace (a run killed between creating a pair and moving one end) and the
+/// bridge; errors are ignored (there may be nothing to remove).
 fn cleanup() {
     let listed = Command::new("ip").args(["netns", "list"]).output();
     let names = listed
@@ -194,6 +222,19 @@ fn cleanup() {
         .filter(|n| n.starts_with(PREFIX))
     {
         let _ = run("ip", &["netns", "del", ns]);
+    }
+    let links = Command::new("ip").args(["-o", "link", "show"]).output();
+    let links = links
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    // Lines look like `12: gfbench1h@gfbench1n: <...>`.
+    for name in links
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n))
+        .filter(|n| n.starts_with(PREFIX) && *n != BRIDGE)
+    {
+        let _ = run("ip", &["link", "del", name]);
     }
     let _ = run("ip", &["link", "del", BRIDGE]);
 }
