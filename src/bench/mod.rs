@@ -620,6 +620,40 @@ downlink = { name = "topk", ratio = 0.03 }
     }
 
     #[test]
+    fn a_model_entry_sets_model_fields_and_replaces_the_optimizer() {
+        let (s, _dir) = suite(
+            r#"
+job = "base.toml"
+[[model]]
+loss = "hinge"
+lambda = 0.001
+optimizer = { kind = "sgd", lr = 0.5 }
+[[model]]
+label = "lin"
+loss = "squared"
+"#,
+        )
+        .unwrap();
+        let cells = s.cells();
+        assert_eq!(
+            cells.iter().map(|c| c.model.as_str()).collect::<Vec<_>>(),
+            // The optimizer is part of the label: entries that differ only there stay apart.
+            ["hinge,lambda=0.001,optimizer={kind=sgd,lr=0.5}", "lin"]
+        );
+        let job: Job = toml::from_str(&cells[0].job_text(&s.job, &[]).unwrap()).unwrap();
+        assert_eq!(job.model.loss, crate::model::Loss::Hinge);
+        assert_eq!(job.model.lambda, 0.001);
+        let sgd: Job = toml::from_str("[optimizer]\nkind = \"sgd\"\nlr = 0.5\n").unwrap();
+        assert_eq!(job.optimizer, sgd.optimizer);
+        let lin: Job = toml::from_str(&cells[1].job_text(&s.job, &[]).unwrap()).unwrap();
+        assert_eq!(
+            lin.optimizer,
+            Job::default().optimizer,
+            "no optimizer: the job's"
+        );
+    }
+
+    #[test]
     fn mistakes_in_a_suite_name_the_entry() {
         let cases = [
             ("job = \"base.toml\"\n[[compressor]]\nname = \"topq\"\n", "topq"),
