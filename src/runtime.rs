@@ -183,9 +183,10 @@ pub fn run_job(
             let mut notes = Vec::new();
             if data.ignored_test_features > 0 {
                 notes.push(format!(
-                    "the test file has {} features beyond the training data's dimension {dim}; \
+                    "the test file has {} features beyond the training data's dimension {}; \
                      they have no weight and were ignored",
-                    data.ignored_test_features
+                    data.ignored_test_features,
+                    plan.intercept.unwrap_or(dim)
                 ));
             }
             let observer = if index == 0 {

@@ -40,8 +40,8 @@ fn rounds(rows: &[MetricsRow]) -> u64 {
 }
 
 /// Top-k at ratio 0.01 with plain SGD keeps 1% of each gradient. Measured (uncompressed test
-/// loss 0.4300 / 0.4160 / 0.4106 over three epochs): with a residual memory 0.4300 / 0.4162 /
-/// 0.4110, without 0.4651 / 0.4494 / 0.4422 (+7.7%).
+/// loss 0.4195 / 0.4080 / 0.4030 over three epochs, with the intercept): with a residual memory
+/// 0.4196 / 0.4083 / 0.4030 (+0.07% at most), without 0.4392 / 0.4287 / 0.4230 (+4.7 to +5.1%).
 #[test]
 fn error_feedback_recovers_what_topk_drops() {
     let reference = epoch_losses(&run_local(&job(&[]), 2).rows);
@@ -50,14 +50,14 @@ fn error_feedback_recovers_what_topk_drops() {
     let without = epoch_losses(&run_local(&job(&[topk, "train.memory=\"none\""]), 2).rows);
     for e in 0..3 {
         assert!(
-            with[e] <= reference[e] * 1.02,
+            with[e] <= reference[e] * 1.005,
             "epoch {}: residual {} vs uncompressed {}",
             e + 1,
             with[e],
             reference[e]
         );
         assert!(
-            without[e] >= reference[e] * 1.05,
+            without[e] >= reference[e] * 1.03,
             "epoch {}: without memory {} should be clearly worse than {}",
             e + 1,
             without[e],

@@ -829,7 +829,7 @@ fn training_gradients_can_be_dumped_and_compared() {
     assert_eq!(files.len(), 20, "10 rounds x 2 workers: {files:?}");
     assert_eq!(files[0], "round00000-worker0.bin");
     let file = dump.join("round00003-worker1.bin");
-    let g = gradflow::codec::measure::read_gradient(&file, 20_000).unwrap();
+    let g = gradflow::codec::measure::read_gradient(&file, 20_001).unwrap(); // 20,000 features and the intercept
     assert!(
         g.len() > 1000,
         "a real mini-batch gradient: {} keys",
@@ -841,7 +841,7 @@ fn training_gradients_can_be_dumped_and_compared() {
             "compare",
             "--csv",
             "--dim",
-            "20000",
+            "20001",
             "--codecs",
             "none,topk",
             "--input",

@@ -558,6 +558,8 @@ fn train(a: TrainArgs) -> Result<(), String> {
             let model = ModelFile {
                 loss: plan.loss,
                 weights: outcome.weights.clone().unwrap_or_default(),
+                intercept: plan.intercept,
+                features: None,
             };
             model
                 .save(path)
@@ -578,13 +580,18 @@ fn train(a: TrainArgs) -> Result<(), String> {
 fn predict(a: PredictArgs) -> Result<(), String> {
     let model = ModelFile::load(&a.model)?;
     let dim = model.weights.len() as u32;
+    // The data's own features lie below the intercept's key (the model's last).
+    let data_dim = model.intercept.unwrap_or(dim);
     let opts = LibsvmOptions {
         zero_based: a.zero_based,
-        dim: Some(dim),
+        dim: Some(data_dim),
         ignore_beyond_dim: true,
     };
     let split = read_libsvm(&a.data, &opts, &RowFilter::all()).map_err(|e| e.to_string())?;
-    let data = split.train;
+    let mut data = split.train;
+    if model.intercept.is_some() {
+        data.add_intercept();
+    }
     let part = EvalPart::evaluate(&data, &model.weights, model.loss);
     let s = part.summary(model.loss);
     let mut line = format!(
@@ -600,7 +607,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     }
     if split.ignored_features > 0 {
         line += &format!(
-            "  ({} features beyond the model's dimension {dim} ignored)",
+            "  ({} features beyond the model's dimension {data_dim} ignored)",
             split.ignored_features
         );
     }

@@ -54,6 +54,26 @@ impl Dataset {
         (&self.indices[lo..hi], &self.values[lo..hi])
     }
 
+    /// Adds an intercept: a feature of value 1 in every row, at key `dim` (the new last key).
+    /// Returns its key.
+    pub fn add_intercept(&mut self) -> u32 {
+        let key = self.dim;
+        self.dim += 1;
+        let mut indices = Vec::with_capacity(self.indices.len() + self.rows());
+        let mut values = Vec::with_capacity(indices.capacity());
+        let mut row_ptr = Vec::with_capacity(self.row_ptr.len());
+        row_ptr.push(0);
+        for w in self.row_ptr.windows(2) {
+            indices.extend_from_slice(&self.indices[w[0]..w[1]]);
+            values.extend_from_slice(&self.values[w[0]..w[1]]);
+            indices.push(key);
+            values.push(1.0);
+            row_ptr.push(indices.len());
+        }
+        (self.indices, self.values, self.row_ptr) = (indices, values, row_ptr);
+        key
+    }
+
     /// Appends a row; `indices` must be strictly increasing and `< dim` (checked in debug builds,
     /// the readers check it for every input).
     pub fn push_row(&mut self, indices: &[u32], values: &[f32], label: f32) {
@@ -64,5 +84,24 @@ impl Dataset {
         self.values.extend_from_slice(values);
         self.labels.push(label);
         self.row_ptr.push(self.indices.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_intercept_is_the_last_key_of_every_row() {
+        let mut d = Dataset::new(5);
+        d.push_row(&[1, 4], &[0.5, 2.0], 1.0);
+        d.push_row(&[], &[], -1.0);
+        d.push_row(&[0], &[3.0], 1.0);
+        assert_eq!(d.add_intercept(), 5);
+        assert_eq!(d.dim, 6);
+        assert_eq!(d.row(0), (&[1, 4, 5][..], &[0.5, 2.0, 1.0][..]));
+        assert_eq!(d.row(1), (&[5][..], &[1.0][..]));
+        assert_eq!(d.row(2), (&[0, 5][..], &[3.0, 1.0][..]));
+        assert_eq!(d.labels, vec![1.0, -1.0, 1.0]);
     }
 }

@@ -228,7 +228,10 @@ impl GradientStep {
                 &self.order[batch],
                 &st.weights,
                 self.plan.loss,
-                self.plan.lambda,
+                crate::model::gradient::L2 {
+                    lambda: self.plan.lambda,
+                    intercept: self.plan.intercept,
+                },
                 &mut self.grad,
             );
             stats.gradient_ms = ms(t_grad);

@@ -24,6 +24,8 @@ pub struct TrainPlan {
     pub loss: Loss,
     /// L2 regularisation λ.
     pub lambda: f32,
+    /// The intercept's key (its feature is 1 in every row; exempt from λ), if the model has one.
+    pub intercept: Option<u32>,
     /// Optimizer.
     pub optimizer: OptimizerConfig,
     /// Exchange strategy.

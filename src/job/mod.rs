@@ -170,8 +170,10 @@ pub enum TestSplit {
 pub struct ModelSection {
     /// `logistic`, `hinge` or `squared`.
     pub loss: Loss,
-    /// L2 regularisation λ.
+    /// L2 regularisation λ (not applied to the intercept).
     pub lambda: f32,
+    /// Add an intercept: a feature of value 1 in every row, the model's last key, exempt from λ.
+    pub intercept: bool,
 }
 
 impl Default for ModelSection {
@@ -179,6 +181,7 @@ impl Default for ModelSection {
         ModelSection {
             loss: Loss::Logistic,
             lambda: 0.01,
+            intercept: true,
         }
     }
 }
@@ -448,13 +451,29 @@ impl Job {
         (1.0 / self.train.batch_fraction - 1e-9).ceil().max(1.0) as u64
     }
 
-    /// The rows worker `worker` of `workers` trains and tests on, and the dimension.
-    /// Deterministic: every worker computes the same dimension and split.
+    /// The rows worker `worker` of `workers` trains and tests on, and the model's dimension
+    /// (the intercept included). Deterministic: every worker computes the same dimension and
+    /// split.
     pub fn load_worker_data(
         &self,
         worker: usize,
         workers: usize,
     ) -> Result<(WorkerData, u32), String> {
+        let (mut data, mut dim) = self.load_rows(worker, workers)?;
+        if self.model.intercept {
+            data.train.add_intercept();
+            dim = data.test.add_intercept() + 1;
+        }
+        Ok((data, dim))
+    }
+
+    /// The intercept's key in a model of dimension `dim` (its last), if the job has one.
+    pub fn intercept_key(&self, dim: u32) -> Option<u32> {
+        self.model.intercept.then(|| dim - 1)
+    }
+
+    /// [`Job::load_worker_data`] before the intercept.
+    fn load_rows(&self, worker: usize, workers: usize) -> Result<(WorkerData, u32), String> {
         let d = &self.data;
         let mut filter = RowFilter {
             worker,
@@ -539,6 +558,7 @@ impl Job {
             dim,
             loss: self.model.loss,
             lambda: self.model.lambda,
+            intercept: self.intercept_key(dim),
             optimizer: self.optimizer.clone(),
             exchange: self.train.exchange,
             codec: self.train.compressor.clone(),

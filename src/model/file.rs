@@ -1,12 +1,18 @@
-//! The model file format (text, one line per nonzero weight):
+//! The model file format (text):
 //!
 //! ```text
-//! # gradflow model v1
+//! # gradflow model v2
 //! loss logistic
-//! dim 100000
+//! dim 100001
+//! intercept 100000      (the intercept's key, or `none`)
+//! features 42           (optional: the number of lines of the feature map that follow, TOML)
+//! ...
+//! weights
 //! <key> <weight>        (0-based key, shortest round-trip decimal; zero weights omitted)
 //! ...
 //! ```
+//!
+//! Version 1 files (no intercept, no feature map, weights right after `dim`) are still read.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -20,9 +26,16 @@ pub struct ModelFile {
     pub loss: Loss,
     /// Dense weights.
     pub weights: Vec<f32>,
+    /// The intercept's key: its feature is 1 in every row, and raw data read for this model
+    /// gets it added.
+    pub intercept: Option<u32>,
+    /// How raw rows become features (TOML text of the data layer's feature map), when the
+    /// model was trained on a table.
+    pub features: Option<String>,
 }
 
-const MAGIC: &str = "# gradflow model v1";
+const MAGIC_V1: &str = "# gradflow model v1";
+const MAGIC: &str = "# gradflow model v2";
 
 impl ModelFile {
     /// Writes the model to `path`.
@@ -34,6 +47,15 @@ impl ModelFile {
             Loss::Squared => "squared",
         };
         let _ = writeln!(s, "{MAGIC}\nloss {loss}\ndim {}", self.weights.len());
+        match self.intercept {
+            Some(k) => writeln!(s, "intercept {k}"),
+            None => writeln!(s, "intercept none"),
+        }
+        .ok();
+        if let Some(f) = &self.features {
+            let _ = writeln!(s, "features {}\n{}", f.lines().count(), f.trim_end());
+        }
+        s.push_str("weights\n");
         for (k, w) in self.weights.iter().enumerate().filter(|(_, w)| **w != 0.0) {
             let _ = writeln!(s, "{k} {w}");
         }
@@ -46,47 +68,93 @@ impl ModelFile {
     /// Reads a model file; errors name the file and line.
     pub fn load(path: &Path) -> Result<ModelFile, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let err = |line: usize, m: &str| format!("{}:{line}: {m}", path.display());
-        let mut lines = text.lines().enumerate();
-        if lines.next().map(|(_, l)| l.trim()) != Some(MAGIC) {
-            return Err(err(
-                1,
-                "not a gradflow model file (expected '# gradflow model v1')",
-            ));
-        }
-        let loss = match lines.next().map(|(_, l)| l.trim()) {
-            Some("loss logistic") => Loss::Logistic,
-            Some("loss hinge") => Loss::Hinge,
-            Some("loss squared") => Loss::Squared,
-            _ => return Err(err(2, "expected 'loss logistic|hinge|squared'")),
+        Self::parse(&text).map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))
+    }
+
+    /// Parses model text; an error is `(1-based line, message)`.
+    pub fn parse(text: &str) -> Result<ModelFile, (usize, String)> {
+        let err = |line: usize, m: &str| (line, m.to_string());
+        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        let v2 = match lines.next().map(|(_, l)| l) {
+            Some(MAGIC) => true,
+            Some(MAGIC_V1) => false,
+            _ => {
+                return Err(err(
+                    1,
+                    "not a gradflow model file (expected '# gradflow model v2' or v1)",
+                ))
+            }
         };
-        let dim: usize = lines
-            .next()
-            .and_then(|(_, l)| l.trim().strip_prefix("dim "))
+        let mut next = |what: &str| {
+            lines
+                .next()
+                .ok_or_else(|| err(0, &format!("ends before '{what}'")))
+        };
+        let loss = match next("loss")? {
+            (_, "loss logistic") => Loss::Logistic,
+            (_, "loss hinge") => Loss::Hinge,
+            (_, "loss squared") => Loss::Squared,
+            (i, _) => return Err(err(i, "expected 'loss logistic|hinge|squared'")),
+        };
+        let (i, line) = next("dim")?;
+        let dim: u32 = line
+            .strip_prefix("dim ")
             .and_then(|d| d.trim().parse().ok())
-            .ok_or_else(|| err(3, "expected 'dim N'"))?;
-        let mut weights = vec![0f32; dim];
+            .ok_or_else(|| err(i, "expected 'dim N' (N below 2^32)"))?;
+        let (mut intercept, mut features) = (None, None);
+        if v2 {
+            let (i, line) = next("intercept")?;
+            intercept = match line.strip_prefix("intercept ").map(str::trim) {
+                Some("none") => None,
+                Some(k) => match k.parse::<u32>() {
+                    Ok(k) if k < dim => Some(k),
+                    _ => return Err(err(i, &format!("bad intercept key '{k}' for dim {dim}"))),
+                },
+                None => return Err(err(i, "expected 'intercept KEY' or 'intercept none'")),
+            };
+            let (mut i, mut line) = next("weights")?;
+            if let Some(n) = line.strip_prefix("features ") {
+                let n: usize = n
+                    .trim()
+                    .parse()
+                    .map_err(|_| err(i, "expected 'features N' (N lines of TOML)"))?;
+                let mut map = String::new();
+                for _ in 0..n {
+                    let (_, l) = next("the feature map's lines")?;
+                    map.push_str(l);
+                    map.push('\n');
+                }
+                features = Some(map);
+                (i, line) = next("weights")?;
+            }
+            if line != "weights" {
+                return Err(err(i, "expected 'weights'"));
+            }
+        }
+        let mut weights = vec![0f32; dim as usize];
         for (i, line) in lines {
-            let line = line.trim();
             if line.is_empty() {
                 continue;
             }
             let (k, w) = line
                 .split_once(' ')
-                .ok_or_else(|| err(i + 1, "expected '<key> <weight>'"))?;
-            let k: usize = k
-                .parse()
-                .map_err(|_| err(i + 1, &format!("bad key '{k}'")))?;
+                .ok_or_else(|| err(i, "expected '<key> <weight>'"))?;
+            let k: usize = k.parse().map_err(|_| err(i, &format!("bad key '{k}'")))?;
             let w: f32 = w
                 .trim()
                 .parse()
-                .map_err(|_| err(i + 1, &format!("bad weight '{w}'")))?;
-            if k >= dim {
-                return Err(err(i + 1, &format!("key {k} beyond dim {dim}")));
+                .map_err(|_| err(i, &format!("bad weight '{w}'")))?;
+            if k >= weights.len() {
+                return Err(err(i, &format!("key {k} beyond dim {dim}")));
             }
             weights[k] = w;
         }
-        Ok(ModelFile { loss, weights })
+        Ok(ModelFile {
+            loss,
+            weights,
+            intercept,
+            features,
+        })
     }
 }
 
@@ -98,13 +166,45 @@ mod tests {
     fn round_trips_bit_exactly() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m.txt");
-        let m = ModelFile {
+        let mut m = ModelFile {
             loss: Loss::Hinge,
             weights: vec![0.0, 1.5e-7, -3.25, 0.0, 1.0 / 3.0],
+            intercept: Some(4),
+            features: None,
         };
+        m.save(&p).unwrap();
+        assert_eq!(ModelFile::load(&p).unwrap(), m);
+        m.features = Some("[label]\ncolumn = \"y\"\n".into());
+        m.intercept = None;
         m.save(&p).unwrap();
         assert_eq!(ModelFile::load(&p).unwrap(), m);
         std::fs::write(&p, "# gradflow model v1\nloss hinge\ndim 2\n5 1.0\n").unwrap();
         assert!(ModelFile::load(&p).unwrap_err().contains(":4:"));
+        std::fs::write(&p, "# gradflow model v1\nloss hinge\ndim 2\n1 1.5\n").unwrap();
+        let v1 = ModelFile::load(&p).unwrap();
+        assert_eq!((v1.weights, v1.intercept), (vec![0.0, 1.5], None));
+        for (bad, line) in [
+            (
+                "# gradflow model v2\nloss hinge\ndim 2\nintercept 2\nweights\n",
+                ":4:",
+            ),
+            ("# gradflow model v2\nloss hinge\ndim 99999999999\n", ":3:"),
+            (
+                "# gradflow model v2\nloss hinge\ndim 2\nintercept 1\nfeatures x\n",
+                ":5:",
+            ),
+            (
+                "# gradflow model v2\nloss hinge\ndim 2\nintercept 1\n0 1\n",
+                ":5:",
+            ),
+            (
+                "# gradflow model v2\nloss hinge\ndim 2\nintercept 1\nfeatures 9\na\n",
+                ":0:",
+            ),
+        ] {
+            std::fs::write(&p, bad).unwrap();
+            let e = ModelFile::load(&p).unwrap_err();
+            assert!(e.contains(line), "{bad:?}: {e}");
+        }
     }
 }

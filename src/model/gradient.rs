@@ -33,15 +33,15 @@ impl GradientWorkspace {
         }
     }
 
-    /// The gradient of the mean loss over `rows` of `data` plus `λ w_k` on every touched key `k`,
-    /// written into `out` (sorted keys). Returns the batch loss statistics.
+    /// The gradient of the mean loss over `rows` of `data` plus `λ w_k` on every touched key `k`
+    /// but the intercept's, written into `out` (sorted keys). Returns the batch loss statistics.
     pub fn minibatch(
         &mut self,
         data: &Dataset,
         rows: &[u32],
         weights: &[f32],
         loss: Loss,
-        lambda: f32,
+        l2: L2,
         out: &mut SparseGrad,
     ) -> BatchStats {
         out.clear();
@@ -81,13 +81,35 @@ impl GradientWorkspace {
                 let k = (w << 6) | bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 out.keys.push(k as u32);
-                out.values.push(self.acc[k] + lambda * weights[k]);
+                out.values.push(self.acc[k] + l2.derivative(k, weights[k]));
                 self.acc[k] = 0.0;
             }
         }
         BatchStats {
             loss_sum,
             rows: rows.len(),
+        }
+    }
+}
+
+/// L2 regularisation `λ/2 · Σ w_k²` over every weight but the intercept's, which is left free
+/// (an unregularised bias, as in LIBLINEAR's `-B` and scikit-learn's `fit_intercept`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct L2 {
+    /// λ.
+    pub lambda: f32,
+    /// The intercept's key, exempt from the penalty.
+    pub intercept: Option<u32>,
+}
+
+impl L2 {
+    /// The penalty's derivative at weight `w` of key `k`.
+    #[inline]
+    pub fn derivative(self, k: usize, w: f32) -> f32 {
+        if self.intercept == Some(k as u32) {
+            0.0
+        } else {
+            self.lambda * w
         }
     }
 }
@@ -122,14 +144,7 @@ mod tests {
         d
     }
 
-    fn objective(
-        d: &Dataset,
-        rows: &[u32],
-        w: &[f32],
-        loss: Loss,
-        lambda: f32,
-        touched: &[u32],
-    ) -> f64 {
+    fn objective(d: &Dataset, rows: &[u32], w: &[f32], loss: Loss, l2: L2, touched: &[u32]) -> f64 {
         let data: f64 = rows
             .iter()
             .map(|&r| {
@@ -140,7 +155,8 @@ mod tests {
             / rows.len() as f64;
         data + touched
             .iter()
-            .map(|&k| 0.5 * lambda as f64 * (w[k as usize] as f64).powi(2))
+            .filter(|&&k| l2.intercept != Some(k))
+            .map(|&k| 0.5 * l2.lambda as f64 * (w[k as usize] as f64).powi(2))
             .sum::<f64>()
     }
 
@@ -149,10 +165,19 @@ mod tests {
         let d = toy();
         let rows = [0u32, 1, 2, 3];
         let w = [0.1f32, -0.2, 0.3, 0.05, -0.4, 0.25];
-        for loss in [Loss::Logistic, Loss::Hinge, Loss::Squared] {
+        // The intercept (key 2 here) is exempt from λ: a penalty on it would move its
+        // derivative by λ·w_2 = 0.03, far above the tolerance.
+        let l2s = [None, Some(2)].map(|intercept| L2 {
+            lambda: 0.1,
+            intercept,
+        });
+        for (loss, l2) in [Loss::Logistic, Loss::Hinge, Loss::Squared]
+            .into_iter()
+            .flat_map(|loss| l2s.map(|l2| (loss, l2)))
+        {
             let mut ws = GradientWorkspace::new(6);
             let mut g = SparseGrad::default();
-            let stats = ws.minibatch(&d, &rows, &w, loss, 0.01, &mut g);
+            let stats = ws.minibatch(&d, &rows, &w, loss, l2, &mut g);
             assert_eq!(stats.rows, 4);
             assert_eq!(g.keys, vec![0, 1, 2, 3, 4, 5]);
             for (i, &k) in g.keys.iter().enumerate() {
@@ -160,12 +185,12 @@ mod tests {
                 let (mut wp, mut wm) = (w, w);
                 wp[k as usize] += h;
                 wm[k as usize] -= h;
-                let num = (objective(&d, &rows, &wp, loss, 0.01, &g.keys)
-                    - objective(&d, &rows, &wm, loss, 0.01, &g.keys))
+                let num = (objective(&d, &rows, &wp, loss, l2, &g.keys)
+                    - objective(&d, &rows, &wm, loss, l2, &g.keys))
                     / (2.0 * h as f64);
                 assert!(
                     (num - g.values[i] as f64).abs() < 2e-3,
-                    "{loss:?} key {k}: {num} vs {}",
+                    "{loss:?} {l2:?} key {k}: {num} vs {}",
                     g.values[i]
                 );
             }
@@ -178,10 +203,10 @@ mod tests {
         let w = [0.0f32; 6];
         let mut ws = GradientWorkspace::new(6);
         let mut g = SparseGrad::default();
-        ws.minibatch(&d, &[1], &w, Loss::Logistic, 0.0, &mut g);
+        ws.minibatch(&d, &[1], &w, Loss::Logistic, L2::default(), &mut g);
         assert_eq!(g.keys, vec![1, 2]);
         let first = g.clone();
-        ws.minibatch(&d, &[1], &w, Loss::Logistic, 0.0, &mut g);
+        ws.minibatch(&d, &[1], &w, Loss::Logistic, L2::default(), &mut g);
         assert_eq!(g, first, "the accumulator must be cleared between batches");
     }
 
