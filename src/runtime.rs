@@ -119,6 +119,8 @@ pub struct RunOutcome {
     /// What a user should know about the data (e.g. test features beyond the training
     /// dimension, which were ignored).
     pub notes: Vec<String>,
+    /// The feature map of a table job (TOML), for the model file.
+    pub features: Option<String>,
 }
 
 /// Builds the observer worker 0 calls for each metrics row.
@@ -138,6 +140,8 @@ struct WorkerReport {
     first: Option<(Vec<MetricsRow>, Vec<f32>, TrainPlan)>,
     /// Notes about the data (every worker reads the same files, so worker 0's stand for all).
     notes: Vec<String>,
+    /// The feature map (TOML) of a table job.
+    features: Option<String>,
 }
 
 type WorkerResult = Result<WorkerReport, String>;
@@ -171,8 +175,8 @@ pub fn run_job(
         timely::WorkerConfig::default(),
         move |worker| -> WorkerResult {
             w.register_worker(worker);
-            let (index, peers) = (worker.index(), worker.peers());
-            let (data, dim) = match job.load_worker_data(index, peers) {
+            let index = worker.index();
+            let (data, dim, features, data_notes) = match job.load_on(worker) {
                 Ok(x) => x,
                 Err(e) => {
                     sup.fail(e.clone());
@@ -180,7 +184,7 @@ pub fn run_job(
                 }
             };
             let plan = job.plan(dim, threads);
-            let mut notes = Vec::new();
+            let mut notes = data_notes;
             if data.ignored_test_features > 0 {
                 notes.push(format!(
                     "the test file has {} features beyond the training data's dimension {}; \
@@ -217,6 +221,7 @@ pub fn run_job(
                 digest: replica_digest(&st.weights),
                 first,
                 notes,
+                features,
             })
         },
     )?;
@@ -258,6 +263,7 @@ pub fn run_job(
                     outcome.weights = Some(weights);
                     outcome.plan = Some(plan);
                     outcome.notes = report.notes;
+                    outcome.features = report.features;
                 }
             }
             Ok(Err(e)) => return Err(supervisor.message().unwrap_or(e)),

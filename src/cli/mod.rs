@@ -559,7 +559,7 @@ fn train(a: TrainArgs) -> Result<(), String> {
                 loss: plan.loss,
                 weights: outcome.weights.clone().unwrap_or_default(),
                 intercept: plan.intercept,
-                features: None,
+                features: outcome.features.clone(),
             };
             model
                 .save(path)

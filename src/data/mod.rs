@@ -4,6 +4,7 @@
 pub mod libsvm;
 pub mod partition;
 pub mod synth;
+pub mod table;
 
 pub use libsvm::{count_rows, read_libsvm, write_libsvm, DataError, LibsvmOptions};
 pub use partition::RowFilter;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{CodecSpec, ErrorFeedback};
 use crate::data::synth::{self, CtrParams, GsparParams};
+use crate::data::table::{FeatureSpec, JoinSpec, LabelSpec, TableInput, TableSpec};
 use crate::data::{count_rows, read_libsvm, Dataset, LibsvmOptions, RowFilter};
 use crate::dataflow::{TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
@@ -39,14 +40,28 @@ pub struct Job {
     pub output: OutputSection,
 }
 
+/// The format of the data files.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// LibSVM / SVMlight text.
+    #[default]
+    Libsvm,
+    /// CSV with a header (plain, gzip or zstd), turned into features by `[data.label]`,
+    /// `[data.features]` and `[[data.join]]`.
+    Csv,
+}
+
 /// `[data]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
-    /// Training file (LibSVM). Absent: the generated dataset of `[data.synth]` (by default the
-    /// embedded CTR-like set).
+    /// `libsvm` (default) or `csv`.
+    pub format: Format,
+    /// Training file. Absent: the generated dataset of `[data.synth]` (by default the embedded
+    /// CTR-like set).
     pub train: Option<PathBuf>,
-    /// Test file (LibSVM). Absent: `test_fraction` of the rows are held out.
+    /// Test file. Absent: `test_fraction` of the rows are held out.
     pub test: Option<PathBuf>,
     /// Fraction held out for testing when there is no test file.
     pub test_fraction: f64,
@@ -59,6 +74,29 @@ pub struct DataSection {
     pub dim: Option<u32>,
     /// Generated data, used when `train` is absent.
     pub synth: SynthSection,
+    /// CSV: the label's column and rule.
+    pub label: Option<LabelSpec>,
+    /// CSV: the features.
+    pub features: FeatureSpec,
+    /// CSV: dimension tables joined to the rows.
+    pub join: Vec<JoinSpec>,
+    /// CSV: the strings that mean a missing value.
+    pub missing: Vec<String>,
+    /// CSV: the field delimiter.
+    pub delimiter: char,
+}
+
+impl DataSection {
+    /// The table spec of a CSV job.
+    pub fn table(&self) -> TableSpec {
+        TableSpec {
+            label: self.label.clone().unwrap_or_default(),
+            features: self.features.clone(),
+            join: self.join.clone(),
+            missing: self.missing.clone(),
+            delimiter: self.delimiter,
+        }
+    }
 }
 
 impl Default for DataSection {
@@ -71,6 +109,12 @@ impl Default for DataSection {
             zero_based: false,
             dim: None,
             synth: SynthSection::default(),
+            format: Format::Libsvm,
+            label: None,
+            features: FeatureSpec::default(),
+            join: Vec::new(),
+            missing: TableSpec::default().missing,
+            delimiter: ',',
         }
     }
 }
@@ -333,6 +377,22 @@ impl Job {
         if d.dim == Some(0) {
             return Err("data.dim: must be positive".into());
         }
+        let table_fields =
+            d.label.is_some() || d.features != FeatureSpec::default() || !d.join.is_empty();
+        if d.format == Format::Csv {
+            if d.train.is_none() {
+                return Err("data.train: a csv job needs a training file".into());
+            }
+            if d.dim.is_some() || d.zero_based {
+                return Err("data.dim, data.zero_based: LibSVM settings, not used with csv".into());
+            }
+            d.table().validate()?;
+        } else if table_fields {
+            return Err(
+                "data.label, data.features, data.join: set data.format = \"csv\" to use them"
+                    .into(),
+            );
+        }
         if d.train.is_none() {
             let s = &d.synth;
             if s.rows == 0 || s.dim == 0 || (s.kind == SynthKind::Ctr && s.nnz == 0) {
@@ -467,6 +527,42 @@ impl Job {
         Ok((data, dim))
     }
 
+    /// As [`Job::load_worker_data`], on a timely worker, for every format: a CSV job runs its
+    /// differential-dataflow pipeline on the workers. Also returns the feature map (TOML) of a
+    /// CSV job and notes for the user.
+    pub fn load_on(
+        &self,
+        worker: &mut timely::worker::Worker,
+    ) -> Result<(WorkerData, u32, Option<String>, Vec<String>), String> {
+        if self.data.format != Format::Csv {
+            let (data, dim) = self.load_worker_data(worker.index(), worker.peers())?;
+            return Ok((data, dim, None, vec![]));
+        }
+        let d = &self.data;
+        let input = TableInput {
+            spec: d.table(),
+            train: d.train.clone().expect("validated: csv has a training file"),
+            test: d.test.clone(),
+            test_fraction: d.test_fraction,
+            tail: d.test_split == TestSplit::Tail,
+            seed: self.train.seed,
+            classification: self.model.loss.is_classification(),
+        };
+        let p = crate::data::table::prepare(worker, &input)?;
+        let mut data = WorkerData {
+            train: p.train,
+            test: p.test,
+            ignored_test_features: 0,
+        };
+        let mut dim = p.map.dim;
+        if self.model.intercept {
+            data.train.add_intercept();
+            dim = data.test.add_intercept() + 1;
+        }
+        let map = toml::to_string(&p.map).map_err(|e| format!("feature map: {e}"))?;
+        Ok((data, dim, Some(map), p.notes))
+    }
+
     /// The intercept's key in a model of dimension `dim` (its last), if the job has one.
     pub fn intercept_key(&self, dim: u32) -> Option<u32> {
         self.model.intercept.then(|| dim - 1)
@@ -474,6 +570,9 @@ impl Job {
 
     /// [`Job::load_worker_data`] before the intercept.
     fn load_rows(&self, worker: usize, workers: usize) -> Result<(WorkerData, u32), String> {
+        if self.data.format == Format::Csv {
+            return Err("a csv job's rows are prepared on timely workers: use Job::load_on".into());
+        }
         let d = &self.data;
         let mut filter = RowFilter {
             worker,

@@ -1,0 +1,14 @@
+//! Tables: CSV files (plain, gzip or zstd) with a header, turned into sparse rows by a feature
+//! spec (categorical, numeric, date/time parts, crosses; hashed or with a vocabulary; joins with
+//! dimension tables), by a differential-dataflow pipeline on the training workers.
+
+pub mod features;
+pub mod pipeline;
+pub mod read;
+pub mod spec;
+
+pub use features::{FeatureMap, NumericStats};
+pub use pipeline::{encode_file, prepare, Prepared, TableInput};
+pub use spec::{
+    DatePart, DatetimeSpec, FeatureSpec, JoinSpec, LabelSpec, NumericSpec, TableSpec, Transform,
+};

@@ -1,0 +1,291 @@
+//! Reading a worker's part of a CSV file.
+//!
+//! A plain file is cut into `W` byte ranges; worker `i` reads the records that *start* in its
+//! range (it skips the partial line at its range's start and reads past its end to finish its
+//! last record), as Hadoop's text input does. No worker parses the whole file. A gzip or zstd
+//! file cannot be cut: every worker decompresses it and parses every `W`-th record. Either way,
+//! a record's id is its byte offset in the (decompressed) file: unique, in file order, and the
+//! same for any number of workers. Quoted fields may not contain line breaks in a plain file
+//! read by several workers (a cut could fall inside one).
+//!
+//! Cells are kept in one text arena per part: no allocation per cell.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use crate::data::DataError;
+
+/// Which part of a file a worker reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// This worker's index.
+    pub index: usize,
+    /// Number of workers.
+    pub count: usize,
+}
+
+impl Part {
+    /// The whole file.
+    pub const WHOLE: Part = Part { index: 0, count: 1 };
+}
+
+/// The selected columns of a worker's records, in one text arena.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cells {
+    /// The file.
+    pub file: PathBuf,
+    /// The selected columns' names.
+    pub names: Vec<String>,
+    /// Each selected column's 1-based position in the file (for error messages).
+    pub positions: Vec<usize>,
+    /// Each record's id: the byte offset of its start in the (decompressed) file.
+    pub ids: Vec<u64>,
+    text: String,
+    /// End of each cell in `text`, record by record (`names.len()` per record).
+    ends: Vec<u32>,
+}
+
+impl Cells {
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Cell `col` (index into `names`) of record `row`.
+    #[inline]
+    pub fn get(&self, row: usize, col: usize) -> &str {
+        let i = row * self.names.len() + col;
+        let lo = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.text[lo..self.ends[i] as usize]
+    }
+
+    /// An error at cell `col` of record `row`, with the file's line number (found by counting
+    /// line breaks up to the record: only errors pay for it).
+    pub fn error(&self, row: usize, col: usize, message: String) -> DataError {
+        let line = line_of(&self.file, self.ids[row]).unwrap_or(0);
+        DataError {
+            file: self.file.clone(),
+            line,
+            column: self.positions[col],
+            message: format!("column '{}': {message}", self.names[col]),
+        }
+    }
+}
+
+fn open_error(path: &Path, e: impl std::fmt::Display) -> DataError {
+    DataError {
+        file: path.to_path_buf(),
+        line: 0,
+        column: 0,
+        message: format!("cannot read: {e}"),
+    }
+}
+
+/// Whether `path` is gzip or zstd (by its first bytes).
+fn compression(path: &Path) -> Result<Option<&'static str>, DataError> {
+    let mut magic = [0u8; 4];
+    let mut f = File::open(path).map_err(|e| open_error(path, e))?;
+    let n = f.read(&mut magic).map_err(|e| open_error(path, e))?;
+    Ok(match &magic[..n] {
+        [0x1f, 0x8b, ..] => Some("gzip"),
+        [0x28, 0xb5, 0x2f, 0xfd] => Some("zstd"),
+        _ => None,
+    })
+}
+
+/// The file's bytes from the start, decompressed.
+fn open_stream(path: &Path) -> Result<Box<dyn BufRead>, DataError> {
+    let file = File::open(path).map_err(|e| open_error(path, e))?;
+    let raw = BufReader::with_capacity(1 << 16, file);
+    Ok(match compression(path)? {
+        Some("gzip") => Box::new(BufReader::with_capacity(
+            1 << 16,
+            flate2::bufread::MultiGzDecoder::new(raw),
+        )),
+        Some(_) => Box::new(BufReader::with_capacity(
+            1 << 16,
+            ruzstd::decoding::StreamingDecoder::new(raw).map_err(|e| open_error(path, e))?,
+        )),
+        None => Box::new(raw),
+    })
+}
+
+/// The 1-based line on which byte `offset` of the (decompressed) file lies.
+fn line_of(path: &Path, offset: u64) -> Result<usize, DataError> {
+    let mut stream = open_stream(path)?.take(offset);
+    let mut buf = [0u8; 1 << 16];
+    let mut lines = 1;
+    loop {
+        let n = stream.read(&mut buf).map_err(|e| open_error(path, e))?;
+        if n == 0 {
+            return Ok(lines);
+        }
+        lines += buf[..n].iter().filter(|&&b| b == b'\n').count();
+    }
+}
+
+fn csv_reader<R: Read>(r: R, delimiter: u8) -> csv::Reader<R> {
+    csv::ReaderBuilder::new()
+        .has_headers(false)
+        .delimiter(delimiter)
+        .flexible(true)
+        .from_reader(r)
+}
+
+fn csv_error(path: &Path, e: csv::Error) -> DataError {
+    let (line, message) = match e.kind() {
+        csv::ErrorKind::Utf8 { pos, err } => (
+            pos.as_ref().map(|p| p.line() as usize).unwrap_or(0),
+            format!("field {} is not UTF-8", err.field() + 1),
+        ),
+        _ => (
+            e.position().map(|p| p.line() as usize).unwrap_or(0),
+            e.to_string(),
+        ),
+    };
+    DataError {
+        file: path.to_path_buf(),
+        line,
+        column: 0,
+        message,
+    }
+}
+
+/// The header of `path` (its first record).
+pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
+    let mut r = csv_reader(open_stream(path)?, delimiter);
+    let mut rec = csv::StringRecord::new();
+    if !r.read_record(&mut rec).map_err(|e| csv_error(path, e))? {
+        return Err(DataError {
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            message: "empty file: expected a header line".into(),
+        });
+    }
+    Ok(rec.iter().map(|s| s.trim().to_string()).collect())
+}
+
+/// Reads `part` of `path`, keeping the columns `names`; a missing column is an error naming the
+/// header.
+pub fn read_cells(
+    path: &Path,
+    names: &[String],
+    part: Part,
+    delimiter: u8,
+) -> Result<Cells, DataError> {
+    let head = header(path, delimiter)?;
+    let mut select = Vec::with_capacity(names.len());
+    for n in names {
+        let at = head.iter().position(|h| h == n).ok_or_else(|| DataError {
+            file: path.to_path_buf(),
+            line: 1,
+            column: 0,
+            message: format!("no column '{n}' (the header has: {})", head.join(", ")),
+        })?;
+        select.push(at);
+    }
+    let mut cells = Cells {
+        file: path.to_path_buf(),
+        names: names.to_vec(),
+        positions: select.iter().map(|&i| i + 1).collect(),
+        ..Cells::default()
+    };
+    let keep = |cells: &mut Cells, rec: &csv::ByteRecord, id: u64| -> Result<(), DataError> {
+        if rec.len() != head.len() {
+            let line = line_of(path, id).unwrap_or(0);
+            return Err(DataError {
+                file: path.to_path_buf(),
+                line,
+                column: 0,
+                message: format!("{} fields, but the header has {}", rec.len(), head.len()),
+            });
+        }
+        for (c, &i) in select.iter().enumerate() {
+            let s = std::str::from_utf8(&rec[i]).map_err(|_| DataError {
+                file: path.to_path_buf(),
+                line: line_of(path, id).unwrap_or(0),
+                column: i + 1,
+                message: format!("column '{}': not UTF-8", names[c]),
+            })?;
+            cells.text.push_str(s.trim());
+            let end = u32::try_from(cells.text.len()).map_err(|_| DataError {
+                file: path.to_path_buf(),
+                line: 0,
+                column: 0,
+                message: "a worker's part holds over 4 GiB of cells; use more workers".into(),
+            })?;
+            cells.ends.push(end);
+        }
+        cells.ids.push(id);
+        Ok(())
+    };
+    let mut rec = csv::ByteRecord::new();
+    if compression(path)?.is_some() || part.count == 1 {
+        // The whole stream; every `count`-th record after the header.
+        let mut r = csv_reader(open_stream(path)?, delimiter);
+        let mut k = 0usize;
+        r.read_byte_record(&mut rec)
+            .map_err(|e| csv_error(path, e))?;
+        while r
+            .read_byte_record(&mut rec)
+            .map_err(|e| csv_error(path, e))?
+        {
+            if k % part.count == part.index && !is_blank(&rec) {
+                let id = rec.position().map_or(0, |p| p.byte());
+                keep(&mut cells, &rec, id)?;
+            }
+            k += 1;
+        }
+        return Ok(cells);
+    }
+    // A plain file: the records that start in this worker's byte range.
+    let size = std::fs::metadata(path)
+        .map_err(|e| open_error(path, e))?
+        .len();
+    let (start, end) = (
+        size * part.index as u64 / part.count as u64,
+        size * (part.index as u64 + 1) / part.count as u64,
+    );
+    let mut file =
+        BufReader::with_capacity(1 << 16, File::open(path).map_err(|e| open_error(path, e))?);
+    // Records start right after a line break; the one starting at 0 is the header.
+    let mut first = 0u64;
+    if start > 0 {
+        file.seek(SeekFrom::Start(start - 1))
+            .map_err(|e| open_error(path, e))?;
+        let mut skipped = Vec::new();
+        first = start - 1
+            + file
+                .read_until(b'\n', &mut skipped)
+                .map_err(|e| open_error(path, e))? as u64;
+    }
+    let mut r = csv_reader(file, delimiter);
+    loop {
+        if !r
+            .read_byte_record(&mut rec)
+            .map_err(|e| csv_error(path, e))?
+        {
+            break;
+        }
+        let id = first + rec.position().map_or(0, |p| p.byte());
+        if id >= end {
+            break;
+        }
+        if id > 0 && !is_blank(&rec) {
+            keep(&mut cells, &rec, id)?;
+        }
+    }
+    Ok(cells)
+}
+
+/// A record that is one empty field: a blank line.
+fn is_blank(rec: &csv::ByteRecord) -> bool {
+    rec.len() == 1 && rec[0].iter().all(|b| b.is_ascii_whitespace())
+}

@@ -1,0 +1,359 @@
+//! What a job says about a table: the label rule, the features (categorical, numeric, date/time
+//! parts, crosses; hashed or with a vocabulary) and the joins with dimension tables.
+//!
+//! A *slot* is one named group of features: a categorical column (`carrier`), a date part
+//! (`sched_dep.hour`), a bucketised numeric column (`distance`), a cross (`origin*dest`), or a
+//! numeric column kept as one number.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// `[data.label]`: which column is the label, and how it becomes a number.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelSpec {
+    /// The label's column.
+    pub column: String,
+    /// Binary label: +1 when the (numeric) value is above this, else -1.
+    pub above: Option<f64>,
+    /// Binary label: +1 when the value equals this string, else -1.
+    pub equals: Option<String>,
+}
+
+/// How a numeric column becomes features.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transform {
+    /// The value itself, one feature.
+    #[default]
+    Raw,
+    /// `(x - mean) / std` over the training rows, one feature.
+    Standardize,
+    /// `ln(1 + x)`, one feature (x must be > -1).
+    Log1p,
+    /// One-hot over `buckets` quantile buckets of the training rows (a discrete slot).
+    Bucket,
+}
+
+/// A numeric column.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumericSpec {
+    /// The column.
+    pub column: String,
+    /// `raw` (default), `standardize`, `log1p` or `bucket`.
+    #[serde(default)]
+    pub transform: Transform,
+    /// Number of quantile buckets (`bucket` only).
+    #[serde(default = "default_buckets")]
+    pub buckets: u32,
+}
+
+fn default_buckets() -> u32 {
+    10
+}
+
+/// A part of a date/time value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatePart {
+    /// Hour of the day, 0-23.
+    Hour,
+    /// Day of the week, 0 (Monday) to 6.
+    Dow,
+    /// Month, 1-12.
+    Month,
+    /// Day of the month, 1-31.
+    Day,
+}
+
+impl DatePart {
+    /// The part's name in slot names (`sched_dep.hour`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DatePart::Hour => "hour",
+            DatePart::Dow => "dow",
+            DatePart::Month => "month",
+            DatePart::Day => "day",
+        }
+    }
+}
+
+/// A date/time column (`YYYY-MM-DD`, optionally followed by `T` or a space and `HH:MM[:SS]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatetimeSpec {
+    /// The column.
+    pub column: String,
+    /// The parts to derive, each a categorical slot named `column.part`.
+    pub parts: Vec<DatePart>,
+}
+
+/// `[data.features]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeatureSpec {
+    /// Categorical columns: one feature per value.
+    pub categorical: Vec<String>,
+    /// Numeric columns.
+    pub numeric: Vec<NumericSpec>,
+    /// Date/time columns and the parts derived from them.
+    pub datetime: Vec<DatetimeSpec>,
+    /// Crosses of discrete slots, e.g. `[["origin", "dest"], ["carrier", "sched_dep.hour"]]`:
+    /// one feature per combination of values.
+    pub crosses: Vec<Vec<String>>,
+    /// VW-style hashing into `2^hash_bits` features (xxh3, seeded with `hash_seed`); absent: a
+    /// vocabulary built from the training rows.
+    pub hash_bits: Option<u32>,
+    /// Seed of the feature hash.
+    pub hash_seed: u64,
+    /// Vocabulary only: a value seen fewer times than this in the training rows folds into one
+    /// "other" feature per slot (as do values never seen). With 1, unseen values are ignored
+    /// and counted.
+    pub min_count: u64,
+}
+
+impl Default for FeatureSpec {
+    fn default() -> Self {
+        FeatureSpec {
+            categorical: Vec::new(),
+            numeric: Vec::new(),
+            datetime: Vec::new(),
+            crosses: Vec::new(),
+            hash_bits: None,
+            hash_seed: 0,
+            min_count: 1,
+        }
+    }
+}
+
+/// `[[data.join]]`: a dimension table joined to every row on equal key columns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinSpec {
+    /// The dimension table (CSV with a header; gzip or zstd allowed).
+    pub file: PathBuf,
+    /// Key columns: `{ row's column = "table's column" }`, e.g. `{ dest = "faa" }`.
+    pub on: BTreeMap<String, String>,
+    /// The table's columns to bring; they are then named `prefix + column`.
+    pub columns: Vec<String>,
+    /// Prefix of the brought columns' names (to tell `year` of a plane from `year` of a flight).
+    #[serde(default)]
+    pub prefix: String,
+}
+
+/// Everything about a table input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableSpec {
+    /// The label.
+    pub label: LabelSpec,
+    /// The features.
+    pub features: FeatureSpec,
+    /// Joins, applied in order.
+    #[serde(default)]
+    pub join: Vec<JoinSpec>,
+    /// Strings that mean "missing" in any column: a missing label skips the row (counted); a
+    /// missing feature value is no feature.
+    pub missing: Vec<String>,
+    /// Field delimiter (one ASCII character).
+    pub delimiter: char,
+}
+
+impl Default for TableSpec {
+    fn default() -> Self {
+        TableSpec {
+            label: LabelSpec::default(),
+            features: FeatureSpec::default(),
+            join: Vec::new(),
+            missing: vec![String::new(), "NA".into()],
+            delimiter: ',',
+        }
+    }
+}
+
+/// A discrete slot: where its tokens come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SlotSource {
+    /// A categorical column's value.
+    Column(String),
+    /// A part of a date/time column.
+    Part(String, DatePart),
+    /// The quantile bucket of numeric spec `i`.
+    Bucket(usize),
+    /// The combination of the tokens of these (earlier) slots.
+    Cross(Vec<usize>),
+}
+
+/// A discrete slot of the layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Slot {
+    /// Its name (`carrier`, `sched_dep.hour`, `distance`, `origin*dest`).
+    pub name: String,
+    /// Where its tokens come from.
+    pub source: SlotSource,
+}
+
+impl TableSpec {
+    /// The discrete slots in layout order: categorical columns, date parts, bucketised
+    /// numerics, then crosses.
+    pub fn slots(&self) -> Result<Vec<Slot>, String> {
+        let f = &self.features;
+        let mut slots: Vec<Slot> = Vec::new();
+        for c in &f.categorical {
+            slots.push(Slot {
+                name: c.clone(),
+                source: SlotSource::Column(c.clone()),
+            });
+        }
+        for d in &f.datetime {
+            for &p in &d.parts {
+                slots.push(Slot {
+                    name: format!("{}.{}", d.column, p.name()),
+                    source: SlotSource::Part(d.column.clone(), p),
+                });
+            }
+        }
+        for (i, n) in f.numeric.iter().enumerate() {
+            if n.transform == Transform::Bucket {
+                slots.push(Slot {
+                    name: n.column.clone(),
+                    source: SlotSource::Bucket(i),
+                });
+            }
+        }
+        for (i, cross) in f.crosses.iter().enumerate() {
+            if cross.len() < 2 {
+                return Err(format!(
+                    "data.features.crosses[{i}]: a cross needs at least two slots"
+                ));
+            }
+            let mut parts = Vec::new();
+            for name in cross {
+                let at = slots.iter().position(|s| &s.name == name).ok_or_else(|| {
+                    format!(
+                        "data.features.crosses[{i}]: '{name}' is not a categorical column, a \
+                         date part (column.hour) or a bucketised numeric column; the slots \
+                         are: {}",
+                        slots
+                            .iter()
+                            .map(|s| s.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?;
+                parts.push(at);
+            }
+            slots.push(Slot {
+                name: cross.join("*"),
+                source: SlotSource::Cross(parts),
+            });
+        }
+        let mut names: Vec<&str> = slots.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("data.features: '{}' is listed twice", w[0]));
+        }
+        Ok(slots)
+    }
+
+    /// The numeric specs kept as one number each (every transform but `bucket`).
+    pub fn scalars(&self) -> impl Iterator<Item = (usize, &NumericSpec)> {
+        self.features
+            .numeric
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.transform != Transform::Bucket)
+    }
+
+    /// Checks the spec; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.label.column.is_empty() {
+            return Err("data.label.column: the label's column must be named".into());
+        }
+        if self.label.above.is_some() && self.label.equals.is_some() {
+            return Err("data.label: give `above` or `equals`, not both".into());
+        }
+        if !self.delimiter.is_ascii() || self.delimiter == '"' || self.delimiter == '\n' {
+            return Err(format!(
+                "data.delimiter: must be one ASCII character other than a quote or newline, \
+                 got {:?}",
+                self.delimiter
+            ));
+        }
+        let f = &self.features;
+        if let Some(b) = f.hash_bits {
+            if !(1..=31).contains(&b) {
+                return Err(format!("data.features.hash_bits: must be 1 to 31, got {b}"));
+            }
+            if f.min_count != 1 {
+                return Err(
+                    "data.features.min_count: applies to a vocabulary, not to hashing".into(),
+                );
+            }
+        }
+        if f.min_count == 0 {
+            return Err("data.features.min_count: must be at least 1".into());
+        }
+        for n in &f.numeric {
+            if n.transform == Transform::Bucket && !(2..=1000).contains(&n.buckets) {
+                return Err(format!(
+                    "data.features.numeric '{}': buckets must be 2 to 1000, got {}",
+                    n.column, n.buckets
+                ));
+            }
+        }
+        for d in &f.datetime {
+            if d.parts.is_empty() {
+                return Err(format!(
+                    "data.features.datetime '{}': name at least one part",
+                    d.column
+                ));
+            }
+        }
+        for (i, j) in self.join.iter().enumerate() {
+            if j.on.is_empty() || j.columns.is_empty() {
+                return Err(format!(
+                    "data.join[{i}] ({}): `on` and `columns` must not be empty",
+                    j.file.display()
+                ));
+            }
+        }
+        let slots = self.slots()?;
+        if slots.is_empty() && self.scalars().next().is_none() {
+            return Err(
+                "data.features: no features (list categorical, numeric or datetime \
+                        columns)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The columns the rows must provide (the label's, the features', the join keys'), each
+    /// once, in a fixed order; joined columns are not among them.
+    pub fn row_columns(&self) -> Vec<String> {
+        let joined: Vec<String> = self.joined_columns();
+        let f = &self.features;
+        let mut cols = vec![self.label.column.clone()];
+        cols.extend(f.categorical.iter().cloned());
+        cols.extend(f.numeric.iter().map(|n| n.column.clone()));
+        cols.extend(f.datetime.iter().map(|d| d.column.clone()));
+        for j in &self.join {
+            cols.extend(j.on.keys().cloned());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        cols.retain(|c| !joined.contains(c) && seen.insert(c.clone()));
+        cols
+    }
+
+    /// The names of the columns the joins bring (`prefix + column`).
+    pub fn joined_columns(&self) -> Vec<String> {
+        self.join
+            .iter()
+            .flat_map(|j| j.columns.iter().map(move |c| format!("{}{c}", j.prefix)))
+            .collect()
+    }
+}
