@@ -298,6 +298,75 @@ pub fn run_job(
     Ok(outcome)
 }
 
+/// Runs a CSV job's table pipeline as this process of `cluster` and writes what it prepares
+/// into `out`: `part-WWW.bin` per worker (the rows it read, [`crate::data::table::write_rows`])
+/// and, from worker 0, `features.toml` (the feature map). Returns `(training rows, test rows)`
+/// of this process.
+pub fn prepare_job(
+    job: &Job,
+    cluster: &ClusterSpec,
+    out: &std::path::Path,
+) -> Result<(usize, usize), String> {
+    use crate::data::table::{write_rows, PreparedRow};
+    if job.data.format != crate::job::Format::Csv {
+        return Err("data prepare: the job's data.format must be csv".into());
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let config = cluster.config()?;
+    let wire = WireCounters::new();
+    let builders = start_communication(config, &wire, cluster)?;
+    let (job, out) = (Arc::new(job.clone()), out.to_path_buf());
+    let guards = timely::execute::execute_from(
+        builders.0,
+        builders.1,
+        timely::WorkerConfig::default(),
+        move |worker| -> Result<(usize, usize), String> {
+            let d = &job.data;
+            let input = crate::data::table::TableInput {
+                spec: d.table(),
+                train: d.train.clone().unwrap_or_default(),
+                test: d.test.clone(),
+                test_fraction: d.test_fraction,
+                tail: d.test_split == crate::job::TestSplit::Tail,
+                seed: job.train.seed,
+                classification: job.model.loss.is_classification(),
+            };
+            let p = crate::data::table::prepare(worker, &input)?;
+            let mut rows = Vec::with_capacity(p.train.rows() + p.test.rows());
+            for (data, ids, test) in [
+                (&p.train, &p.train_ids, false),
+                (&p.test, &p.test_ids, true),
+            ] {
+                for (i, &id) in ids.iter().enumerate() {
+                    let (k, v) = data.row(i);
+                    rows.push(PreparedRow {
+                        id,
+                        test,
+                        label: data.labels[i],
+                        keys: k.to_vec(),
+                        values: v.to_vec(),
+                    });
+                }
+            }
+            rows.sort_by_key(|r| r.id);
+            let path = out.join(format!("part-{:03}.bin", worker.index()));
+            write_rows(&path, p.map.dim, &rows).map_err(|e| format!("{}: {e}", path.display()))?;
+            if worker.index() == 0 {
+                let map = toml::to_string(&p.map).map_err(|e| format!("feature map: {e}"))?;
+                let path = out.join("features.toml");
+                std::fs::write(&path, map).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            Ok((p.train.rows(), p.test.rows()))
+        },
+    )?;
+    let mut total = (0, 0);
+    for r in guards.join() {
+        let (a, b) = r.map_err(|e| e.to_string())??;
+        total = (total.0 + a, total.1 + b);
+    }
+    Ok(total)
+}
+
 type Builders = (Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>);
 
 /// Builds the communication layer; for a cluster this connects to every peer, which must

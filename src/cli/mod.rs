@@ -214,21 +214,65 @@ struct ClusterArgs {
 struct PredictArgs {
     /// A model file written by `train` (output.model).
     model: PathBuf,
-    /// LibSVM data to predict.
+    /// The data: LibSVM, or for a model trained on a table, a raw CSV table (the label column
+    /// is optional), read through the model's feature map.
     data: PathBuf,
-    /// Indices in the data start at 0.
+    /// Indices in LibSVM data start at 0.
     #[arg(long)]
     zero_based: bool,
-    /// Write one prediction per line here (probability for logistic, margin for hinge, value for
-    /// squared).
+    /// Write one prediction per row here (probability for logistic, margin for hinge, value for
+    /// squared): one number per line, or with --format csv / json, records with --id.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// CSV tables: a column to write beside each prediction as the row's id.
+    #[arg(long)]
+    id: Option<String>,
+    /// Output format of --out.
+    #[arg(long, value_enum, default_value_t = PredictFormat::Lines)]
+    format: PredictFormat,
+}
+
+/// How `predict --out` writes predictions.
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum PredictFormat {
+    /// One prediction per line.
+    Lines,
+    /// CSV with a header: `id,prediction` (id: the --id column, else the 1-based row).
+    Csv,
+    /// JSON lines: `{"id": ..., "prediction": ...}`.
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
 enum DataCommand {
     /// Write a deterministic synthetic dataset in LibSVM format.
     Synth(SynthArgs),
+    /// Run a CSV job's table pipeline (on the job's workers and processes) and write its
+    /// feature map (features.toml) and each worker's prepared rows (part-WWW.bin) to --out.
+    Prepare(Box<PrepareArgs>),
+}
+
+#[derive(Args, Debug)]
+struct PrepareArgs {
+    /// The job file (TOML), with data.format = "csv".
+    job: PathBuf,
+    /// Output directory.
+    #[arg(long, short)]
+    out: PathBuf,
+    /// Worker threads per process.
+    #[arg(short = 'w', long = "workers", default_value_t = 1)]
+    workers: usize,
+    /// Number of processes in the cluster.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    processes: usize,
+    /// This process's index in the cluster.
+    #[arg(short = 'p', long, default_value_t = 0)]
+    process: usize,
+    /// File with one host:port per line, one line per process (default: localhost:2101+i).
+    #[arg(long)]
+    hostfile: Option<PathBuf>,
+    #[command(flatten)]
+    overrides: Overrides,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -281,6 +325,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
         Command::Bench(a) => bench::run(a),
         Command::Predict(a) => predict(a),
         Command::Data(DataCommand::Synth(a)) => data_synth(a),
+        Command::Data(DataCommand::Prepare(a)) => data_prepare(*a),
         Command::Codec(CodecCommand::Compare(a)) => codec_compare(a),
         Command::Codec(CodecCommand::Keys(a)) => codec_keys(a),
     }
@@ -582,40 +627,91 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     let dim = model.weights.len() as u32;
     // The data's own features lie below the intercept's key (the model's last).
     let data_dim = model.intercept.unwrap_or(dim);
-    let opts = LibsvmOptions {
-        zero_based: a.zero_based,
-        dim: Some(data_dim),
-        ignore_beyond_dim: true,
+    let (mut data, ids, labelled, ignored) = match &model.features {
+        Some(text) => {
+            let map: gradflow::data::table::FeatureMap = toml::from_str(text)
+                .map_err(|e| format!("{}: feature map: {e}", a.model.display()))?;
+            if map.dim != data_dim {
+                return Err(format!(
+                    "{}: the feature map has {} features, the weights {data_dim}",
+                    a.model.display(),
+                    map.dim
+                ));
+            }
+            let e = gradflow::data::table::encode_file(&map, &a.data, a.id.as_deref())?;
+            let note = (e.unknown > 0).then(|| {
+                format!(
+                    "{} values not in the training vocabulary {}",
+                    e.unknown,
+                    if map.spec.features.min_count > 1 {
+                        "counted as their column's \"other\""
+                    } else {
+                        "ignored"
+                    }
+                )
+            });
+            (e.data, e.ids, e.labelled, note)
+        }
+        None => {
+            if a.id.is_some() {
+                return Err("--id: LibSVM rows have no columns; it applies to CSV tables".into());
+            }
+            let opts = LibsvmOptions {
+                zero_based: a.zero_based,
+                dim: Some(data_dim),
+                ignore_beyond_dim: true,
+            };
+            let split =
+                read_libsvm(&a.data, &opts, &RowFilter::all()).map_err(|e| e.to_string())?;
+            let note = (split.ignored_features > 0).then(|| {
+                format!(
+                    "{} features beyond the model's dimension {data_dim} ignored",
+                    split.ignored_features
+                )
+            });
+            (split.train, Vec::new(), true, note)
+        }
     };
-    let split = read_libsvm(&a.data, &opts, &RowFilter::all()).map_err(|e| e.to_string())?;
-    let mut data = split.train;
     if model.intercept.is_some() {
         data.add_intercept();
     }
-    let part = EvalPart::evaluate(&data, &model.weights, model.loss);
-    let s = part.summary(model.loss);
-    let mut line = format!(
-        "rows {}  loss {:.4}",
-        part.count,
-        s.loss.unwrap_or(f64::NAN)
-    );
-    if let (Some(acc), Some(auc)) = (s.accuracy, s.auc) {
-        line += &format!("  accuracy {acc:.4}  auc {auc:.4}");
-    }
-    if let Some(r) = s.rmse {
-        line += &format!("  rmse {r:.4}");
-    }
-    if split.ignored_features > 0 {
+    let mut line = format!("rows {}", data.rows());
+    // Rows without a label (NaN) are predicted but not scored.
+    let scored: Vec<u32> = (0..data.rows() as u32)
+        .filter(|&i| !data.labels[i as usize].is_nan())
+        .collect();
+    if labelled && !scored.is_empty() {
+        let mut with_labels = gradflow::data::Dataset::new(data.dim);
+        for &i in &scored {
+            let (k, v) = data.row(i as usize);
+            with_labels.push_row(k, v, data.labels[i as usize]);
+        }
+        let part = EvalPart::evaluate(&with_labels, &model.weights, model.loss);
+        let s = part.summary(model.loss);
         line += &format!(
-            "  ({} features beyond the model's dimension {data_dim} ignored)",
-            split.ignored_features
+            "  scored {}  loss {:.4}",
+            part.count,
+            s.loss.unwrap_or(f64::NAN)
         );
+        if let (Some(acc), Some(auc)) = (s.accuracy, s.auc) {
+            line += &format!("  accuracy {acc:.4}  auc {auc:.4}");
+        }
+        if let Some(r) = s.rmse {
+            line += &format!("  rmse {r:.4}");
+        }
+    }
+    if let Some(n) = ignored {
+        line += &format!("  ({n})");
     }
     println!("{line}");
     if let Some(out) = &a.out {
         use std::io::Write;
-        let f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let io = |e: std::io::Error| format!("{}: {e}", out.display());
+        let f = std::fs::File::create(out).map_err(io)?;
         let mut w = std::io::BufWriter::new(f);
+        if a.format == PredictFormat::Csv {
+            writeln!(w, "{},prediction", a.id.as_deref().unwrap_or("row")).map_err(io)?;
+        }
         for i in 0..data.rows() {
             let (k, v) = data.row(i);
             let m = margin(&model.weights, k, v);
@@ -623,11 +719,63 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                 gradflow::model::Loss::Logistic => 1.0 / (1.0 + (-m).exp()),
                 _ => m,
             };
-            writeln!(w, "{p}").map_err(|e| format!("{}: {e}", out.display()))?;
+            let id = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
+            match a.format {
+                PredictFormat::Lines => writeln!(w, "{p}"),
+                PredictFormat::Csv => writeln!(w, "{},{p}", csv_field(&id)),
+                PredictFormat::Json => {
+                    writeln!(w, "{{\"id\": {}, \"prediction\": {p}}}", json_string(&id))
+                }
+            }
+            .map_err(io)?;
         }
-        w.flush().map_err(|e| format!("{}: {e}", out.display()))?;
+        w.flush().map_err(io)?;
         println!("predictions: {}", out.display());
     }
+    Ok(())
+}
+
+/// A CSV field, quoted when it needs to be.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn data_prepare(a: PrepareArgs) -> Result<(), String> {
+    let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
+    let spec = ClusterSpec {
+        workers: a.workers,
+        processes: a.processes,
+        process: a.process,
+        hostfile: a.hostfile,
+        ..ClusterSpec::default()
+    };
+    let started = std::time::Instant::now();
+    let (train, test) = gradflow::runtime::prepare_job(&job, &spec, &a.out)?;
+    println!(
+        "prepared {train} training and {test} test rows on process {} in {:.2} s: {}",
+        a.process,
+        started.elapsed().as_secs_f64(),
+        a.out.display()
+    );
     Ok(())
 }
 

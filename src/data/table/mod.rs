@@ -8,7 +8,10 @@ pub mod read;
 pub mod spec;
 
 pub use features::{FeatureMap, NumericStats};
-pub use pipeline::{encode_file, prepare, Prepared, TableInput};
+pub use pipeline::{encode_file, prepare, Encoded, Prepared, TableInput};
 pub use spec::{
     DatePart, DatetimeSpec, FeatureSpec, JoinSpec, LabelSpec, NumericSpec, TableSpec, Transform,
 };
+
+pub mod rows;
+pub use rows::{read_rows, write_rows, PreparedRow};

@@ -733,20 +733,40 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     Ok(out)
 }
 
-/// Encodes every row of `path` with a saved feature map, on one thread (for `predict`): rows
-/// with a missing label keep it as NaN. Returns the rows, their ids and the number of values
-/// not in the vocabulary.
+/// A table encoded with a saved feature map.
+#[derive(Clone, Debug, Default)]
+pub struct Encoded {
+    /// Every row of the file, in order (label NaN where it is missing or the file has no label
+    /// column).
+    pub data: Dataset,
+    /// Whether the file has the label's column.
+    pub labelled: bool,
+    /// Each row's value of the id column, if one was asked for.
+    pub ids: Vec<String>,
+    /// Values not in the vocabulary (ignored, or counted as their column's "other").
+    pub unknown: u64,
+}
+
+/// Encodes every row of `path` with a saved feature map, on one thread (for `predict`); the
+/// label's column is optional. `id_column` names a column to carry through as each row's id.
 pub fn encode_file(
     map: &FeatureMap,
     path: &Path,
-    with_labels: bool,
-) -> Result<(Dataset, Vec<u64>, u64), String> {
+    id_column: Option<&str>,
+) -> Result<Encoded, String> {
     let spec = &map.spec;
     let slots = spec.slots()?;
     let delimiter = spec.delimiter as u8;
+    let header = super::read::header(path, delimiter).map_err(|e| e.to_string())?;
+    let with_labels = header.contains(&spec.label.column);
     let mut columns = spec.row_columns();
     if !with_labels {
         columns.retain(|c| c != &spec.label.column);
+    }
+    if let Some(c) = id_column {
+        if !columns.iter().any(|x| x == c) {
+            columns.push(c.to_string());
+        }
     }
     let cells = read_cells(path, &columns, Part::WHOLE, delimiter).map_err(|e| e.to_string())?;
     check(&cells, spec, &[]).map_err(|e| e.to_string())?;
@@ -788,7 +808,21 @@ pub fn encode_file(
         let (k, v): (Vec<u32>, Vec<f32>) = features.iter().copied().unzip();
         data.push_row(&k, &v, label.unwrap_or(f32::NAN));
     }
-    Ok((data, rows.cells.ids.clone(), unknown))
+    let ids = match id_column {
+        Some(c) => {
+            let at = rows.cells.names.iter().position(|n| n == c).expect("read");
+            (0..rows.cells.len())
+                .map(|r| rows.cells.get(r, at).to_string())
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    Ok(Encoded {
+        data,
+        labelled: with_labels,
+        ids,
+        unknown,
+    })
 }
 
 #[cfg(test)]
