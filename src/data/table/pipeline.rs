@@ -694,11 +694,14 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
             .as_ref()
             .zip(test_labels.as_ref())
             .map_or(0, |(_, l)| l.iter().filter(|x| x.is_none()).count());
+    let positives = |d: &Dataset| d.labels.iter().filter(|&&y| y > 0.0).count();
     let local: Vec<(u8, isize)> = [
         (0u8, out.train.rows()),
         (1, out.test.rows()),
         (2, skipped),
         (3, unknown as usize),
+        (4, positives(&out.train)),
+        (5, positives(&out.test)),
     ]
     .into_iter()
     .filter(|x| x.1 > 0)
@@ -710,6 +713,17 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         return Err(format!(
             "{}: no training rows (every row has a missing label, or the file has no rows)",
             input.train.display()
+        ));
+    }
+    if input.classification && total(1) > 0 {
+        // The best constant: predict the training rows' positive rate for every test row.
+        let p = (total(4) as f64 / total(0) as f64).clamp(1e-6, 1.0 - 1e-6);
+        let q = total(5) as f64 / total(1) as f64;
+        let loss = -(q * p.ln() + (1.0 - q) * (1.0 - p).ln());
+        out.notes.push(format!(
+            "baseline: the best constant (the training rows' positive rate {p:.4}) has test \
+             log loss {loss:.4}, accuracy {:.4} and AUC 0.5",
+            q.max(1.0 - q)
         ));
     }
     if total(2) > 0 {

@@ -1,0 +1,378 @@
+//! CSV tables end to end: the differential-dataflow pipeline on 1 and 2 real processes, bad
+//! input, and the `predict` round trip on raw CSV.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+
+use common::{gradflow, gradflow_ok, hostfile};
+use gradflow::data::table::{read_rows, PreparedRow};
+
+/// A generated table: clicks on shops, with a time, a price and a city joined to a region.
+/// The label depends on the shop, the hour and the region, so a model can learn it.
+fn write_tables(dir: &Path, rows: usize) -> (PathBuf, PathBuf) {
+    let mut t = String::from("id,when,shop,city,price,clicked\n");
+    let mut x = 12345u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..rows {
+        let shop = next() % 30;
+        let city = next() % 12;
+        let hour = next() % 24;
+        let day = 1 + next() % 28;
+        let price = (next() % 10_000) as f64 / 100.0;
+        let score = (shop % 3) as i64 + (hour >= 18) as i64 + (city % 4 == 0) as i64;
+        let clicked = if (next() % 5) as i64 <= score {
+            "yes"
+        } else {
+            "no"
+        };
+        let price = if i % 97 == 0 {
+            "NA".to_string()
+        } else {
+            price.to_string()
+        };
+        // Some shop names need quotes.
+        let shop = if shop == 7 {
+            "\"Shop, seven\"".to_string()
+        } else {
+            format!("s{shop}")
+        };
+        t += &format!("{i},2024-03-{day:02}T{hour:02}:30,{shop},c{city},{price},{clicked}\n");
+    }
+    let data = dir.join("clicks.csv");
+    std::fs::write(&data, t).unwrap();
+    let mut c = String::from("name,region,population\n");
+    for city in 0..12 {
+        c += &format!("c{city},r{},{}\n", city % 4, 1000 * (city + 1));
+    }
+    let cities = dir.join("cities.csv");
+    std::fs::write(&cities, c).unwrap();
+    (data, cities)
+}
+
+fn job_text(data: &Path, cities: &Path) -> String {
+    format!(
+        r#"
+[data]
+format = "csv"
+train = {data:?}
+test_fraction = 0.25
+
+[data.label]
+column = "clicked"
+equals = "yes"
+
+[data.features]
+categorical = ["shop", "region"]
+numeric = [
+  {{ column = "price", transform = "standardize" }},
+  {{ column = "population", transform = "bucket", buckets = 4 }},
+]
+datetime = [{{ column = "when", parts = ["hour", "dow"] }}]
+crosses = [["shop", "when.hour"], ["region", "population"]]
+min_count = 2
+
+[[data.join]]
+file = {cities:?}
+on = {{ city = "name" }}
+columns = ["region", "population"]
+
+[model]
+loss = "logistic"
+lambda = 0.0001
+
+[optimizer]
+kind = "adam"
+lr = 0.05
+
+[train]
+epochs = 4
+batch_fraction = 0.05
+"#,
+        data = data.display().to_string(),
+        cities = cities.display().to_string()
+    )
+}
+
+fn write_job(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join(format!("job{}.toml", text.len()));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The feature map and every prepared row (sorted by id) that `processes` processes of one
+/// worker each write.
+fn prepare(job: &Path, processes: usize, sets: &[&str]) -> (String, Vec<PreparedRow>) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let hosts = hostfile(dir.path(), processes);
+    let children: Vec<_> = (0..processes)
+        .map(|p| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_gradflow"));
+            c.args(["data", "prepare"]).arg(job).arg("--out").arg(&out);
+            c.args(["-n", &processes.to_string(), "-p", &p.to_string()]);
+            c.arg("--hostfile").arg(&hosts);
+            for s in sets {
+                c.args(["--set", s]);
+            }
+            c.output_async()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let map = std::fs::read_to_string(out.join("features.toml")).unwrap();
+    let mut rows = Vec::new();
+    for w in 0..processes {
+        let (dim, part) = read_rows(&out.join(format!("part-{w:03}.bin"))).unwrap();
+        assert!(dim > 0);
+        rows.extend(part);
+    }
+    rows.sort_by_key(|r| r.id);
+    (map, rows)
+}
+
+trait OutputAsync {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl OutputAsync for Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+/// Two processes, each reading its own byte range (or every other record of a gzip file),
+/// prepare exactly the feature map and rows of one process: the pipeline's statistics do not
+/// depend on how the rows are spread.
+#[test]
+fn two_processes_prepare_the_map_and_rows_of_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 3000);
+    let gz = dir.path().join("clicks.csv.gz");
+    let mut e = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::fast(),
+    );
+    e.write_all(&std::fs::read(&data).unwrap()).unwrap();
+    e.finish().unwrap();
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    let gz_train = format!("data.train={:?}", gz.display().to_string());
+    for sets in [
+        vec![],
+        vec!["data.test_split=\"tail\""],
+        vec!["data.features.hash_bits=12", "data.features.min_count=1"],
+        vec![gz_train.as_str()],
+    ] {
+        let (map1, rows1) = prepare(&job, 1, &sets);
+        let (map2, rows2) = prepare(&job, 2, &sets);
+        assert_eq!(map1, map2, "{sets:?}");
+        assert_eq!(rows1, rows2, "{sets:?}");
+        // Every row with a label is there once (ids are unique), about a quarter are test rows,
+        // and the tail split holds out exactly the last rows.
+        assert_eq!(rows1.len(), 3000, "{sets:?}");
+        let tests = rows1.iter().filter(|r| r.test).count();
+        assert!((600..900).contains(&tests), "{sets:?}: {tests} test rows");
+        if sets.first().is_some_and(|s| s.contains("tail")) {
+            assert_eq!(tests, 750);
+            assert!(rows1[..2250].iter().all(|r| !r.test));
+        }
+        // Every row has its shop, region, two date parts, two crosses and the population
+        // bucket (the price is missing on every 97th row), with one-hot values.
+        assert!(rows1.iter().all(|r| r.keys.len() >= 7), "{sets:?}");
+    }
+    let (map, _) = prepare(&job, 1, &[]);
+    assert!(
+        map.contains("Shop, seven"),
+        "a quoted value keeps its comma"
+    );
+}
+
+fn train_err(job: &Path, sets: &[&str]) -> String {
+    let mut args = vec!["train".to_string(), job.display().to_string(), "-q".into()];
+    for s in sets {
+        args.push("--set".into());
+        args.push(s.to_string());
+    }
+    let out = gradflow(&args);
+    assert!(!out.status.success(), "{args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_tables_are_errors_naming_file_line_column_and_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 200);
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    let text = std::fs::read_to_string(&data).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+
+    // A bad number on line 51 (the header is line 1), column 5 (price).
+    let mut bad = lines.clone();
+    let f: Vec<&str> = bad[50].split(',').collect();
+    bad[50] = format!("{},{},{},{},cheap,{}", f[0], f[1], f[2], f[3], f[5]);
+    std::fs::write(&data, bad.join("\n")).unwrap();
+    let e = train_err(&job, &[]);
+    assert!(
+        e.contains("clicks.csv:51:5") && e.contains("'price'") && e.contains("cheap"),
+        "{e}"
+    );
+
+    // A bad date, with two workers (the error reaches both, the run stops).
+    let mut bad = lines.clone();
+    bad[120] = bad[120].replacen("2024-03-", "2024-13-", 1);
+    std::fs::write(&data, bad.join("\n")).unwrap();
+    let e = train_err(&job, &[]);
+    assert!(
+        e.contains("clicks.csv:121:2") && e.contains("'when'"),
+        "{e}"
+    );
+    let out = gradflow(["train", job.to_str().unwrap(), "-q", "-w", "2"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("clicks.csv:121:2"),
+        "{e}"
+    );
+
+    // A row with a field too many.
+    let mut bad = lines.clone();
+    bad[10].push_str(",extra");
+    std::fs::write(&data, bad.join("\n")).unwrap();
+    let e = train_err(&job, &[]);
+    assert!(e.contains("clicks.csv:11") && e.contains("7 fields"), "{e}");
+
+    // A missing column names the file's header.
+    std::fs::write(&data, &text).unwrap();
+    let e = train_err(&job, &["data.label.column=\"clickd\""]);
+    assert!(
+        e.contains("no column 'clickd'") && e.contains("id, when, shop, city, price, clicked"),
+        "{e}"
+    );
+
+    // A label the loss cannot take (labels as numbers: 1 and 0, and one 7).
+    for l in lines.iter_mut().skip(1) {
+        *l = l.replace(",yes", ",1").replace(",no", ",0");
+    }
+    let (head, _) = lines[3].rsplit_once(',').unwrap();
+    lines[3] = format!("{head},7");
+    std::fs::write(&data, lines.join("\n")).unwrap();
+    let job_raw = job_text(&data, &cities).replace("equals = \"yes\"", "");
+    let raw = write_job(dir.path(), &job_raw);
+    let e = train_err(&raw, &[]);
+    assert!(
+        e.contains("clicks.csv:4:6") && e.contains("not a class"),
+        "{e}"
+    );
+
+    // Only a header, or every label missing: no run on 0 rows.
+    std::fs::write(&data, "id,when,shop,city,price,clicked\n").unwrap();
+    let e = train_err(&job, &[]);
+    assert!(e.contains("no training rows"), "{e}");
+    std::fs::write(
+        &data,
+        "id,when,shop,city,price,clicked\n1,2024-03-01,s1,c1,2,NA\n",
+    )
+    .unwrap();
+    let e = train_err(&job, &[]);
+    assert!(e.contains("no training rows"), "{e}");
+
+    // A dimension table with a key on two rows.
+    std::fs::write(&data, &text).unwrap();
+    let mut c = std::fs::read_to_string(&cities).unwrap();
+    c += "c3,r9,5\n";
+    std::fs::write(&cities, c).unwrap();
+    let e = train_err(&job, &[]);
+    assert!(
+        e.contains("cities.csv") && e.contains("'c3' is on more than one row"),
+        "{e}"
+    );
+
+    // Spec errors name the field.
+    let e = train_err(&job, &["data.features.crosses=[[\"shop\",\"nope\"]]"]);
+    assert!(e.contains("crosses[0]") && e.contains("'nope'"), "{e}");
+    let e = train_err(&job, &["data.format=\"libsvm\""]);
+    assert!(e.contains("data.format = \"csv\""), "{e}");
+}
+
+#[test]
+fn a_model_trained_on_a_table_predicts_raw_csv_through_its_feature_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 4000);
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    let model = dir.path().join("m.txt");
+    let text = gradflow_ok([
+        "train",
+        job.to_str().unwrap(),
+        "--set",
+        &format!("output.model={:?}", model.display().to_string()),
+    ]);
+    // The test AUC must beat chance clearly: the label depends on shop, hour and region.
+    let last = text.lines().rfind(|l| l.starts_with("epoch")).unwrap();
+    let auc: f64 = last.split("auc ").nth(1).unwrap()[..6].parse().unwrap();
+    assert!(auc > 0.7, "{last}");
+
+    // New rows without the label, one with a shop the model never saw.
+    let mut new = String::from("id,when,shop,city,price\n");
+    new += "a1,2024-04-02T19:10,s3,c0,12.5\n";
+    new += "a2,2024-04-02T03:10,s1,c1,NA\n";
+    new += "a3,2024-04-03T12:00,unheard-of,c5,3\n";
+    let rows = dir.path().join("new.csv");
+    std::fs::write(&rows, new).unwrap();
+    let out = dir.path().join("p.jsonl");
+    let said = gradflow_ok([
+        "predict",
+        model.to_str().unwrap(),
+        rows.to_str().unwrap(),
+        "--id",
+        "id",
+        "--format",
+        "json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        said.contains("rows 3") && said.contains("values not in the training vocabulary"),
+        "{said}"
+    );
+    let lines: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 3);
+    let p: Vec<f64> = lines
+        .iter()
+        .map(|l| {
+            l.split("\"prediction\": ")
+                .nth(1)
+                .unwrap()
+                .trim_end_matches('}')
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(lines[0].starts_with("{\"id\": \"a1\""), "{}", lines[0]);
+    assert!(p.iter().all(|p| *p > 0.0 && *p < 1.0), "{p:?}");
+    // s3 in the evening in region r0 is the likeliest click; s1 at night in r1 less so.
+    assert!(p[0] > p[1], "{p:?}");
+
+    // On the training table itself, predict scores the rows it can (all have labels) and its
+    // loss is near the training run's.
+    let said = gradflow_ok(["predict", model.to_str().unwrap(), data.to_str().unwrap()]);
+    assert!(said.contains("rows 4000  scored 4000"), "{said}");
+}
