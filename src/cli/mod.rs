@@ -171,6 +171,18 @@ impl Overrides {
 struct TrainArgs {
     /// The job file (TOML).
     job: PathBuf,
+    #[command(flatten)]
+    place: ProcessArgs,
+    /// No per-epoch output.
+    #[arg(short, long)]
+    quiet: bool,
+    #[command(flatten)]
+    overrides: Overrides,
+}
+
+/// Where a process sits in a cluster (`train`, `data prepare`).
+#[derive(Args, Debug)]
+struct ProcessArgs {
     /// Worker threads per process.
     #[arg(short = 'w', long = "workers", default_value_t = 1)]
     workers: usize,
@@ -186,11 +198,18 @@ struct TrainArgs {
     /// Seconds to wait for every process to connect.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
-    /// No per-epoch output.
-    #[arg(short, long)]
-    quiet: bool,
-    #[command(flatten)]
-    overrides: Overrides,
+}
+
+impl ProcessArgs {
+    fn spec(&self) -> ClusterSpec {
+        ClusterSpec {
+            workers: self.workers,
+            processes: self.processes,
+            process: self.process,
+            hostfile: self.hostfile.clone(),
+            startup_timeout: Duration::from_secs(self.startup_timeout),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -259,18 +278,8 @@ struct PrepareArgs {
     /// Output directory.
     #[arg(long, short)]
     out: PathBuf,
-    /// Worker threads per process.
-    #[arg(short = 'w', long = "workers", default_value_t = 1)]
-    workers: usize,
-    /// Number of processes in the cluster.
-    #[arg(short = 'n', long, default_value_t = 1)]
-    processes: usize,
-    /// This process's index in the cluster.
-    #[arg(short = 'p', long, default_value_t = 0)]
-    process: usize,
-    /// File with one host:port per line, one line per process (default: localhost:2101+i).
-    #[arg(long)]
-    hostfile: Option<PathBuf>,
+    #[command(flatten)]
+    place: ProcessArgs,
     #[command(flatten)]
     overrides: Overrides,
 }
@@ -553,16 +562,10 @@ fn printer(quiet: bool) -> ObserverFactory {
 
 fn train(a: TrainArgs) -> Result<(), String> {
     let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
-    let spec = ClusterSpec {
-        workers: a.workers,
-        processes: a.processes,
-        process: a.process,
-        hostfile: a.hostfile,
-        startup_timeout: Duration::from_secs(a.startup_timeout),
-    };
+    let spec = a.place.spec();
     let supervisor = Supervisor::new();
     supervisor.install_panic_hook();
-    let quiet = a.quiet || a.process != 0;
+    let quiet = a.quiet || spec.process != 0;
     if !quiet {
         println!("exchange: {}", job.describe_exchange());
     }
@@ -570,7 +573,7 @@ fn train(a: TrainArgs) -> Result<(), String> {
         Ok(o) => o,
         Err(e) => {
             // A process of a broken cluster may have threads stuck on dead peers: exit now.
-            eprintln!("error: process {}: {e}", a.process);
+            eprintln!("error: process {}: {e}", spec.process);
             std::process::exit(1);
         }
     };
@@ -578,7 +581,7 @@ fn train(a: TrainArgs) -> Result<(), String> {
         let (w, t) = (outcome.wire, outcome.traffic);
         println!(
             "process {} sent {} up + {} down, received {} up + {} down (payload, to and from other processes); wire: {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({})",
-            a.process,
+            spec.process,
             human_bytes(t.up_sent),
             human_bytes(t.down_sent),
             human_bytes(t.up_received),
@@ -590,7 +593,7 @@ fn train(a: TrainArgs) -> Result<(), String> {
             human_bytes(w.progress)
         );
     }
-    if a.process == 0 {
+    if spec.process == 0 {
         for note in &outcome.notes {
             eprintln!("note: {note}");
         }
@@ -761,18 +764,12 @@ fn json_string(s: &str) -> String {
 
 fn data_prepare(a: PrepareArgs) -> Result<(), String> {
     let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
-    let spec = ClusterSpec {
-        workers: a.workers,
-        processes: a.processes,
-        process: a.process,
-        hostfile: a.hostfile,
-        ..ClusterSpec::default()
-    };
+    let spec = a.place.spec();
     let started = std::time::Instant::now();
     let (train, test) = gradflow::runtime::prepare_job(&job, &spec, &a.out)?;
     println!(
         "prepared {train} training and {test} test rows on process {} in {:.2} s: {}",
-        a.process,
+        spec.process,
         started.elapsed().as_secs_f64(),
         a.out.display()
     );
