@@ -321,17 +321,7 @@ pub fn prepare_job(
         builders.1,
         timely::WorkerConfig::default(),
         move |worker| -> Result<(usize, usize), String> {
-            let d = &job.data;
-            let input = crate::data::table::TableInput {
-                spec: d.table(),
-                train: d.train.clone().unwrap_or_default(),
-                test: d.test.clone(),
-                test_fraction: d.test_fraction,
-                tail: d.test_split == crate::job::TestSplit::Tail,
-                seed: job.train.seed,
-                classification: job.model.loss.is_classification(),
-            };
-            let p = crate::data::table::prepare(worker, &input)?;
+            let p = crate::data::table::prepare(worker, &job.table_input())?;
             let mut rows = Vec::with_capacity(p.train.rows() + p.test.rows());
             for (data, ids, test) in [
                 (&p.train, &p.train_ids, false),

@@ -75,6 +75,16 @@ impl Dataset {
         key
     }
 
+    /// Appends a row given as sorted `(key, value)` pairs (see [`Dataset::push_row`]).
+    pub fn push_pairs(&mut self, features: &[(u32, f32)], label: f32) {
+        debug_assert!(features.windows(2).all(|w| w[0].0 < w[1].0));
+        debug_assert!(features.iter().all(|f| f.0 < self.dim));
+        self.indices.extend(features.iter().map(|f| f.0));
+        self.values.extend(features.iter().map(|f| f.1));
+        self.labels.push(label);
+        self.row_ptr.push(self.indices.len());
+    }
+
     /// Appends a row; `indices` must be strictly increasing and `< dim` (checked in debug builds,
     /// the readers check it for every input).
     pub fn push_row(&mut self, indices: &[u32], values: &[f32], label: f32) {

@@ -519,12 +519,33 @@ impl Job {
         worker: usize,
         workers: usize,
     ) -> Result<(WorkerData, u32), String> {
-        let (mut data, mut dim) = self.load_rows(worker, workers)?;
-        if self.model.intercept {
-            data.train.add_intercept();
-            dim = data.test.add_intercept() + 1;
+        let (data, dim) = self.load_rows(worker, workers)?;
+        Ok(self.with_intercept(data, dim))
+    }
+
+    /// Adds the intercept to `data` of dimension `dim` when the job has one: the model's
+    /// dimension grows by one.
+    fn with_intercept(&self, mut data: WorkerData, dim: u32) -> (WorkerData, u32) {
+        if !self.model.intercept {
+            return (data, dim);
         }
-        Ok((data, dim))
+        data.train.add_intercept();
+        data.test.add_intercept();
+        (data, dim + 1)
+    }
+
+    /// What the table pipeline needs of a CSV job.
+    pub fn table_input(&self) -> TableInput {
+        let d = &self.data;
+        TableInput {
+            spec: d.table(),
+            train: d.train.clone().unwrap_or_default(),
+            test: d.test.clone(),
+            test_fraction: d.test_fraction,
+            tail: d.test_split == TestSplit::Tail,
+            seed: self.train.seed,
+            classification: self.model.loss.is_classification(),
+        }
     }
 
     /// As [`Job::load_worker_data`], on a timely worker, for every format: a CSV job runs its
@@ -538,27 +559,13 @@ impl Job {
             let (data, dim) = self.load_worker_data(worker.index(), worker.peers())?;
             return Ok((data, dim, None, vec![]));
         }
-        let d = &self.data;
-        let input = TableInput {
-            spec: d.table(),
-            train: d.train.clone().expect("validated: csv has a training file"),
-            test: d.test.clone(),
-            test_fraction: d.test_fraction,
-            tail: d.test_split == TestSplit::Tail,
-            seed: self.train.seed,
-            classification: self.model.loss.is_classification(),
-        };
-        let p = crate::data::table::prepare(worker, &input)?;
-        let mut data = WorkerData {
+        let p = crate::data::table::prepare(worker, &self.table_input())?;
+        let data = WorkerData {
             train: p.train,
             test: p.test,
             ignored_test_features: 0,
         };
-        let mut dim = p.map.dim;
-        if self.model.intercept {
-            data.train.add_intercept();
-            dim = data.test.add_intercept() + 1;
-        }
+        let (data, dim) = self.with_intercept(data, p.map.dim);
         let map = toml::to_string(&p.map).map_err(|e| format!("feature map: {e}"))?;
         Ok((data, dim, Some(map), p.notes))
     }

@@ -202,11 +202,6 @@ pub fn tokens(
 }
 
 impl FeatureMap {
-    /// The discrete slots of the spec.
-    pub fn slots(&self) -> Vec<Slot> {
-        self.spec.slots().unwrap_or_default()
-    }
-
     /// Builds the layout from the statistics; `vocabulary` is per slot, sorted.
     pub fn new(
         spec: TableSpec,
@@ -300,36 +295,6 @@ impl FeatureMap {
             }
         });
         Ok(unknown)
-    }
-
-    /// A readable name of key `k` (`carrier=UA`, `origin*dest=EWR*IAH`, `distance`): for
-    /// inspecting a model.
-    pub fn name_of(&self, k: u32) -> Option<String> {
-        if self.spec.features.hash_bits.is_some() {
-            return None;
-        }
-        let mut key = 0u32;
-        for (_, n) in self.spec.scalars() {
-            if k == key {
-                return Some(n.column.clone());
-            }
-            key += 1;
-        }
-        let other = self.spec.features.min_count > 1;
-        for (s, slot) in self.slots().iter().enumerate() {
-            let len = (self.vocabulary[s].len() + other as usize) as u32;
-            if k < key + len {
-                let i = (k - key) as usize;
-                return Some(if other && i == 0 {
-                    format!("{}=(other)", slot.name)
-                } else {
-                    let t = &self.vocabulary[s][i - other as usize];
-                    format!("{}={}", slot.name, t.replace(CROSS, "*"))
-                });
-            }
-            key += len;
-        }
-        None
     }
 }
 

@@ -20,6 +20,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use differential_dataflow::consolidation::consolidate;
 use differential_dataflow::input::Input;
 use differential_dataflow::VecCollection;
 use timely::dataflow::operators::vec::Broadcast;
@@ -30,7 +31,7 @@ use super::features::{
     date_part, number, numeric_input, tokens, BadValue, FeatureMap, NumericStats, RowValues,
 };
 use super::read::{read_cells, Cells, Part};
-use super::spec::{TableSpec, Transform};
+use super::spec::{Slot, TableSpec, Transform};
 use crate::data::partition::unit_hash;
 use crate::data::{DataError, Dataset, RowFilter};
 
@@ -103,12 +104,20 @@ where
         worker.step();
     }
     let mut v = std::mem::take(&mut *out.borrow_mut());
-    differential_dataflow::consolidation::consolidate(&mut v);
+    consolidate(&mut v);
     v.into_iter()
         .filter(|(_, r)| *r > 0)
         .map(|(o, _)| o)
         .collect()
 }
+
+/// A worker's parts: training cells and labels, test cells and labels, dimension tables.
+type Parts = (
+    Cells,
+    Vec<Option<f32>>,
+    Option<(Cells, Vec<Option<f32>>)>,
+    Vec<Cells>,
+);
 
 /// A worker's rows of one file with their joined values.
 struct Rows<'a> {
@@ -250,12 +259,12 @@ fn roles(spec: &TableSpec, names: &[String]) -> Vec<Role> {
 }
 
 /// Checks every used value of `cells` (numbers, dates); the first bad one is an error.
-fn check(cells: &Cells, spec: &TableSpec, skip: &[String]) -> Result<(), DataError> {
+fn check(cells: &Cells, spec: &TableSpec) -> Result<(), DataError> {
     let roles = roles(spec, &cells.names);
     for row in 0..cells.len() {
         for (c, role) in roles.iter().enumerate() {
             let v = cells.get(row, c);
-            if spec.missing.iter().any(|m| m == v) || skip.contains(&cells.names[c]) {
+            if spec.missing.iter().any(|m| m == v) {
                 continue;
             }
             let name = &cells.names[c];
@@ -377,6 +386,33 @@ fn numeric_stats(sorted: &[(f64, u64)], buckets: u32) -> NumericStats {
     }
 }
 
+/// Encodes rows `idx` of `rows` with `map` (a missing label becomes NaN): the dataset, the rows'
+/// ids and the number of values not in the vocabulary.
+fn encode_rows(
+    map: &FeatureMap,
+    slots: &[Slot],
+    rows: &Rows,
+    idx: &[usize],
+    labels: &[Option<f32>],
+) -> Result<(Dataset, Vec<u64>, u64), String> {
+    let mut data = Dataset::new(map.dim);
+    let (mut features, mut unknown) = (Vec::new(), 0u64);
+    for &r in idx {
+        unknown += map
+            .encode(slots, &rows.view(r), &mut features)
+            .map_err(|e| {
+                let c = rows.cells.names.iter().position(|n| *n == e.column);
+                rows.cells.error(r, c.unwrap_or(0), e.message).to_string()
+            })?;
+        data.push_pairs(&features, labels[r].unwrap_or(f32::NAN));
+    }
+    Ok((
+        data,
+        idx.iter().map(|&r| rows.cells.ids[r]).collect(),
+        unknown,
+    ))
+}
+
 /// Reads, joins, splits and encodes this worker's rows; every worker gets the same map.
 pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, String> {
     let spec = &input.spec;
@@ -389,15 +425,18 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     let delimiter = spec.delimiter as u8;
     let columns = spec.row_columns();
 
-    // Read and check this worker's parts; the first error anywhere stops every worker.
-    let read = || -> Result<(Cells, Option<Cells>, Vec<Cells>), DataError> {
+    // Read and check this worker's parts and labels; the first error anywhere stops every
+    // worker.
+    let read = || -> Result<Parts, DataError> {
         let train = read_cells(&input.train, &columns, part, delimiter)?;
-        check(&train, spec, &[])?;
+        check(&train, spec)?;
+        let train_labels = labels(&train, spec, input.classification)?;
         let test = match &input.test {
             Some(p) => {
                 let t = read_cells(p, &columns, part, delimiter)?;
-                check(&t, spec, &[])?;
-                Some(t)
+                check(&t, spec)?;
+                let l = labels(&t, spec, input.classification)?;
+                Some((t, l))
             }
             None => None,
         };
@@ -421,37 +460,28 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
                 })
                 .collect();
             let original = std::mem::replace(&mut d.names, renamed);
-            check(&d, spec, &[])?;
+            check(&d, spec)?;
             d.names = original;
             dims.push(d);
         }
-        Ok((train, test, dims))
+        Ok((train, train_labels, test, dims))
     };
-    let (read_result, local_error) = match read() {
-        Ok(r) => (Some(r), vec![]),
-        Err(e) => (None, vec![((part.index as u64, e.to_string()), 1)]),
-    };
-    if let Some((_, first)) = gather(worker, local_error, |c| c).first() {
+    let parts = read().map_err(|e| e.to_string());
+    let errors: Vec<((u64, String), isize)> = parts
+        .as_ref()
+        .err()
+        .map(|e| ((part.index as u64, e.clone()), 1))
+        .into_iter()
+        .collect();
+    // Every worker takes part in the stage, so none waits for a worker that failed.
+    if let Some((_, first)) = gather(worker, errors, |c| c).first() {
         return Err(first.clone());
     }
-    let (train_cells, test_cells, dims) = read_result.expect("no error was reported");
-
-    // Labels (a bad one is checked like any value: all workers agree before going on).
-    let label_result = labels(&train_cells, spec, input.classification).and_then(|a| {
-        let b = match &test_cells {
-            Some(t) => Some(labels(t, spec, input.classification)?),
-            None => None,
-        };
-        Ok((a, b))
-    });
-    let (label_result, local_error) = match label_result {
-        Ok(r) => (Some(r), vec![]),
-        Err(e) => (None, vec![((part.index as u64, e.to_string()), 1)]),
+    let (train_cells, train_labels, test, dims) = parts?;
+    let (test_cells, test_labels) = match test {
+        Some((c, l)) => (Some(c), Some(l)),
+        None => (None, None),
     };
-    if let Some((_, first)) = gather(worker, local_error, |c| c).first() {
-        return Err(first.clone());
-    }
-    let (train_labels, test_labels) = label_result.expect("no error was reported");
 
     // Joins: distinct used keys join the dimension rows; a key on two rows is an error.
     let mut train_rows = Rows {
@@ -482,8 +512,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
                 }
             }
         }
-        used.sort_unstable();
-        used.dedup();
+        consolidate(&mut used);
         local.extend(used.into_iter().map(|((j, k), _)| ((0u8, j, k, vec![]), 1)));
         let joined = gather(worker, local, |c| {
             let keys = c
@@ -537,7 +566,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         Some(c) => id >= c,
         None => held_out > 0.0 && unit_hash(input.seed, id) < held_out,
     };
-    let (train_idx, mut test_idx): (Vec<usize>, Vec<usize>) = labelled
+    let (train_idx, test_idx): (Vec<usize>, Vec<usize>) = labelled
         .iter()
         .partition(|&&r| !is_test(train_rows.cells.ids[r]));
 
@@ -563,13 +592,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
                 }
             }
         }
-        local.sort_unstable();
-        local.dedup_by(|b, a| {
-            a.0 == b.0 && {
-                a.1 += b.1;
-                true
-            }
-        });
+        consolidate(&mut local);
         let buckets: Vec<u32> = spec.features.numeric.iter().map(|n| n.buckets).collect();
         let stats = gather(worker, local, move |c| {
             c.reduce(move |i, values, out| {
@@ -611,13 +634,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
                 }
             }
         }
-        local.sort_unstable();
-        local.dedup_by(|b, a| {
-            a.0 == b.0 && {
-                a.1 += b.1;
-                true
-            }
-        });
+        consolidate(&mut local);
         let min = spec.features.min_count as isize;
         for (s, t) in gather(worker, local, move |c| {
             c.count().filter(move |(_, n)| *n >= min).map(|(k, _)| k)
@@ -628,65 +645,24 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     let map = FeatureMap::new(spec.clone(), numeric, vocabulary);
 
     // Encode this worker's rows.
-    let mut out = Prepared {
-        map,
-        ..Prepared::default()
-    };
-    let (mut features, mut unknown) = (Vec::new(), 0u64);
-    let mut encode = |rows: &Rows,
-                      idx: &[usize],
-                      labels: &[Option<f32>],
-                      data: &mut Dataset,
-                      ids: &mut Vec<u64>,
-                      count: bool|
-     -> Result<(), String> {
-        *data = Dataset::new(out.map.dim);
-        for &r in idx {
-            let u = out
-                .map
-                .encode(&slots, &rows.view(r), &mut features)
-                .map_err(|e| format!("{}: {}", e.column, e.message))?;
-            if count {
-                unknown += u;
-            }
-            let (k, v): (Vec<u32>, Vec<f32>) = features.iter().copied().unzip();
-            data.push_row(&k, &v, labels[r].expect("labelled rows only"));
-            ids.push(rows.cells.ids[r]);
-        }
-        Ok(())
-    };
-    let mut train = Dataset::default();
-    let mut train_ids = Vec::new();
-    encode(
-        &train_rows,
-        &train_idx,
-        &train_labels,
-        &mut train,
-        &mut train_ids,
-        false,
-    )?;
-    let mut test = Dataset::default();
-    let mut test_ids = Vec::new();
-    match (&test_rows, &test_labels) {
+    let (train, train_ids, _) = encode_rows(&map, &slots, &train_rows, &train_idx, &train_labels)?;
+    let (test, test_ids, unknown) = match (&test_rows, &test_labels) {
         (Some(rows), Some(labels)) => {
-            test_idx = (0..rows.cells.len())
+            let labelled: Vec<usize> = (0..rows.cells.len())
                 .filter(|&r| labels[r].is_some())
                 .collect();
-            encode(rows, &test_idx, labels, &mut test, &mut test_ids, true)?;
+            encode_rows(&map, &slots, rows, &labelled, labels)?
         }
-        _ => encode(
-            &train_rows,
-            &test_idx,
-            &train_labels,
-            &mut test,
-            &mut test_ids,
-            true,
-        )?,
-    }
-    out.train = train;
-    out.test = test;
-    out.train_ids = train_ids;
-    out.test_ids = test_ids;
+        _ => encode_rows(&map, &slots, &train_rows, &test_idx, &train_labels)?,
+    };
+    let mut out = Prepared {
+        train,
+        test,
+        train_ids,
+        test_ids,
+        map,
+        notes: Vec::new(),
+    };
 
     // Totals for the notes, and the check that there is something to train on.
     let skipped = (train_rows.cells.len() - labelled.len())
@@ -783,7 +759,7 @@ pub fn encode_file(
         }
     }
     let cells = read_cells(path, &columns, Part::WHOLE, delimiter).map_err(|e| e.to_string())?;
-    check(&cells, spec, &[]).map_err(|e| e.to_string())?;
+    check(&cells, spec).map_err(|e| e.to_string())?;
     let labels = if with_labels {
         labels(&cells, spec, false).map_err(|e| e.to_string())?
     } else {
@@ -809,19 +785,8 @@ pub fn encode_file(
         }
         rows.attach(&Rc::new(per_join));
     }
-    let mut data = Dataset::new(map.dim);
-    let (mut features, mut unknown) = (Vec::new(), 0u64);
-    for (r, label) in labels.iter().enumerate() {
-        unknown += map
-            .encode(&slots, &rows.view(r), &mut features)
-            .map_err(|e| {
-                rows.cells
-                    .error(r, 0, format!("{}: {}", e.column, e.message))
-                    .to_string()
-            })?;
-        let (k, v): (Vec<u32>, Vec<f32>) = features.iter().copied().unzip();
-        data.push_row(&k, &v, label.unwrap_or(f32::NAN));
-    }
+    let all: Vec<usize> = (0..rows.cells.len()).collect();
+    let (data, _, unknown) = encode_rows(map, &slots, &rows, &all, &labels)?;
     let ids = match id_column {
         Some(c) => {
             let at = rows.cells.names.iter().position(|n| n == c).expect("read");
