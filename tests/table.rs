@@ -171,13 +171,21 @@ fn two_processes_prepare_the_map_and_rows_of_one_process() {
     );
     e.write_all(&std::fs::read(&data).unwrap()).unwrap();
     e.finish().unwrap();
+    let zst = dir.path().join("clicks.csv.zst");
+    let compressed = ruzstd::encoding::compress_to_vec(
+        std::fs::File::open(&data).unwrap(),
+        ruzstd::encoding::CompressionLevel::Fastest,
+    );
+    std::fs::write(&zst, compressed).unwrap();
     let job = write_job(dir.path(), &job_text(&data, &cities));
     let gz_train = format!("data.train={:?}", gz.display().to_string());
+    let zst_train = format!("data.train={:?}", zst.display().to_string());
     for sets in [
         vec![],
         vec!["data.test_split=\"tail\""],
         vec!["data.features.hash_bits=12", "data.features.min_count=1"],
         vec![gz_train.as_str()],
+        vec![zst_train.as_str()],
     ] {
         let (map1, rows1) = prepare(&job, 1, &sets);
         let (map2, rows2) = prepare(&job, 2, &sets);
@@ -371,8 +379,57 @@ fn a_model_trained_on_a_table_predicts_raw_csv_through_its_feature_map() {
     // s3 in the evening in region r0 is the likeliest click; s1 at night in r1 less so.
     assert!(p[0] > p[1], "{p:?}");
 
+    // CSV output with the shop as id: a value with a comma is quoted.
+    let out_csv = dir.path().join("p.csv");
+    gradflow_ok([
+        "predict",
+        model.to_str().unwrap(),
+        data.to_str().unwrap(),
+        "--id",
+        "shop",
+        "--format",
+        "csv",
+        "--out",
+        out_csv.to_str().unwrap(),
+    ]);
+    let written = std::fs::read_to_string(&out_csv).unwrap();
+    assert!(written.starts_with("shop,prediction\n"), "{written}");
+    assert_eq!(written.lines().count(), 4001);
+    assert!(written.contains("\n\"Shop, seven\",0."), "quoted id");
+
     // On the training table itself, predict scores the rows it can (all have labels) and its
     // loss is near the training run's.
     let said = gradflow_ok(["predict", model.to_str().unwrap(), data.to_str().unwrap()]);
     assert!(said.contains("rows 4000  scored 4000"), "{said}");
+}
+
+/// `predict` adds the intercept to the rows it reads: a model whose only weight is its
+/// intercept predicts sigmoid(that weight) for every row.
+#[test]
+fn predict_adds_the_intercept_of_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.txt");
+    std::fs::write(
+        &model,
+        "# gradflow model v2\nloss logistic\ndim 4\nintercept 3\nweights\n3 0.5\n",
+    )
+    .unwrap();
+    let data = dir.path().join("d.svm");
+    std::fs::write(&data, "1 1:1 2:3\n-1 3:2\n").unwrap();
+    let out = dir.path().join("p.txt");
+    gradflow_ok([
+        "predict",
+        model.to_str().unwrap(),
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let p: Vec<f64> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let expected = 1.0 / (1.0 + (-0.5f64).exp());
+    assert_eq!(p.len(), 2);
+    assert!(p.iter().all(|x| (x - expected).abs() < 1e-6), "{p:?}");
 }

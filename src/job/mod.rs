@@ -748,6 +748,28 @@ mod tests {
     }
 
     #[test]
+    fn the_intercept_is_the_last_key_of_every_row_and_exempt_from_lambda() {
+        let text = "[data.synth]\nrows = 200\ndim = 50\nnnz = 5\n";
+        let with = parse(text).unwrap();
+        let (data, dim) = with.load_worker_data(0, 1).unwrap();
+        assert_eq!(dim, 51);
+        assert_eq!((data.train.dim, data.test.dim), (51, 51));
+        for d in [&data.train, &data.test] {
+            for i in 0..d.rows() {
+                let (k, v) = d.row(i);
+                assert_eq!((k.last(), v.last()), (Some(&50), Some(&1.0)));
+                assert!(k[..k.len() - 1].iter().all(|&k| k < 50));
+            }
+        }
+        assert_eq!(with.plan(dim, 1).intercept, Some(50));
+        let without = parse(&format!("{text}[model]\nintercept = false\n")).unwrap();
+        let (data, dim) = without.load_worker_data(0, 1).unwrap();
+        assert_eq!(dim, 50);
+        assert!(data.train.indices.iter().all(|&k| k < 50));
+        assert_eq!(without.plan(dim, 1).intercept, None);
+    }
+
+    #[test]
     fn overrides_replace_fields_and_are_checked() {
         let job = Job::parse(
             "[train]\nepochs = 3\n",

@@ -301,6 +301,81 @@ impl FeatureMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::table::spec::{FeatureSpec, NumericSpec};
+
+    struct Row(Vec<(&'static str, &'static str)>);
+
+    impl RowValues for Row {
+        fn value(&self, column: &str) -> Option<&str> {
+            self.0.iter().find(|(c, _)| *c == column).map(|(_, v)| *v)
+        }
+    }
+
+    fn spec(min_count: u64, hash_bits: Option<u32>) -> TableSpec {
+        TableSpec {
+            features: FeatureSpec {
+                categorical: vec!["a".into(), "b".into()],
+                numeric: vec![NumericSpec {
+                    column: "x".into(),
+                    transform: Transform::Standardize,
+                    buckets: 10,
+                }],
+                crosses: vec![vec!["a".into(), "b".into()]],
+                min_count,
+                hash_bits,
+                ..FeatureSpec::default()
+            },
+            ..TableSpec::default()
+        }
+    }
+
+    #[test]
+    fn vocabulary_layout_folds_unknown_values_into_other_or_ignores_them() {
+        let stats = vec![NumericStats {
+            count: 4,
+            mean: 2.0,
+            std: 4.0,
+            edges: vec![],
+        }];
+        let vocab = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let vocabulary = vec![vocab(&["p", "q"]), vocab(&["u"]), vocab(&["p\u{1f}u"])];
+        let row = Row(vec![("a", "q"), ("b", "u"), ("x", "10")]);
+        let unseen = Row(vec![("a", "zz"), ("b", "u")]);
+        let mut out = Vec::new();
+
+        // min_count 2: key 0 is x; then a: other 1, p 2, q 3; b: other 4, u 5; a*b: other 6,
+        // p*u 7.
+        let s = spec(2, None);
+        let slots = s.slots().unwrap();
+        let map = FeatureMap::new(s, stats.clone(), vocabulary.clone());
+        assert_eq!(map.dim, 8);
+        assert_eq!(map.encode(&slots, &row, &mut out), Ok(1)); // q*u is not in a*b's vocabulary
+        assert_eq!(out, vec![(0, 2.0), (3, 1.0), (5, 1.0), (6, 1.0)]);
+        assert_eq!(map.encode(&slots, &unseen, &mut out), Ok(2));
+        assert_eq!(out, vec![(1, 1.0), (5, 1.0), (6, 1.0)]);
+
+        // min_count 1: no "other" keys; unknown values are ignored and counted.
+        let s = spec(1, None);
+        let slots = s.slots().unwrap();
+        let map = FeatureMap::new(s, stats.clone(), vocabulary);
+        assert_eq!(map.dim, 5);
+        assert_eq!(map.encode(&slots, &unseen, &mut out), Ok(2));
+        assert_eq!(out, vec![(3, 1.0)]);
+
+        // Hashing: keys below 2^bits, sorted, colliding features summed (1 bit: 2 keys).
+        let s = spec(1, Some(1));
+        let slots = s.slots().unwrap();
+        let map = FeatureMap::new(s, stats, vec![vec![]; 3]);
+        assert_eq!(map.dim, 2);
+        assert_eq!(map.encode(&slots, &row, &mut out), Ok(0));
+        assert!(out.len() <= 2 && out.windows(2).all(|w| w[0].0 < w[1].0));
+        let total: f32 = out.iter().map(|f| f.1).sum();
+        assert_eq!(
+            total,
+            2.0 + 3.0,
+            "x standardised (2) and three one-hot features"
+        );
+    }
 
     #[test]
     fn date_parts_follow_the_calendar() {
