@@ -433,3 +433,46 @@ fn predict_adds_the_intercept_of_the_model() {
     assert_eq!(p.len(), 2);
     assert!(p.iter().all(|x| (x - expected).abs() < 1e-6), "{p:?}");
 }
+
+/// The rows of `data` as sorted `(label, features)` lists.
+fn row_list(data: &gradflow::data::Dataset) -> Vec<(u32, Vec<(u32, u32)>)> {
+    let mut rows: Vec<_> = (0..data.rows())
+        .map(|i| {
+            let (k, v) = data.row(i);
+            let f = k.iter().zip(v).map(|(k, v)| (*k, v.to_bits())).collect();
+            (data.labels[i].to_bits(), f)
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn the_pipeline_encodes_rows_as_the_map_encodes_them_one_by_one() {
+    // The pipeline encodes through a per-worker dictionary of values; `predict` encodes each
+    // row through the map directly. Both must give every labelled row the same features, with
+    // a vocabulary ("other" keys, unknown test values) and with hashing.
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 1500);
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    for sets in [
+        vec![],
+        vec!["data.features.hash_bits=12", "data.features.min_count=1"],
+    ] {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let job = gradflow::job::Job::load(&job, &sets).unwrap();
+        let input = job.table_input();
+        let p =
+            timely::execute_directly(move |w| gradflow::data::table::prepare(w, &input).unwrap());
+        assert!(p.train.rows() > 1000 && p.test.rows() > 200);
+        let mut pipeline = row_list(&p.train);
+        pipeline.extend(row_list(&p.test));
+        pipeline.sort();
+        let each = gradflow::data::table::encode_file(&p.map, &data, None).unwrap();
+        let labelled: Vec<_> = row_list(&each.data)
+            .into_iter()
+            .filter(|r| !f32::from_bits(r.0).is_nan())
+            .collect();
+        assert_eq!(pipeline, labelled, "{sets:?}");
+    }
+}

@@ -38,6 +38,14 @@ impl Dataset {
         }
     }
 
+    /// Reserves room for `rows` more rows holding `nonzeros` more features.
+    pub fn reserve(&mut self, rows: usize, nonzeros: usize) {
+        self.row_ptr.reserve(rows);
+        self.labels.reserve(rows);
+        self.indices.reserve(nonzeros);
+        self.values.reserve(nonzeros);
+    }
+
     /// Number of rows.
     pub fn rows(&self) -> usize {
         self.labels.len()

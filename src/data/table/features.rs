@@ -7,9 +7,10 @@
 //! (Weinberger et al., "Feature hashing for large scale multitask learning"), and colliding
 //! features add up.
 
+use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
-use super::spec::{DatePart, Slot, SlotSource, TableSpec, Transform};
+use super::spec::{DatePart, FeatureSpec, SlotSource, TableSpec, Transform};
 
 /// Statistics of one numeric column over the training rows.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -36,12 +37,6 @@ pub struct FeatureMap {
     pub vocabulary: Vec<Vec<String>>,
     /// Number of features (the intercept not included).
     pub dim: u32,
-}
-
-/// One row's values by column name, as the encoder reads them.
-pub trait RowValues {
-    /// The value of `column`, or `None` when it is missing.
-    fn value(&self, column: &str) -> Option<&str>;
 }
 
 /// A value the encoder could not use, with its column.
@@ -79,59 +74,87 @@ pub fn numeric_input(column: &str, t: Transform, s: &str) -> Result<f64, BadValu
     Ok(x)
 }
 
+/// A calendar date and hour.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Date {
+    year: u32,
+    month: u32,
+    day: u32,
+    hour: u32,
+}
+
+impl Date {
+    /// Parses `YYYY-MM-DD[(T| )HH:MM[:SS][Z]]`; `column` names it in the error.
+    pub fn parse(column: &str, s: &str) -> Result<Date, BadValue> {
+        let bad = || BadValue {
+            column: column.into(),
+            message: format!("'{s}' is not a date (YYYY-MM-DD, optionally THH:MM[:SS])"),
+        };
+        let b = s.as_bytes();
+        let digits = |r: std::ops::Range<usize>| -> Result<u32, BadValue> {
+            let t = b.get(r).ok_or_else(bad)?;
+            if !t.iter().all(u8::is_ascii_digit) {
+                return Err(bad());
+            }
+            Ok(t.iter().fold(0, |a, d| a * 10 + (d - b'0') as u32))
+        };
+        if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+            return Err(bad());
+        }
+        let (y, m, d) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+        let days_in_month = [
+            31,
+            28 + leap(y) as u32,
+            31,
+            30,
+            31,
+            30,
+            31,
+            31,
+            30,
+            31,
+            30,
+            31,
+        ];
+        if !(1..=12).contains(&m) || d == 0 || d > days_in_month[m as usize - 1] {
+            return Err(bad());
+        }
+        let hour = if b.len() > 10 {
+            if !(b[10] == b'T' || b[10] == b' ') || b.len() < 16 || b[13] != b':' {
+                return Err(bad());
+            }
+            let (h, min) = (digits(11..13)?, digits(14..16)?);
+            if h > 23 || min > 59 {
+                return Err(bad());
+            }
+            h
+        } else {
+            0
+        };
+        Ok(Date {
+            year: y,
+            month: m,
+            day: d,
+            hour,
+        })
+    }
+
+    /// One part of the date (day of week: 0 is Monday).
+    pub fn part(&self, part: DatePart) -> u32 {
+        match part {
+            DatePart::Hour => self.hour,
+            DatePart::Month => self.month,
+            DatePart::Day => self.day,
+            DatePart::Dow => {
+                ((days_from_civil(self.year as i64, self.month, self.day) + 3).rem_euclid(7)) as u32
+            }
+        }
+    }
+}
+
 /// Parses `YYYY-MM-DD[(T| )HH:MM[:SS][Z]]` and returns the part.
 pub fn date_part(column: &str, s: &str, part: DatePart) -> Result<u32, BadValue> {
-    let bad = || BadValue {
-        column: column.into(),
-        message: format!("'{s}' is not a date (YYYY-MM-DD, optionally THH:MM[:SS])"),
-    };
-    let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| -> Result<u32, BadValue> {
-        let t = b.get(r).ok_or_else(bad)?;
-        if !t.iter().all(u8::is_ascii_digit) {
-            return Err(bad());
-        }
-        Ok(t.iter().fold(0, |a, d| a * 10 + (d - b'0') as u32))
-    };
-    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
-        return Err(bad());
-    }
-    let (y, m, d) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
-    let days_in_month = [
-        31,
-        28 + leap(y) as u32,
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    if !(1..=12).contains(&m) || d == 0 || d > days_in_month[m as usize - 1] {
-        return Err(bad());
-    }
-    let hour = if b.len() > 10 {
-        if !(b[10] == b'T' || b[10] == b' ') || b.len() < 16 || b[13] != b':' {
-            return Err(bad());
-        }
-        let (h, min) = (digits(11..13)?, digits(14..16)?);
-        if h > 23 || min > 59 {
-            return Err(bad());
-        }
-        h
-    } else {
-        0
-    };
-    Ok(match part {
-        DatePart::Hour => hour,
-        DatePart::Month => m,
-        DatePart::Day => d,
-        DatePart::Dow => ((days_from_civil(y as i64, m, d) + 3).rem_euclid(7)) as u32,
-    })
+    Ok(Date::parse(column, s)?.part(part))
 }
 
 fn leap(y: u32) -> bool {
@@ -150,55 +173,346 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 }
 
 /// The separator of a cross's component tokens.
-const CROSS: char = '\u{1f}';
+const CROSS: u8 = 0x1f;
 
-/// The tokens of a row's discrete slots (`None` where a value is missing), in layout order;
-/// `numeric` gives the bucket edges.
-pub fn tokens(
-    slots: &[Slot],
-    spec: &TableSpec,
-    numeric: &[NumericStats],
-    row: &impl RowValues,
-) -> Result<Vec<Option<String>>, BadValue> {
-    let mut out: Vec<Option<String>> = Vec::with_capacity(slots.len());
-    for slot in slots {
-        let t = match &slot.source {
-            SlotSource::Column(c) => row.value(c).map(str::to_string),
-            SlotSource::Part(c, p) => match row.value(c) {
-                Some(v) => Some(date_part(c, v, *p)?.to_string()),
-                None => None,
-            },
-            SlotSource::Bucket(i) => {
-                let n = &spec.features.numeric[*i];
-                match row.value(&n.column) {
-                    Some(v) => {
-                        let x = numeric_input(&n.column, n.transform, v)?;
-                        let edges = &numeric[*i].edges;
-                        Some(edges.partition_point(|e| *e < x).to_string())
-                    }
-                    None => None,
-                }
-            }
-            SlotSource::Cross(parts) => {
-                let mut s = String::new();
-                let mut all = true;
-                for (k, &p) in parts.iter().enumerate() {
-                    match &out[p] {
-                        Some(t) => {
-                            if k > 0 {
-                                s.push(CROSS);
-                            }
-                            s.push_str(t);
-                        }
-                        None => all = false,
-                    }
-                }
-                all.then_some(s)
-            }
-        };
-        out.push(t);
+/// A row's values by position, as an [`Encoder`] reads them.
+pub trait RowValues {
+    /// The value of column `i` of the columns the encoder was made for, or `None` when it is
+    /// missing.
+    fn value(&self, i: usize) -> Option<&str>;
+}
+
+/// The tokens of one row's discrete slots, in one buffer reused from row to row.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    text: Vec<u8>,
+    spans: Vec<Option<(u32, u32)>>,
+}
+
+impl Tokens {
+    /// Slot `s`'s token, `None` where a value it needs is missing.
+    #[inline]
+    pub fn get(&self, s: usize) -> Option<&[u8]> {
+        self.spans[s].map(|(a, b)| &self.text[a as usize..b as usize])
     }
-    Ok(out)
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether there are no slots.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    fn push(&mut self, from: usize) {
+        self.spans.push(Some((from as u32, self.text.len() as u32)));
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut Vec<u8>, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// Where a slot's token comes from, with column positions resolved.
+#[derive(Clone, Debug)]
+enum Source {
+    Column(usize),
+    Part(usize, DatePart),
+    /// Numeric spec `i`, read from column `c`.
+    Bucket(usize, usize),
+    Cross(Vec<usize>),
+}
+
+/// A [`FeatureMap`] made ready for rows that provide `columns` (by position): column names
+/// resolved once, a hash table per slot's vocabulary, and buffers reused from row to row, so
+/// that encoding a row allocates nothing.
+pub struct Encoder<'m> {
+    map: &'m FeatureMap,
+    columns: Vec<String>,
+    /// Per scalar numeric spec: its index and its column's position.
+    scalars: Vec<(usize, usize)>,
+    sources: Vec<Source>,
+    keys: Keys<'m>,
+    tokens: Tokens,
+}
+
+/// Tokens to keys.
+struct Keys<'m> {
+    map: &'m FeatureMap,
+    /// Per slot: its name (hashing) and its first key (without hashing: its "other" key when
+    /// `min_count > 1`, else its vocabulary's first).
+    names: Vec<String>,
+    bases: Vec<u32>,
+    /// Per slot: token -> position in its vocabulary (foldhash, randomly seeded per process:
+    /// values read from a file cannot be chosen to collide).
+    lookup: Vec<HashMap<Box<[u8]>, u32>>,
+    scratch: Vec<u8>,
+}
+
+/// `xxh3(name, 0x1f, token; hash_seed) mod 2^hash_bits`, built in `scratch`.
+fn hashed(scratch: &mut Vec<u8>, f: &FeatureSpec, name: &str, token: &[u8]) -> u32 {
+    let bits = f.hash_bits.unwrap_or(31);
+    scratch.clear();
+    scratch.extend_from_slice(name.as_bytes());
+    scratch.push(CROSS);
+    scratch.extend_from_slice(token);
+    let h = xxhash_rust::xxh3::xxh3_64_with_seed(scratch, f.hash_seed);
+    (h & ((1u64 << bits) - 1)) as u32
+}
+
+impl Keys<'_> {
+    fn get(&mut self, s: usize, token: &[u8]) -> TokenKey {
+        let f = &self.map.spec.features;
+        if f.hash_bits.is_some() {
+            return TokenKey::Known(hashed(&mut self.scratch, f, &self.names[s], token));
+        }
+        let other = f.min_count > 1;
+        match self.lookup[s].get(token) {
+            Some(&at) => TokenKey::Known(self.bases[s] + other as u32 + at),
+            None => TokenKey::Unknown(other.then_some(self.bases[s])),
+        }
+    }
+}
+
+impl<'m> Encoder<'m> {
+    /// An encoder of `map` for rows whose values are `columns`; a column the map needs and
+    /// `columns` lacks is an error.
+    pub fn new(map: &'m FeatureMap, columns: &[String]) -> Result<Encoder<'m>, String> {
+        let at = |c: &str| {
+            columns
+                .iter()
+                .position(|x| x == c)
+                .ok_or_else(|| format!("the feature map needs column '{c}', which rows lack"))
+        };
+        let spec = &map.spec;
+        let scalars = spec
+            .scalars()
+            .map(|(i, n)| Ok((i, at(&n.column)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let slots = spec.slots()?;
+        let sources = slots
+            .iter()
+            .map(|s| {
+                Ok(match &s.source {
+                    SlotSource::Column(c) => Source::Column(at(c)?),
+                    SlotSource::Part(c, p) => Source::Part(at(c)?, *p),
+                    SlotSource::Bucket(i) => {
+                        Source::Bucket(*i, at(&spec.features.numeric[*i].column)?)
+                    }
+                    SlotSource::Cross(parts) => Source::Cross(parts.clone()),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let other = (spec.features.min_count > 1) as u32;
+        let mut bases = Vec::with_capacity(slots.len());
+        let mut key = scalars.len() as u32;
+        for s in 0..slots.len() {
+            bases.push(key);
+            key += map.vocabulary.get(s).map_or(0, |v| v.len() as u32) + other;
+        }
+        let lookup = (0..slots.len())
+            .map(|s| {
+                let vocab = map.vocabulary.get(s).map_or(&[][..], |v| &v[..]);
+                vocab
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.as_bytes().into(), i as u32))
+                    .collect()
+            })
+            .collect();
+        Ok(Encoder {
+            map,
+            columns: columns.to_vec(),
+            scalars,
+            sources,
+            keys: Keys {
+                map,
+                names: slots.into_iter().map(|s| s.name).collect(),
+                bases,
+                lookup,
+                scratch: Vec::new(),
+            },
+            tokens: Tokens::default(),
+        })
+    }
+
+    /// The most features a row can have: one per scalar and per slot.
+    pub fn max_features(&self) -> usize {
+        self.scalars.len() + self.sources.len()
+    }
+
+    /// The columns rows provide, by position.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// The tokens of `row`'s discrete slots, in layout order.
+    pub fn tokens(&mut self, row: &impl RowValues) -> Result<&Tokens, BadValue> {
+        let t = &mut self.tokens;
+        t.text.clear();
+        t.spans.clear();
+        let spec = &self.map.spec;
+        // A date column with several parts is parsed once per row.
+        let mut date: Option<(usize, Date)> = None;
+        for source in &self.sources {
+            let from = t.text.len();
+            match source {
+                Source::Column(c) => match row.value(*c) {
+                    Some(v) => {
+                        t.text.extend_from_slice(v.as_bytes());
+                        t.push(from);
+                    }
+                    None => t.spans.push(None),
+                },
+                Source::Part(c, p) => match row.value(*c) {
+                    Some(v) => {
+                        let d = match date {
+                            Some((at, d)) if at == *c => d,
+                            _ => Date::parse(&self.columns[*c], v)?,
+                        };
+                        date = Some((*c, d));
+                        push_decimal(&mut t.text, d.part(*p));
+                        t.push(from);
+                    }
+                    None => t.spans.push(None),
+                },
+                Source::Bucket(i, c) => match row.value(*c) {
+                    Some(v) => {
+                        let n = &spec.features.numeric[*i];
+                        let x = numeric_input(&n.column, n.transform, v)?;
+                        let bucket = self.map.numeric[*i].edges.partition_point(|e| *e < x);
+                        push_decimal(&mut t.text, bucket as u32);
+                        t.push(from);
+                    }
+                    None => t.spans.push(None),
+                },
+                Source::Cross(parts) => {
+                    if parts.iter().all(|&p| t.spans[p].is_some()) {
+                        for (k, &p) in parts.iter().enumerate() {
+                            if k > 0 {
+                                t.text.push(CROSS);
+                            }
+                            let (a, b) = t.spans[p].expect("checked");
+                            t.text.extend_from_within(a as usize..b as usize);
+                        }
+                        t.push(from);
+                    } else {
+                        t.spans.push(None);
+                    }
+                }
+            }
+        }
+        Ok(&self.tokens)
+    }
+
+    /// Pushes `row`'s scalar numeric features onto `out`.
+    pub fn scalars(
+        &mut self,
+        row: &impl RowValues,
+        out: &mut Vec<(u32, f32)>,
+    ) -> Result<(), BadValue> {
+        let map = self.map;
+        let spec = &map.spec;
+        for (key, &(i, c)) in self.scalars.iter().enumerate() {
+            let n = &spec.features.numeric[i];
+            if let Some(v) = row.value(c) {
+                let mut x = numeric_input(&n.column, n.transform, v)?;
+                if n.transform == Transform::Standardize {
+                    let s = &map.numeric[i];
+                    x = (x - s.mean) / s.std;
+                }
+                let k = if spec.features.hash_bits.is_some() {
+                    hashed(&mut self.keys.scratch, &spec.features, &n.column, b"")
+                } else {
+                    key as u32
+                };
+                out.push((k, x as f32));
+            }
+        }
+        Ok(())
+    }
+
+    /// The feature of token `token` of slot `s`: its key, or for a value not in the
+    /// vocabulary `Unknown` with its slot's "other" key when `min_count > 1`.
+    pub fn token_key(&mut self, s: usize, token: &[u8]) -> TokenKey {
+        self.keys.get(s, token)
+    }
+
+    /// Encodes `row` into sorted `(key, value)` features (colliding hashed features summed).
+    /// Returns the number of values not in the vocabulary that were ignored (`min_count` 1) or
+    /// folded into their slot's "other" feature.
+    pub fn encode(
+        &mut self,
+        row: &impl RowValues,
+        out: &mut Vec<(u32, f32)>,
+    ) -> Result<u64, BadValue> {
+        out.clear();
+        self.scalars(row, out)?;
+        self.tokens(row)?;
+        let mut unknown = 0;
+        for s in 0..self.tokens.len() {
+            if let Some(t) = self.tokens.get(s) {
+                unknown += self.keys.get(s, t).push(out) as u64;
+            }
+        }
+        sum_duplicates(out);
+        Ok(unknown)
+    }
+}
+
+/// The feature a token becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKey {
+    /// A value of the vocabulary (or any value, with hashing): its key.
+    Known(u32),
+    /// A value not in the vocabulary: its slot's "other" key, if it has one.
+    Unknown(Option<u32>),
+}
+
+impl TokenKey {
+    /// Pushes the feature (if any) onto `out`; returns whether the value was unknown.
+    #[inline]
+    pub fn push(self, out: &mut Vec<(u32, f32)>) -> bool {
+        match self {
+            TokenKey::Known(k) => {
+                out.push((k, 1.0));
+                false
+            }
+            TokenKey::Unknown(other) => {
+                if let Some(k) = other {
+                    out.push((k, 1.0));
+                }
+                true
+            }
+        }
+    }
+}
+
+/// Sorts features by key and sums the values of equal keys (hash collisions).
+pub fn sum_duplicates(out: &mut Vec<(u32, f32)>) {
+    out.sort_unstable_by_key(|f| f.0);
+    out.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1 += b.1;
+            true
+        } else {
+            false
+        }
+    });
 }
 
 impl FeatureMap {
@@ -224,77 +538,9 @@ impl FeatureMap {
         }
     }
 
-    fn hashed(&self, slot: &str, token: &str) -> u32 {
-        let bits = self.spec.features.hash_bits.unwrap_or(31);
-        let mut h = xxhash_rust::xxh3::Xxh3::with_seed(self.spec.features.hash_seed);
-        h.update(slot.as_bytes());
-        h.update(&[0x1f]);
-        h.update(token.as_bytes());
-        (h.digest() & ((1u64 << bits) - 1)) as u32
-    }
-
-    /// Encodes a row into sorted `(key, value)` features (colliding hashed features summed).
-    /// Returns the number of values not in the vocabulary that were ignored (`min_count` 1) or
-    /// folded into their slot's "other" feature.
-    pub fn encode(
-        &self,
-        slots: &[Slot],
-        row: &impl RowValues,
-        out: &mut Vec<(u32, f32)>,
-    ) -> Result<u64, BadValue> {
-        out.clear();
-        let hashing = self.spec.features.hash_bits.is_some();
-        let mut unknown = 0;
-        let mut key = 0u32;
-        for (i, n) in self.spec.scalars() {
-            if let Some(v) = row.value(&n.column) {
-                let mut x = numeric_input(&n.column, n.transform, v)?;
-                if n.transform == Transform::Standardize {
-                    let s = &self.numeric[i];
-                    x = (x - s.mean) / s.std;
-                }
-                let k = if hashing {
-                    self.hashed(&n.column, "")
-                } else {
-                    key
-                };
-                out.push((k, x as f32));
-            }
-            key += 1;
-        }
-        let other = self.spec.features.min_count > 1;
-        let tokens = tokens(slots, &self.spec, &self.numeric, row)?;
-        for (s, t) in tokens.iter().enumerate() {
-            let base = key;
-            if !hashing {
-                key += (self.vocabulary[s].len() + other as usize) as u32;
-            }
-            let Some(t) = t else { continue };
-            if hashing {
-                out.push((self.hashed(&slots[s].name, t), 1.0));
-                continue;
-            }
-            let vocab = &self.vocabulary[s];
-            match vocab.binary_search_by(|v| v.as_str().cmp(t)) {
-                Ok(at) => out.push((base + other as u32 + at as u32, 1.0)),
-                Err(_) => {
-                    unknown += 1;
-                    if other {
-                        out.push((base, 1.0));
-                    }
-                }
-            }
-        }
-        out.sort_unstable_by_key(|f| f.0);
-        out.dedup_by(|b, a| {
-            if a.0 == b.0 {
-                a.1 += b.1;
-                true
-            } else {
-                false
-            }
-        });
-        Ok(unknown)
+    /// An [`Encoder`] of this map for rows that provide `columns`.
+    pub fn encoder(&self, columns: &[String]) -> Result<Encoder<'_>, String> {
+        Encoder::new(self, columns)
     }
 }
 
@@ -303,12 +549,17 @@ mod tests {
     use super::*;
     use crate::data::table::spec::{FeatureSpec, NumericSpec};
 
-    struct Row(Vec<(&'static str, &'static str)>);
+    /// Values of the columns a, b, x.
+    struct Row([Option<&'static str>; 3]);
 
     impl RowValues for Row {
-        fn value(&self, column: &str) -> Option<&str> {
-            self.0.iter().find(|(c, _)| *c == column).map(|(_, v)| *v)
+        fn value(&self, i: usize) -> Option<&str> {
+            self.0[i]
         }
+    }
+
+    fn columns() -> Vec<String> {
+        ["a", "b", "x"].map(String::from).to_vec()
     }
 
     fn spec(min_count: u64, hash_bits: Option<u32>) -> TableSpec {
@@ -339,41 +590,55 @@ mod tests {
         }];
         let vocab = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let vocabulary = vec![vocab(&["p", "q"]), vocab(&["u"]), vocab(&["p\u{1f}u"])];
-        let row = Row(vec![("a", "q"), ("b", "u"), ("x", "10")]);
-        let unseen = Row(vec![("a", "zz"), ("b", "u")]);
+        let row = Row([Some("q"), Some("u"), Some("10")]);
+        let unseen = Row([Some("zz"), Some("u"), None]);
         let mut out = Vec::new();
 
         // min_count 2: key 0 is x; then a: other 1, p 2, q 3; b: other 4, u 5; a*b: other 6,
         // p*u 7.
         let s = spec(2, None);
-        let slots = s.slots().unwrap();
         let map = FeatureMap::new(s, stats.clone(), vocabulary.clone());
+        let mut e = map.encoder(&columns()).unwrap();
         assert_eq!(map.dim, 8);
-        assert_eq!(map.encode(&slots, &row, &mut out), Ok(1)); // q*u is not in a*b's vocabulary
+        assert_eq!(e.encode(&row, &mut out), Ok(1)); // q*u is not in a*b's vocabulary
         assert_eq!(out, vec![(0, 2.0), (3, 1.0), (5, 1.0), (6, 1.0)]);
-        assert_eq!(map.encode(&slots, &unseen, &mut out), Ok(2));
+        assert_eq!(e.encode(&unseen, &mut out), Ok(2));
         assert_eq!(out, vec![(1, 1.0), (5, 1.0), (6, 1.0)]);
 
         // min_count 1: no "other" keys; unknown values are ignored and counted.
         let s = spec(1, None);
-        let slots = s.slots().unwrap();
         let map = FeatureMap::new(s, stats.clone(), vocabulary);
+        let mut e = map.encoder(&columns()).unwrap();
         assert_eq!(map.dim, 5);
-        assert_eq!(map.encode(&slots, &unseen, &mut out), Ok(2));
+        assert_eq!(e.encode(&unseen, &mut out), Ok(2));
         assert_eq!(out, vec![(3, 1.0)]);
 
         // Hashing: keys below 2^bits, sorted, colliding features summed (1 bit: 2 keys).
         let s = spec(1, Some(1));
-        let slots = s.slots().unwrap();
         let map = FeatureMap::new(s, stats, vec![vec![]; 3]);
+        let mut e = map.encoder(&columns()).unwrap();
         assert_eq!(map.dim, 2);
-        assert_eq!(map.encode(&slots, &row, &mut out), Ok(0));
+        assert_eq!(e.encode(&row, &mut out), Ok(0));
         assert!(out.len() <= 2 && out.windows(2).all(|w| w[0].0 < w[1].0));
         let total: f32 = out.iter().map(|f| f.1).sum();
         assert_eq!(
             total,
             2.0 + 3.0,
             "x standardised (2) and three one-hot features"
+        );
+    }
+
+    #[test]
+    fn an_encoder_needs_every_column_the_map_reads() {
+        let map = FeatureMap::new(
+            spec(1, None),
+            vec![NumericStats::default()],
+            vec![vec![]; 3],
+        );
+        let e = map.encoder(&["a".to_string(), "x".to_string()]);
+        assert_eq!(
+            e.err().as_deref(),
+            Some("the feature map needs column 'b', which rows lack")
         );
     }
 

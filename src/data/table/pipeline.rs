@@ -14,7 +14,10 @@
 //! 5. vocabularies: `count` per (slot, value), filtered by `min_count`;
 //! 6. totals for the notes (`count`).
 //!
-//! Rows never move: each worker encodes its own rows with the map and trains on them.
+//! Rows never move: each worker encodes its own rows with the map and trains on them. Before
+//! stage 5 a worker interns its rows' discrete values in a per-slot dictionary (each value is
+//! tokenised and hashed once); the stage receives one record per distinct value and its local
+//! count (a combiner), and encoding maps value ids to keys through a table.
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -23,15 +26,17 @@ use std::rc::Rc;
 use differential_dataflow::consolidation::consolidate;
 use differential_dataflow::input::Input;
 use differential_dataflow::VecCollection;
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Inspect, Probe};
 use timely::worker::Worker;
 
 use super::features::{
-    date_part, number, numeric_input, tokens, BadValue, FeatureMap, NumericStats, RowValues,
+    number, numeric_input, sum_duplicates, BadValue, Date, FeatureMap, NumericStats, RowValues,
+    TokenKey,
 };
 use super::read::{read_cells, Cells, Part};
-use super::spec::{Slot, TableSpec, Transform};
+use super::spec::{TableSpec, Transform};
 use crate::data::partition::unit_hash;
 use crate::data::{DataError, Dataset, RowFilter};
 
@@ -126,6 +131,9 @@ struct Rows<'a> {
     /// Per join, per row: the index of its matched dimension row in `joined[j]`.
     matches: Vec<Vec<Option<u32>>>,
     joined: Rc<Vec<DimRows>>,
+    /// Per joined column (in [`TableSpec::joined_columns`] order): its join and its position
+    /// among the join's columns.
+    brought: Vec<(usize, usize)>,
 }
 
 /// A dimension table's rows as `(key, brought values)`, sorted by key.
@@ -166,37 +174,67 @@ fn dim_rows(d: &Cells, keys: usize) -> impl Iterator<Item = (String, Vec<String>
     })
 }
 
-/// One row, as the encoder reads it.
+/// One row, as the encoder reads it: the columns of [`Rows::columns`].
 struct RowView<'r, 'a> {
     rows: &'r Rows<'a>,
     row: usize,
 }
 
 impl RowValues for RowView<'_, '_> {
-    fn value(&self, column: &str) -> Option<&str> {
+    #[inline]
+    fn value(&self, i: usize) -> Option<&str> {
         let r = self.rows;
-        let v = match r.cells.names.iter().position(|n| n == column) {
-            Some(c) => r.cells.get(self.row, c),
-            None => {
-                let (j, i) = r.spec.join.iter().enumerate().find_map(|(j, js)| {
-                    let c = column.strip_prefix(js.prefix.as_str())?;
-                    js.columns.iter().position(|x| x == c).map(|i| (j, i))
-                })?;
-                let m = r.matches[j][self.row]?;
-                r.joined[j][m as usize].1[i].as_str()
-            }
-        };
+        let n = r.cells.names.len();
+        if i < n {
+            return r.cells.value(self.row, i);
+        }
+        let (j, c) = r.brought[i - n];
+        let m = r.matches[j][self.row]?;
+        let v = r.joined[j][m as usize].1[c].as_str();
         (!r.spec.missing.iter().any(|m| m == v)).then_some(v)
     }
 }
 
 impl<'a> Rows<'a> {
-    fn key(&self, j: usize, row: usize) -> Option<String> {
-        join_key(self.spec.join[j].on.keys().map(|c| {
-            let at = self.cells.names.iter().position(|n| n == c)?;
-            let v = self.cells.get(row, at);
-            (!self.spec.missing.iter().any(|m| m == v)).then_some(v)
-        }))
+    fn new(cells: Cells, spec: &'a TableSpec) -> Rows<'a> {
+        let brought = spec
+            .join
+            .iter()
+            .enumerate()
+            .flat_map(|(j, js)| (0..js.columns.len()).map(move |c| (j, c)))
+            .collect();
+        Rows {
+            cells,
+            spec,
+            matches: vec![],
+            joined: Rc::default(),
+            brought,
+        }
+    }
+
+    /// The columns a row provides: its own, then the joined ones (`prefix + column`).
+    fn columns(&self) -> Vec<String> {
+        let mut names = self.cells.names.clone();
+        names.extend(self.spec.joined_columns());
+        names
+    }
+
+    /// Row `row`'s key of join `j` in `key` (cleared first); `false` when a value is missing.
+    fn key(&self, j: usize, row: usize, key: &mut String) -> bool {
+        key.clear();
+        for (i, c) in self.spec.join[j].on.keys().enumerate() {
+            let Some(at) = self.cells.names.iter().position(|n| n == c) else {
+                return false;
+            };
+            let Some(v) = self.cells.value(row, at) else {
+                return false;
+            };
+            if i > 0 {
+                key.push('\u{1f}');
+            }
+            key.push_str(v);
+        }
+        true
     }
 
     fn view(&self, row: usize) -> RowView<'_, 'a> {
@@ -205,15 +243,20 @@ impl<'a> Rows<'a> {
 
     /// Matches every row with its dimension row in `tables` (one table per join).
     fn attach(&mut self, tables: &Rc<Vec<DimRows>>) {
+        let mut key = String::new();
         self.matches = (0..self.spec.join.len())
             .map(|j| {
+                let index: HashMap<&str, u32> = tables[j]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (k, _))| (k.as_str(), i as u32))
+                    .collect();
                 (0..self.cells.len())
                     .map(|row| {
-                        let k = self.key(j, row)?;
-                        tables[j]
-                            .binary_search_by(|(x, _)| x.as_str().cmp(&k))
-                            .ok()
-                            .map(|i| i as u32)
+                        if !self.key(j, row, &mut key) {
+                            return None;
+                        }
+                        index.get(key.as_str()).copied()
                     })
                     .collect()
             })
@@ -263,14 +306,13 @@ fn check(cells: &Cells, spec: &TableSpec) -> Result<(), DataError> {
     let roles = roles(spec, &cells.names);
     for row in 0..cells.len() {
         for (c, role) in roles.iter().enumerate() {
-            let v = cells.get(row, c);
-            if spec.missing.iter().any(|m| m == v) {
+            let Some(v) = cells.value(row, c) else {
                 continue;
-            }
+            };
             let name = &cells.names[c];
             let r = match role {
                 Role::Number(t) => numeric_input(name, *t, v).map(drop),
-                Role::Date => date_part(name, v, super::spec::DatePart::Day).map(drop),
+                Role::Date => Date::parse(name, v).map(drop),
                 Role::Text => Ok(()),
             };
             r.map_err(|e: BadValue| cells.error(row, c, e.message))?;
@@ -293,10 +335,9 @@ fn labels(
         .expect("the label column is read");
     (0..cells.len())
         .map(|row| {
-            let v = cells.get(row, c);
-            if spec.missing.iter().any(|m| m == v) {
+            let Some(v) = cells.value(row, c) else {
                 return Ok(None);
-            }
+            };
             let y = if let Some(t) = &l.equals {
                 if v == t {
                     1.0
@@ -386,24 +427,128 @@ fn numeric_stats(sorted: &[(f64, u64)], buckets: u32) -> NumericStats {
     }
 }
 
-/// Encodes rows `idx` of `rows` with `map` (a missing label becomes NaN): the dataset, the rows'
-/// ids and the number of values not in the vocabulary.
+/// Slot `s`'s value of a row: an id in the [`Dictionary`], or [`Dictionary::MISSING`].
+type ValueId = u32;
+
+/// The discrete values of a worker's rows, interned per slot (dictionary encoding): each value
+/// is tokenised and hashed once; the vocabulary stage sends one record per distinct value; rows
+/// are encoded through a table from value id to key.
+struct Dictionary {
+    /// Per slot: value -> id (ids in first-seen order).
+    ids: Vec<HashMap<Box<[u8]>, ValueId>>,
+    /// Per slot, per id: training rows with the value.
+    counts: Vec<Vec<isize>>,
+}
+
+impl Dictionary {
+    const MISSING: ValueId = ValueId::MAX;
+
+    fn new(slots: usize) -> Dictionary {
+        Dictionary {
+            ids: (0..slots).map(|_| HashMap::new()).collect(),
+            counts: vec![Vec::new(); slots],
+        }
+    }
+
+    /// The value ids of rows `idx` of `rows`, `slots` per row; `count`: they are training rows.
+    fn intern(
+        &mut self,
+        unlearned: &FeatureMap,
+        rows: &Rows,
+        idx: &[usize],
+        count: bool,
+    ) -> Result<Vec<ValueId>, String> {
+        let mut encoder = unlearned.encoder(&rows.columns())?;
+        let mut values = Vec::with_capacity(idx.len() * self.ids.len());
+        for &r in idx {
+            let tokens = encoder
+                .tokens(&rows.view(r))
+                .map_err(|e| bad_value(rows, r, e))?;
+            for (s, (ids, counts)) in self.ids.iter_mut().zip(&mut self.counts).enumerate() {
+                let Some(t) = tokens.get(s) else {
+                    values.push(Self::MISSING);
+                    continue;
+                };
+                let id = match ids.get(t) {
+                    Some(&id) => id,
+                    None => {
+                        let id = ids.len() as ValueId;
+                        ids.insert(t.into(), id);
+                        counts.push(0);
+                        id
+                    }
+                };
+                counts[id as usize] += count as isize;
+                values.push(id);
+            }
+        }
+        Ok(values)
+    }
+
+    /// `((slot, value), training rows)` of every value some training row has.
+    fn counts(&self) -> Vec<((u32, String), isize)> {
+        let mut out = Vec::new();
+        for (s, (ids, counts)) in self.ids.iter().zip(&self.counts).enumerate() {
+            for (t, &id) in ids {
+                let n = counts[id as usize];
+                if n > 0 {
+                    out.push(((s as u32, String::from_utf8_lossy(t).into_owned()), n));
+                }
+            }
+        }
+        out
+    }
+
+    /// Per slot, per value id: its feature under `map`.
+    fn keys(&self, map: &FeatureMap, columns: &[String]) -> Result<Vec<Vec<TokenKey>>, String> {
+        let mut encoder = map.encoder(columns)?;
+        Ok(self
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(s, ids)| {
+                let mut keys = vec![TokenKey::Unknown(None); ids.len()];
+                for (t, &id) in ids {
+                    keys[id as usize] = encoder.token_key(s, t);
+                }
+                keys
+            })
+            .collect())
+    }
+}
+
+/// A bad value of row `r`, located in its file.
+fn bad_value(rows: &Rows, r: usize, e: BadValue) -> String {
+    let c = rows.cells.names.iter().position(|n| *n == e.column);
+    rows.cells.error(r, c.unwrap_or(0), e.message).to_string()
+}
+
+/// Encodes rows `idx` of `rows`, whose value ids are `values`, with `map` and its value keys
+/// (a missing label becomes NaN): the dataset, the rows' ids and the number of values not in
+/// the vocabulary.
 fn encode_rows(
     map: &FeatureMap,
-    slots: &[Slot],
-    rows: &Rows,
-    idx: &[usize],
+    keys: &[Vec<TokenKey>],
+    (rows, idx, values): (&Rows, &[usize], &[ValueId]),
     labels: &[Option<f32>],
 ) -> Result<(Dataset, Vec<u64>, u64), String> {
     let mut data = Dataset::new(map.dim);
+    let mut encoder = map.encoder(&rows.columns())?;
+    data.reserve(idx.len(), idx.len() * encoder.max_features());
     let (mut features, mut unknown) = (Vec::new(), 0u64);
-    for &r in idx {
-        unknown += map
-            .encode(slots, &rows.view(r), &mut features)
-            .map_err(|e| {
-                let c = rows.cells.names.iter().position(|n| *n == e.column);
-                rows.cells.error(r, c.unwrap_or(0), e.message).to_string()
-            })?;
+    let width = keys.len();
+    for (i, &r) in idx.iter().enumerate() {
+        let values = &values[i * width..(i + 1) * width];
+        features.clear();
+        encoder
+            .scalars(&rows.view(r), &mut features)
+            .map_err(|e| bad_value(rows, r, e))?;
+        for (keys, &v) in keys.iter().zip(values) {
+            if v != Dictionary::MISSING {
+                unknown += keys[v as usize].push(&mut features) as u64;
+            }
+        }
+        sum_duplicates(&mut features);
         data.push_pairs(&features, labels[r].unwrap_or(f32::NAN));
     }
     Ok((
@@ -411,6 +556,27 @@ fn encode_rows(
         idx.iter().map(|&r| rows.cells.ids[r]).collect(),
         unknown,
     ))
+}
+
+/// Encodes rows `idx` of `rows` with `map`, one row at a time (for `predict`): the dataset and
+/// the number of values not in the vocabulary.
+fn encode_each(
+    map: &FeatureMap,
+    rows: &Rows,
+    idx: &[usize],
+    labels: &[Option<f32>],
+) -> Result<(Dataset, u64), String> {
+    let mut data = Dataset::new(map.dim);
+    let mut encoder = map.encoder(&rows.columns())?;
+    data.reserve(idx.len(), idx.len() * encoder.max_features());
+    let (mut features, mut unknown) = (Vec::new(), 0u64);
+    for &r in idx {
+        unknown += encoder
+            .encode(&rows.view(r), &mut features)
+            .map_err(|e| bad_value(rows, r, e))?;
+        data.push_pairs(&features, labels[r].unwrap_or(f32::NAN));
+    }
+    Ok((data, unknown))
 }
 
 /// Reads, joins, splits and encodes this worker's rows; every worker gets the same map.
@@ -428,12 +594,12 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     // Read and check this worker's parts and labels; the first error anywhere stops every
     // worker.
     let read = || -> Result<Parts, DataError> {
-        let train = read_cells(&input.train, &columns, part, delimiter)?;
+        let train = read_cells(&input.train, &columns, part, delimiter, &spec.missing)?;
         check(&train, spec)?;
         let train_labels = labels(&train, spec, input.classification)?;
         let test = match &input.test {
             Some(p) => {
-                let t = read_cells(p, &columns, part, delimiter)?;
+                let t = read_cells(p, &columns, part, delimiter, &spec.missing)?;
                 check(&t, spec)?;
                 let l = labels(&t, spec, input.classification)?;
                 Some((t, l))
@@ -444,7 +610,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         for j in &spec.join {
             let mut names: Vec<String> = j.on.values().cloned().collect();
             names.extend(j.columns.iter().cloned());
-            let mut d = read_cells(&j.file, &names, part, delimiter)?;
+            let mut d = read_cells(&j.file, &names, part, delimiter, &spec.missing)?;
             // Check the brought columns under their new names.
             let keys = j.on.len();
             let renamed: Vec<String> = d
@@ -484,36 +650,25 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     };
 
     // Joins: distinct used keys join the dimension rows; a key on two rows is an error.
-    let mut train_rows = Rows {
-        cells: train_cells,
-        spec,
-        matches: vec![],
-        joined: Rc::default(),
-    };
-    let mut test_rows = test_cells.map(|cells| Rows {
-        cells,
-        spec,
-        matches: vec![],
-        joined: Rc::default(),
-    });
+    let mut train_rows = Rows::new(train_cells, spec);
+    let mut test_rows = test_cells.map(|cells| Rows::new(cells, spec));
     if !spec.join.is_empty() {
         let mut local: Vec<(JoinRecord, isize)> = Vec::new();
         for (j, d) in dims.iter().enumerate() {
             let dim = dim_rows(d, spec.join[j].on.len());
             local.extend(dim.map(|(k, v)| ((1u8, j as u32, k, v), 1)));
         }
-        let mut used: Vec<((u32, String), isize)> = Vec::new();
-        for rows in std::iter::once(&train_rows).chain(test_rows.as_ref()) {
-            for j in 0..spec.join.len() {
+        for j in 0..spec.join.len() {
+            let (mut used, mut key) = (HashSet::new(), String::new());
+            for rows in std::iter::once(&train_rows).chain(test_rows.as_ref()) {
                 for row in 0..rows.cells.len() {
-                    if let Some(k) = rows.key(j, row) {
-                        used.push(((j as u32, k), 1));
+                    if rows.key(j, row, &mut key) && !used.contains(key.as_str()) {
+                        used.insert(key.clone());
                     }
                 }
             }
+            local.extend(used.into_iter().map(|k| ((0u8, j as u32, k, vec![]), 1)));
         }
-        consolidate(&mut used);
-        local.extend(used.into_iter().map(|((j, k), _)| ((0u8, j, k, vec![]), 1)));
         let joined = gather(worker, local, |c| {
             let keys = c
                 .clone()
@@ -582,10 +737,15 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     let mut numeric = vec![NumericStats::default(); spec.features.numeric.len()];
     if !needs_stats.is_empty() {
         let mut local: Vec<((u32, u64), isize)> = Vec::new();
+        let columns = train_rows.columns();
         for &i in &needs_stats {
             let n = &spec.features.numeric[i];
+            let c = columns
+                .iter()
+                .position(|x| *x == n.column)
+                .ok_or_else(|| format!("no column '{}'", n.column))?;
             for &r in &train_idx {
-                if let Some(v) = train_rows.view(r).value(&n.column) {
+                if let Some(v) = train_rows.view(r).value(c) {
                     let x = numeric_input(&n.column, n.transform, v)
                         .map_err(|e| format!("{}: {}", e.column, e.message))?;
                     local.push(((i as u32, ordered(x)), 1));
@@ -621,22 +781,30 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         }
     }
 
-    // Vocabularies over the training rows (not with hashing).
+    // Every discrete value, interned per slot on this worker: each value is hashed once.
+    let unlearned = FeatureMap::new(spec.clone(), numeric.clone(), vec![]);
+    let mut dictionary = Dictionary::new(slots.len());
+    let train_values = dictionary.intern(&unlearned, &train_rows, &train_idx, true)?;
+    let test_values = match (&test_rows, &test_labels) {
+        (Some(rows), Some(labels)) => {
+            let labelled: Vec<usize> = (0..rows.cells.len())
+                .filter(|&r| labels[r].is_some())
+                .collect();
+            let values = dictionary.intern(&unlearned, rows, &labelled, false)?;
+            (rows, labelled, labels, values)
+        }
+        _ => {
+            let values = dictionary.intern(&unlearned, &train_rows, &test_idx, false)?;
+            (&train_rows, test_idx, &train_labels, values)
+        }
+    };
+
+    // Vocabularies over the training rows (not with hashing): the local counts of the
+    // distinct values (a combiner) are summed across workers by `count`.
     let mut vocabulary = vec![Vec::new(); slots.len()];
     if spec.features.hash_bits.is_none() {
-        let mut local: Vec<((u32, String), isize)> = Vec::new();
-        for &r in &train_idx {
-            let t = tokens(&slots, spec, &numeric, &train_rows.view(r))
-                .map_err(|e| format!("{}: {}", e.column, e.message))?;
-            for (s, t) in t.into_iter().enumerate() {
-                if let Some(t) = t {
-                    local.push(((s as u32, t), 1));
-                }
-            }
-        }
-        consolidate(&mut local);
         let min = spec.features.min_count as isize;
-        for (s, t) in gather(worker, local, move |c| {
+        for (s, t) in gather(worker, dictionary.counts(), move |c| {
             c.count().filter(move |(_, n)| *n >= min).map(|(k, _)| k)
         }) {
             vocabulary[s as usize].push(t);
@@ -644,17 +812,16 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     }
     let map = FeatureMap::new(spec.clone(), numeric, vocabulary);
 
-    // Encode this worker's rows.
-    let (train, train_ids, _) = encode_rows(&map, &slots, &train_rows, &train_idx, &train_labels)?;
-    let (test, test_ids, unknown) = match (&test_rows, &test_labels) {
-        (Some(rows), Some(labels)) => {
-            let labelled: Vec<usize> = (0..rows.cells.len())
-                .filter(|&r| labels[r].is_some())
-                .collect();
-            encode_rows(&map, &slots, rows, &labelled, labels)?
-        }
-        _ => encode_rows(&map, &slots, &train_rows, &test_idx, &train_labels)?,
-    };
+    // Encode this worker's rows: value ids to keys through one table per slot.
+    let keys = dictionary.keys(&map, &train_rows.columns())?;
+    let (train, train_ids, _) = encode_rows(
+        &map,
+        &keys,
+        (&train_rows, &train_idx, &train_values),
+        &train_labels,
+    )?;
+    let (rows, idx, labels, values) = test_values;
+    let (test, test_ids, unknown) = encode_rows(&map, &keys, (rows, &idx, &values), labels)?;
     let mut out = Prepared {
         train,
         test,
@@ -745,7 +912,6 @@ pub fn encode_file(
     id_column: Option<&str>,
 ) -> Result<Encoded, String> {
     let spec = &map.spec;
-    let slots = spec.slots()?;
     let delimiter = spec.delimiter as u8;
     let header = super::read::header(path, delimiter).map_err(|e| e.to_string())?;
     let with_labels = header.contains(&spec.label.column);
@@ -758,26 +924,22 @@ pub fn encode_file(
             columns.push(c.to_string());
         }
     }
-    let cells = read_cells(path, &columns, Part::WHOLE, delimiter).map_err(|e| e.to_string())?;
+    let cells = read_cells(path, &columns, Part::WHOLE, delimiter, &spec.missing)
+        .map_err(|e| e.to_string())?;
     check(&cells, spec).map_err(|e| e.to_string())?;
     let labels = if with_labels {
         labels(&cells, spec, false).map_err(|e| e.to_string())?
     } else {
         vec![None; cells.len()]
     };
-    let mut rows = Rows {
-        cells,
-        spec,
-        matches: vec![],
-        joined: Rc::default(),
-    };
+    let mut rows = Rows::new(cells, spec);
     if !spec.join.is_empty() {
         let mut per_join = Vec::new();
         for j in &spec.join {
             let mut names: Vec<String> = j.on.values().cloned().collect();
             names.extend(j.columns.iter().cloned());
-            let d =
-                read_cells(&j.file, &names, Part::WHOLE, delimiter).map_err(|e| e.to_string())?;
+            let d = read_cells(&j.file, &names, Part::WHOLE, delimiter, &spec.missing)
+                .map_err(|e| e.to_string())?;
             let mut list: DimRows = dim_rows(&d, j.on.len()).collect();
             list.sort();
             unique_keys(spec, per_join.len(), &list)?;
@@ -786,7 +948,7 @@ pub fn encode_file(
         rows.attach(&Rc::new(per_join));
     }
     let all: Vec<usize> = (0..rows.cells.len()).collect();
-    let (data, _, unknown) = encode_rows(map, &slots, &rows, &all, &labels)?;
+    let (data, unknown) = encode_each(map, &rows, &all, &labels)?;
     let ids = match id_column {
         Some(c) => {
             let at = rows.cells.names.iter().position(|n| n == c).expect("read");

@@ -44,6 +44,8 @@ pub struct Cells {
     text: String,
     /// End of each cell in `text`, record by record (`names.len()` per record).
     ends: Vec<u32>,
+    /// Bit `i` is set when cell `i` (in `ends` order) is a missing-value marker.
+    missing: Vec<u64>,
 }
 
 impl Cells {
@@ -63,6 +65,16 @@ impl Cells {
         let i = row * self.names.len() + col;
         let lo = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.text[lo..self.ends[i] as usize]
+    }
+
+    /// Cell `col` of record `row`, or `None` when it is a missing-value marker.
+    #[inline]
+    pub fn value(&self, row: usize, col: usize) -> Option<&str> {
+        let i = row * self.names.len() + col;
+        if self.missing[i / 64] >> (i % 64) & 1 == 1 {
+            return None;
+        }
+        Some(self.get(row, col))
     }
 
     /// An error at cell `col` of record `row`, with the file's line number (found by counting
@@ -173,12 +185,13 @@ pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
 }
 
 /// Reads `part` of `path`, keeping the columns `names`; a missing column is an error naming the
-/// header.
+/// header. A cell (trimmed) equal to one of `missing` is a missing value.
 pub fn read_cells(
     path: &Path,
     names: &[String],
     part: Part,
     delimiter: u8,
+    missing: &[String],
 ) -> Result<Cells, DataError> {
     let head = header(path, delimiter)?;
     let mut select = Vec::with_capacity(names.len());
@@ -214,7 +227,15 @@ pub fn read_cells(
                 column: i + 1,
                 message: format!("column '{}': not UTF-8", names[c]),
             })?;
-            cells.text.push_str(s.trim());
+            let s = s.trim();
+            let i = cells.ends.len();
+            if i % 64 == 0 {
+                cells.missing.push(0);
+            }
+            if missing.iter().any(|m| m == s) {
+                cells.missing[i / 64] |= 1 << (i % 64);
+            }
+            cells.text.push_str(s);
             let end = u32::try_from(cells.text.len()).map_err(|_| DataError {
                 file: path.to_path_buf(),
                 line: 0,
@@ -253,6 +274,8 @@ pub fn read_cells(
         size * part.index as u64 / part.count as u64,
         size * (part.index as u64 + 1) / part.count as u64,
     );
+    // The selected cells take at most the range's bytes.
+    cells.text.reserve((end - start) as usize);
     let mut file =
         BufReader::with_capacity(1 << 16, File::open(path).map_err(|e| open_error(path, e))?);
     // Records start right after a line break; the one starting at 0 is the header.

