@@ -8,12 +8,15 @@
 //! and crosses. Throughput is the input file's size over the wall time.
 //!
 //! Targets (issue 9): LibSVM >= 200 MB/s and CSV >= 100 MB/s per core, scaling with workers.
+//! Two workers are two threads, each reading its own byte range (LibSVM) or running the table
+//! pipeline as a timely worker (CSV); this machine has two cores.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
+use gradflow::data::libsvm::read_libsvm_part;
 use gradflow::data::synth::{ctr, gspar, CtrParams, GsparParams};
 use gradflow::data::table::{prepare, read::read_cells, read::Part};
 use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
@@ -62,6 +65,27 @@ fn loading(c: &mut Criterion) {
             b.iter(|| read_libsvm(path, &LibsvmOptions::default(), &RowFilter::all()).unwrap())
         });
     }
+
+    group.throughput(Throughput::Bytes(size(&binary)));
+    group.bench_function("libsvm_binary_2_workers", |b| {
+        b.iter(|| {
+            std::thread::scope(|s| {
+                let parts: Vec<_> = (0..2)
+                    .map(|index| {
+                        let path = &binary;
+                        s.spawn(move || {
+                            let part = Part { index, count: 2 };
+                            read_libsvm_part(path, &LibsvmOptions::default(), part).unwrap()
+                        })
+                    })
+                    .collect();
+                parts
+                    .into_iter()
+                    .map(|p| p.join().unwrap().data.rows())
+                    .sum::<usize>()
+            })
+        })
+    });
 
     group.throughput(Throughput::Bytes(size(&flights)));
     let columns: Vec<String> = [

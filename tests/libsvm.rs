@@ -196,13 +196,19 @@ fn a_tail_split_holds_out_the_last_rows_in_file_order() {
     let (one, _) = job.load_worker_data(0, 1).unwrap();
     assert_eq!(labels(&one.test), [7.0, 8.0, 9.0]);
     assert_eq!(labels(&one.train), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    // Two workers: rows still go to workers by number; the test side is the same tail.
+    // Two workers: each reads the rows that start in its half of the file's bytes (the
+    // comment lines make the halves uneven); the test side is the same tail.
     let (w0, _) = job.load_worker_data(0, 2).unwrap();
     let (w1, _) = job.load_worker_data(1, 2).unwrap();
     assert_eq!(
-        (labels(&w0.test), labels(&w1.test)),
-        (vec![8.0], vec![7.0, 9.0])
+        (labels(&w0.train), labels(&w1.train), labels(&w1.test)),
+        (
+            vec![0.0, 1.0, 2.0, 3.0, 4.0],
+            vec![5.0, 6.0],
+            vec![7.0, 8.0, 9.0]
+        )
     );
+    assert!(w0.test.labels.is_empty());
     // The generated data splits the same way: the last quarter of its rows.
     let synth = Job::parse(
         "[data]\ntest_fraction = 0.25\ntest_split = \"tail\"\n[data.synth]\nrows = 1000\n",
@@ -229,4 +235,113 @@ fn a_tail_split_holds_out_the_last_rows_in_file_order() {
             .to_string()
             .contains("head")
     );
+}
+
+/// A LibSVM file of `rows` rows of uneven length, with comment lines, CRLF line ends, a
+/// separate-test-file feature beyond the training dimension, and no final line break.
+fn uneven_file(rows: usize, bad_line: Option<usize>) -> String {
+    let mut text = String::from("# generated\r\n");
+    for i in 0..rows {
+        if bad_line == Some(text.lines().count() + 1) {
+            text += "1 7:x\n";
+            continue;
+        }
+        let label = if i % 3 == 0 { "1" } else { "-1" };
+        text += label;
+        for k in 0..(i * 7 % 23) {
+            text += &format!(" {}:{}", 1 + k * 5 + i % 5, (i + k) % 4);
+        }
+        text += if i % 10 == 0 { " # note\r\n" } else { "\n" };
+        if i % 17 == 0 {
+            text += "# a comment line\n\n";
+        }
+    }
+    text.pop();
+    text
+}
+
+fn job_for(train: &Path, test: Option<&Path>) -> gradflow::job::Job {
+    let mut text = format!("[data]\ntrain = {:?}\n", train.display().to_string());
+    match test {
+        Some(t) => text += &format!("test = {:?}\n", t.display().to_string()),
+        None => text += "test_fraction = 0.3\n",
+    }
+    gradflow::job::Job::parse(&text, Path::new("j.toml"), &[]).unwrap()
+}
+
+#[test]
+fn workers_read_their_own_byte_ranges_and_together_read_the_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.svm");
+    std::fs::write(&train, uneven_file(301, None)).unwrap();
+    let test = dir.path().join("test.svm");
+    std::fs::write(&test, "1 2:1 500:1\n-1 3:1\n").unwrap();
+    let job = job_for(&train, None);
+    let (one, dim) = job.load_worker_data(0, 1).unwrap();
+    assert_eq!(one.train.rows() + one.test.rows(), 301);
+    for workers in 2..=5 {
+        // The workers' rows, in worker order, are the one worker's rows in file order; every
+        // worker has the same dimension; the split does not depend on the number of workers.
+        let mut train = gradflow::data::Dataset::new(dim);
+        let mut test = gradflow::data::Dataset::new(dim);
+        for w in 0..workers {
+            let (d, wdim) = job.load_worker_data(w, workers).unwrap();
+            assert_eq!(wdim, dim);
+            assert!(
+                d.train.rows() > 20,
+                "{workers} workers: worker {w} reads its share"
+            );
+            for (from, to) in [(&d.train, &mut train), (&d.test, &mut test)] {
+                for i in 0..from.rows() {
+                    let (k, v) = from.row(i);
+                    to.push_row(k, v, from.labels[i]);
+                }
+            }
+        }
+        assert_eq!(
+            (&train, &test),
+            (&one.train, &one.test),
+            "{workers} workers"
+        );
+    }
+    // On timely workers (two threads), each reads its own part and they share only counts.
+    let jobs = (job.clone(), job_for(&train, Some(&test)));
+    let expected: Vec<_> = (0..2)
+        .map(|w| {
+            (
+                jobs.0.load_worker_data(w, 2).unwrap(),
+                jobs.1.load_worker_data(w, 2).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(expected[0].1 .0.ignored_test_features, 1);
+    let got = timely::execute(timely::Config::process(2), move |worker| {
+        let a = jobs.0.load_on(worker).unwrap();
+        let b = jobs.1.load_on(worker).unwrap();
+        ((a.0, a.1), (b.0, b.1))
+    })
+    .unwrap()
+    .join()
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect::<Vec<_>>();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn every_worker_reports_the_first_bad_line_of_any_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("bad.svm");
+    std::fs::write(&train, uneven_file(200, Some(190))).unwrap();
+    let job = job_for(&train, None);
+    let errors = timely::execute(timely::Config::process(2), move |worker| {
+        job.load_on(worker).err()
+    })
+    .unwrap()
+    .join()
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect::<Vec<_>>();
+    let expected = format!("{}:190:5: bad feature value 'x'", train.display());
+    assert_eq!(errors, vec![Some(expected.clone()), Some(expected)]);
 }

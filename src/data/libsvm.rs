@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use super::partition::{RowFilter, Side};
+use super::source::{line_of, open_at_line, open_error, Part};
 use super::Dataset;
 
 /// An error in a data file, with its location.
@@ -89,11 +90,11 @@ pub fn read_libsvm(
         column: 0,
         message: format!("cannot open: {e}"),
     })?;
-    parse_libsvm(BufReader::new(file), path, opts, filter)
+    parse_libsvm(BufReader::with_capacity(1 << 16, file), path, opts, filter)
 }
 
 /// The number of data rows of `path` (lines with anything before a `#`), as [`read_libsvm`]
-/// numbers them: what an ordered split needs before reading.
+/// numbers them.
 pub fn count_rows(path: &Path) -> Result<usize, DataError> {
     let err = |line: usize, message: String| DataError {
         file: path.to_path_buf(),
@@ -125,140 +126,124 @@ pub fn parse_libsvm<R: BufRead>(
     opts: &LibsvmOptions,
     filter: &RowFilter,
 ) -> Result<Split, DataError> {
-    let declared = opts.dim.unwrap_or(u32::MAX);
+    let mut parser = LineParser::new(opts);
     let mut split = Split {
-        train: Dataset::new(declared),
-        test: Dataset::new(declared),
+        train: Dataset::new(parser.declared),
+        test: Dataset::new(parser.declared),
         total_rows: 0,
         ignored_features: 0,
     };
     let mut max_index: Option<u32> = None;
-    let mut line = String::new();
-    let mut line_no = 0usize;
-    let mut keys: Vec<u32> = Vec::new();
-    let mut vals: Vec<f32> = Vec::new();
-    let err = |line: usize, column: usize, message: String| DataError {
-        file: name.to_path_buf(),
-        line,
-        column,
-        message,
-    };
+    let (mut line, mut line_no) = (Vec::new(), 0usize);
     loop {
         line.clear();
-        let n = reader
-            .read_line(&mut line)
-            .map_err(|e| err(line_no + 1, 0, format!("read error: {e}")))?;
+        let n = reader.read_until(b'\n', &mut line).map_err(|e| DataError {
+            file: name.to_path_buf(),
+            line: line_no + 1,
+            column: 0,
+            message: format!("read error: {e}"),
+        })?;
         if n == 0 {
             break;
         }
         line_no += 1;
-        let content = match line.find('#') {
-            Some(p) => &line[..p],
-            None => &line[..],
+        let label = match parser.parse(&line) {
+            Ok(Some(label)) => label,
+            Ok(None) => continue,
+            Err((column, message)) => {
+                return Err(DataError {
+                    file: name.to_path_buf(),
+                    line: line_no,
+                    column,
+                    message,
+                })
+            }
         };
-        let mut tokens = Tokens {
-            text: content,
-            pos: 0,
-        };
-        let Some((col, label_tok)) = tokens.next() else {
-            continue;
-        };
-        let label: f32 = label_tok
-            .parse()
-            .map_err(|_| err(line_no, col, format!("bad label '{label_tok}'")))?;
-        if !label.is_finite() {
-            return Err(err(
-                line_no,
-                col,
-                format!("label '{label_tok}' is not finite"),
-            ));
-        }
-        keys.clear();
-        vals.clear();
-        let mut prev: Option<u64> = None; // the previous index, kept or ignored
-        for (col, tok) in tokens {
-            let Some(colon) = tok.find(':') else {
-                return Err(err(
-                    line_no,
-                    col,
-                    format!("expected index:value, found '{tok}'"),
-                ));
-            };
-            let (idx_s, val_s) = (&tok[..colon], &tok[colon + 1..]);
-            if idx_s == "qid" {
-                continue;
-            }
-            let raw: u64 = idx_s
-                .parse()
-                .map_err(|_| err(line_no, col, format!("bad feature index '{idx_s}'")))?;
-            let index = if opts.zero_based {
-                raw
-            } else if raw == 0 {
-                return Err(err(
-                    line_no,
-                    col,
-                    "feature index 0 in a 1-based file (set zero_based = true)".into(),
-                ));
-            } else {
-                raw - 1
-            };
-            if let Some(prev) = prev {
-                if index == prev {
-                    return Err(err(line_no, col, format!("repeated feature index {raw}")));
-                }
-                if index < prev {
-                    return Err(err(
-                        line_no,
-                        col,
-                        format!("feature index {raw} is not increasing"),
-                    ));
-                }
-            }
-            prev = Some(index);
-            let beyond = index >= declared as u64;
-            if beyond && !opts.ignore_beyond_dim {
-                return Err(err(
-                    line_no,
-                    col,
-                    format!("feature index {raw} is beyond the declared dimension {declared}"),
-                ));
-            }
-            let value: f32 = val_s.parse().map_err(|_| {
-                err(
-                    line_no,
-                    col + colon + 1,
-                    format!("bad feature value '{val_s}'"),
-                )
-            })?;
-            if !value.is_finite() {
-                return Err(err(
-                    line_no,
-                    col + colon + 1,
-                    format!("feature value '{val_s}' is not finite"),
-                ));
-            }
-            if beyond {
-                split.ignored_features += 1;
-            } else {
-                keys.push(index as u32);
-                vals.push(value);
-            }
-        }
-        if let Some(&last) = keys.last() {
+        if let Some(&last) = parser.keys.last() {
             max_index = Some(max_index.map_or(last, |m| m.max(last)));
         }
         let row = split.total_rows;
         split.total_rows += 1;
         match filter.side(row) {
-            Some(Side::Train) => split.train.push_row_unchecked(&keys, &vals, label),
-            Some(Side::Test) => split.test.push_row_unchecked(&keys, &vals, label),
+            Some(Side::Train) => split
+                .train
+                .push_row_unchecked(&parser.keys, &parser.vals, label),
+            Some(Side::Test) => split
+                .test
+                .push_row_unchecked(&parser.keys, &parser.vals, label),
             None => {}
         }
     }
+    split.ignored_features = parser.ignored;
     let dim = opts.dim.unwrap_or_else(|| max_index.map_or(0, |m| m + 1));
     split.train.dim = dim;
     split.test.dim = dim;
     Ok(split)
+}
+
+/// The rows of one worker's part of a LibSVM file, before the split.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PartRows {
+    /// The rows that start in the part's byte range, in file order; `dim` is the declared
+    /// dimension, or one past the part's largest index.
+    pub data: Dataset,
+    /// Features at or beyond the declared dimension that were ignored, with
+    /// `ignore_beyond_dim`.
+    pub ignored_features: u64,
+}
+
+/// Reads the rows of `path` that start in `part`'s byte range ([`super::source`]): each
+/// worker parses only its share of the file. Row numbers, the split and the dimension need
+/// every part's row count and largest index, which the caller combines.
+pub fn read_libsvm_part(
+    path: &Path,
+    opts: &LibsvmOptions,
+    part: Part,
+) -> Result<PartRows, DataError> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| open_error(path, e))?
+        .len();
+    let (start, end) = part.range(size);
+    let (mut reader, first) = open_at_line(path, start)?;
+    let mut parser = LineParser::new(opts);
+    let mut data = Dataset::new(parser.declared);
+    // A guess from the bytes, to grow the arrays rarely: ~8 bytes per feature.
+    data.reserve(0, ((end - start) / 8) as usize);
+    let (mut line, mut offset, mut lines) = (Vec::new(), first, 0usize);
+    let mut max_index: Option<u32> = None;
+    while offset < end {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| open_error(path, e))?;
+        if n == 0 {
+            break;
+        }
+        match parser.parse(&line) {
+            Ok(Some(label)) => {
+                if let Some(&last) = parser.keys.last() {
+                    max_index = Some(max_index.map_or(last, |m| m.max(last)));
+                }
+                data.push_row_unchecked(&parser.keys, &parser.vals, label);
+            }
+            Ok(None) => {}
+            Err((column, message)) => {
+                return Err(DataError {
+                    file: path.to_path_buf(),
+                    line: line_of(path, first)? + lines,
+                    column,
+                    message,
+                })
+            }
+        }
+        offset += n as u64;
+        lines += 1;
+    }
+    data.dim = opts.dim.unwrap_or_else(|| max_index.map_or(0, |m| m + 1));
+    Ok(PartRows {
+        data,
+        ignored_features: parser.ignored,
+    })
 }
 
 impl Dataset {
@@ -272,16 +257,166 @@ impl Dataset {
     }
 }
 
+/// Parses lines into a label and the row's features (`keys`, `vals`), on bytes: no UTF-8
+/// pass, no allocation per line.
+struct LineParser<'o> {
+    opts: &'o LibsvmOptions,
+    declared: u32,
+    keys: Vec<u32>,
+    vals: Vec<f32>,
+    /// Features ignored so far (beyond the declared dimension).
+    ignored: u64,
+}
+
+/// An error in a line: its 1-based column and what is wrong.
+type LineError = (usize, String);
+
+impl<'o> LineParser<'o> {
+    fn new(opts: &'o LibsvmOptions) -> Self {
+        LineParser {
+            opts,
+            declared: opts.dim.unwrap_or(u32::MAX),
+            keys: Vec::new(),
+            vals: Vec::new(),
+            ignored: 0,
+        }
+    }
+
+    /// The label of `line` with its features in `keys`/`vals`; `None` for a line with nothing
+    /// before its `#`.
+    fn parse(&mut self, line: &[u8]) -> Result<Option<f32>, LineError> {
+        let content = match memchr::memchr(b'#', line) {
+            Some(p) => &line[..p],
+            None => line,
+        };
+        let mut tokens = Tokens {
+            text: content,
+            pos: 0,
+        };
+        let Some((col, label_tok)) = tokens.next() else {
+            return Ok(None);
+        };
+        let label = parse_f32(label_tok)
+            .ok_or_else(|| (col, format!("bad label '{}'", show(label_tok))))?;
+        if !label.is_finite() {
+            return Err((col, format!("label '{}' is not finite", show(label_tok))));
+        }
+        self.keys.clear();
+        self.vals.clear();
+        let declared = self.declared as u64;
+        let mut prev: Option<u64> = None; // the previous index, kept or ignored
+        for (col, tok) in tokens {
+            // The common token, up to 19 digits and a colon, in one pass; anything else
+            // (qid, a sign, an overflow, an error) takes the general path.
+            let (mut raw, mut colon) = (0u64, 0usize);
+            while colon < tok.len().min(19) && tok[colon].is_ascii_digit() {
+                raw = raw * 10 + (tok[colon] - b'0') as u64;
+                colon += 1;
+            }
+            if colon == 0 || tok.get(colon) != Some(&b':') {
+                colon = memchr::memchr(b':', tok)
+                    .ok_or_else(|| (col, format!("expected index:value, found '{}'", show(tok))))?;
+                let idx_s = &tok[..colon];
+                if idx_s == b"qid" {
+                    continue;
+                }
+                raw = parse_u64(idx_s)
+                    .ok_or_else(|| (col, format!("bad feature index '{}'", show(idx_s))))?;
+            }
+            let val_s = &tok[colon + 1..];
+            let index = if self.opts.zero_based {
+                raw
+            } else if raw == 0 {
+                return Err((
+                    col,
+                    "feature index 0 in a 1-based file (set zero_based = true)".into(),
+                ));
+            } else {
+                raw - 1
+            };
+            if let Some(prev) = prev {
+                if index == prev {
+                    return Err((col, format!("repeated feature index {raw}")));
+                }
+                if index < prev {
+                    return Err((col, format!("feature index {raw} is not increasing")));
+                }
+            }
+            prev = Some(index);
+            let beyond = index >= declared;
+            if beyond && !self.opts.ignore_beyond_dim {
+                return Err((
+                    col,
+                    format!(
+                        "feature index {raw} is beyond the declared dimension {}",
+                        self.declared
+                    ),
+                ));
+            }
+            let value = parse_f32(val_s).ok_or_else(|| {
+                (
+                    col + colon + 1,
+                    format!("bad feature value '{}'", show(val_s)),
+                )
+            })?;
+            if !value.is_finite() {
+                return Err((
+                    col + colon + 1,
+                    format!("feature value '{}' is not finite", show(val_s)),
+                ));
+            }
+            if beyond {
+                self.ignored += 1;
+            } else {
+                self.keys.push(index as u32);
+                self.vals.push(value);
+            }
+        }
+        Ok(Some(label))
+    }
+}
+
+/// A token for an error message.
+fn show(t: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(t)
+}
+
+/// A decimal integer (an optional `+`, then digits), `None` on anything else or overflow.
+#[inline]
+fn parse_u64(t: &[u8]) -> Option<u64> {
+    let digits = t.strip_prefix(b"+").unwrap_or(t);
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add((d - b'0') as u64)
+    })
+}
+
+/// A number as Rust's `f32` parser reads it; a one-digit integer (the value of most binary
+/// features) without it.
+#[inline]
+fn parse_f32(t: &[u8]) -> Option<f32> {
+    match t {
+        [d] if d.is_ascii_digit() => Some((d - b'0') as f32),
+        _ => std::str::from_utf8(t).ok()?.parse().ok(),
+    }
+}
+
 /// Whitespace tokens of a line with their 1-based byte columns.
 struct Tokens<'a> {
-    text: &'a str,
+    text: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Iterator for Tokens<'a> {
-    type Item = (usize, &'a str);
+    type Item = (usize, &'a [u8]);
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        let bytes = self.text.as_bytes();
+        let bytes = self.text;
         while self.pos < bytes.len() && bytes[self.pos].is_ascii_whitespace() {
             self.pos += 1;
         }

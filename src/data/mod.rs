@@ -1,13 +1,16 @@
 //! Data layer: the in-memory CSR dataset, the LibSVM reader, deterministic partitioning and the
 //! synthetic generators. Knows nothing of models, codecs or the dataflow.
 
+pub mod gather;
 pub mod libsvm;
 pub mod partition;
+pub mod source;
 pub mod synth;
 pub mod table;
 
 pub use libsvm::{count_rows, read_libsvm, write_libsvm, DataError, LibsvmOptions};
 pub use partition::RowFilter;
+pub use source::Part;
 
 /// A sparse dataset in compressed sparse row form: row `i` has the features
 /// `indices[row_ptr[i]..row_ptr[i+1]]` (strictly increasing, `< dim`) with the matching `values`,

@@ -66,11 +66,21 @@ impl RowFilter {
 impl super::Dataset {
     /// The rows of `self` that `filter` gives this worker, as (train, test).
     pub fn split(&self, filter: &RowFilter) -> (super::Dataset, super::Dataset) {
+        self.split_numbered(0, filter)
+    }
+
+    /// As [`Dataset::split`], for rows numbered from `first` (a part of a file whose earlier
+    /// parts hold `first` rows).
+    pub fn split_numbered(
+        &self,
+        first: usize,
+        filter: &RowFilter,
+    ) -> (super::Dataset, super::Dataset) {
         let mut train = super::Dataset::new(self.dim);
         let mut test = super::Dataset::new(self.dim);
         for i in 0..self.rows() {
             let (k, v) = self.row(i);
-            match filter.side(i) {
+            match filter.side(first + i) {
                 Some(Side::Train) => train.push_row(k, v, self.labels[i]),
                 Some(Side::Test) => test.push_row(k, v, self.labels[i]),
                 None => {}

@@ -79,7 +79,7 @@ impl TrainPlan {
 }
 
 /// The rows one worker trains and tests on.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct WorkerData {
     /// Training rows.
     pub train: Dataset,

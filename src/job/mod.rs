@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{CodecSpec, ErrorFeedback};
+use crate::data::gather::gather;
+use crate::data::libsvm::{read_libsvm_part, PartRows};
 use crate::data::synth::{self, CtrParams, GsparParams};
 use crate::data::table::{FeatureSpec, JoinSpec, LabelSpec, TableInput, TableSpec};
-use crate::data::{count_rows, read_libsvm, Dataset, LibsvmOptions, RowFilter};
+use crate::data::{Dataset, LibsvmOptions, Part, RowFilter};
 use crate::dataflow::{TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
@@ -556,7 +558,29 @@ impl Job {
         worker: &mut timely::worker::Worker,
     ) -> Result<(WorkerData, u32, Option<String>, Vec<String>), String> {
         if self.data.format != Format::Csv {
-            let (data, dim) = self.load_worker_data(worker.index(), worker.peers())?;
+            let part = Part {
+                index: worker.index(),
+                count: worker.peers(),
+            };
+            if self.data.train.is_none() {
+                let (data, dim) = self.load_worker_data(part.index, part.count)?;
+                return Ok((data, dim, None, vec![]));
+            }
+            // Each worker parses its own byte range; the parts' summaries reach every worker.
+            let mut share = |summary: PartSummary| -> Vec<PartSummary> {
+                gather(worker, vec![(summary, 1)], |c| c)
+            };
+            let read = self.libsvm_part(part, None);
+            let summaries = share(PartSummary::of(part, &read));
+            let (mut data, dim) = self.split_libsvm(part, read, &summaries)?;
+            if self.data.test.is_some() {
+                let read = self.libsvm_part(part, Some(dim));
+                let summaries = share(PartSummary::of(part, &read));
+                first_error(&summaries)?;
+                data.test = read?.data;
+                data.ignored_test_features = summaries.iter().map(|s| s.ignored).sum();
+            }
+            let (data, dim) = self.with_intercept(data, dim);
             return Ok((data, dim, None, vec![]));
         }
         let p = crate::data::table::prepare(worker, &self.table_input())?;
@@ -568,6 +592,79 @@ impl Job {
         let (data, dim) = self.with_intercept(data, p.map.dim);
         let map = toml::to_string(&p.map).map_err(|e| format!("feature map: {e}"))?;
         Ok((data, dim, Some(map), p.notes))
+    }
+
+    /// Part `part` of the training file (`test_dim: None`) or of the test file, whose features
+    /// beyond the training dimension are ignored.
+    fn libsvm_part(&self, part: Part, test_dim: Option<u32>) -> Result<PartRows, String> {
+        let d = &self.data;
+        let (path, opts) = match test_dim {
+            None => (
+                d.train.as_ref(),
+                LibsvmOptions {
+                    zero_based: d.zero_based,
+                    dim: d.dim,
+                    ignore_beyond_dim: false,
+                },
+            ),
+            Some(dim) => (
+                d.test.as_ref(),
+                LibsvmOptions {
+                    zero_based: d.zero_based,
+                    dim: Some(dim),
+                    ignore_beyond_dim: true,
+                },
+            ),
+        };
+        let path = path.ok_or("no file to read")?;
+        read_libsvm_part(path, &opts, part).map_err(|e| e.to_string())
+    }
+
+    /// This worker's training and test rows from its part of the training file, numbered
+    /// after the rows of the parts before it, so that the split (hash or tail) is the whole
+    /// file's for any number of workers; and the dimension, the largest of every part's.
+    fn split_libsvm(
+        &self,
+        part: Part,
+        read: Result<PartRows, String>,
+        summaries: &[PartSummary],
+    ) -> Result<(WorkerData, u32), String> {
+        first_error(summaries)?;
+        let rows = read?.data;
+        let d = &self.data;
+        let dim = d
+            .dim
+            .unwrap_or_else(|| summaries.iter().map(|s| s.dim).max().unwrap_or(0));
+        let total: u64 = summaries.iter().map(|s| s.rows).sum();
+        let before: u64 = summaries
+            .iter()
+            .filter(|s| (s.part as usize) < part.index)
+            .map(|s| s.rows)
+            .sum();
+        let test_fraction = if d.test.is_some() {
+            0.0
+        } else {
+            d.test_fraction
+        };
+        let filter = RowFilter {
+            worker: 0,
+            workers: 1,
+            test_fraction,
+            seed: self.train.seed,
+            tail_from: (d.test_split == TestSplit::Tail && test_fraction > 0.0)
+                .then(|| RowFilter::tail_start(total as usize, test_fraction)),
+        };
+        let (mut train, mut test) = rows.split_numbered(before as usize, &filter);
+        train.dim = dim;
+        test.dim = dim;
+        Ok((
+            WorkerData {
+                train,
+                test,
+                ignored_test_features: 0,
+            },
+            dim,
+        ))
     }
 
     /// The intercept's key in a model of dimension `dim` (its last), if the job has one.
@@ -595,46 +692,38 @@ impl Job {
         // An ordered split needs the number of rows first.
         let tail = d.test_split == TestSplit::Tail && filter.test_fraction > 0.0;
         match &d.train {
-            Some(path) => {
-                if tail {
-                    let rows = count_rows(path).map_err(|e| e.to_string())?;
-                    filter.tail_from = Some(RowFilter::tail_start(rows, filter.test_fraction));
+            Some(_) => {
+                // Without timely workers to share the parts: this worker reads every part,
+                // as each worker would read its own, and combines them the same way.
+                let parts: Vec<Part> = (0..workers)
+                    .map(|index| Part {
+                        index,
+                        count: workers,
+                    })
+                    .collect();
+                let read: Vec<_> = parts.iter().map(|&p| self.libsvm_part(p, None)).collect();
+                let summaries: Vec<PartSummary> = parts
+                    .iter()
+                    .zip(&read)
+                    .map(|(p, r)| PartSummary::of(*p, r))
+                    .collect();
+                let (mut data, dim) =
+                    self.split_libsvm(parts[worker], read[worker].clone(), &summaries)?;
+                if d.test.is_some() {
+                    let read: Vec<_> = parts
+                        .iter()
+                        .map(|&p| self.libsvm_part(p, Some(dim)))
+                        .collect();
+                    let summaries: Vec<PartSummary> = parts
+                        .iter()
+                        .zip(&read)
+                        .map(|(p, r)| PartSummary::of(*p, r))
+                        .collect();
+                    first_error(&summaries)?;
+                    data.test = read[worker].clone()?.data;
+                    data.ignored_test_features = summaries.iter().map(|s| s.ignored).sum();
                 }
-                let opts = LibsvmOptions {
-                    zero_based: d.zero_based,
-                    dim: d.dim,
-                    ignore_beyond_dim: false,
-                };
-                let split = read_libsvm(path, &opts, &filter).map_err(|e| e.to_string())?;
-                let dim = split.train.dim;
-                // A test feature the training data never has gets no weight: it is ignored, and
-                // counted, rather than an error.
-                let (test, ignored_test_features) = match &d.test {
-                    Some(test_path) => {
-                        let opts = LibsvmOptions {
-                            zero_based: d.zero_based,
-                            dim: Some(dim),
-                            ignore_beyond_dim: true,
-                        };
-                        let only_mine = RowFilter {
-                            test_fraction: 0.0,
-                            tail_from: None,
-                            ..filter.clone()
-                        };
-                        let t =
-                            read_libsvm(test_path, &opts, &only_mine).map_err(|e| e.to_string())?;
-                        (t.train, t.ignored_features)
-                    }
-                    None => (split.test, 0),
-                };
-                Ok((
-                    WorkerData {
-                        train: split.train,
-                        test,
-                        ignored_test_features,
-                    },
-                    dim,
-                ))
+                Ok((data, dim))
             }
             None => {
                 let mut all = d.synth.generate();
@@ -708,6 +797,51 @@ fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), JobError> {
     }
     cur.insert(path[path.len() - 1].to_string(), value);
     Ok(())
+}
+
+/// What every worker needs to know of each part of a LibSVM file.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+struct PartSummary {
+    /// The part's index (summaries sort by it).
+    part: u64,
+    /// Its rows.
+    rows: u64,
+    /// One past its largest feature index (or the declared dimension).
+    dim: u32,
+    /// Its ignored features.
+    ignored: u64,
+    /// Its first error.
+    error: Option<String>,
+}
+
+impl PartSummary {
+    fn of(part: Part, read: &Result<PartRows, String>) -> PartSummary {
+        let part = part.index as u64;
+        match read {
+            Ok(p) => PartSummary {
+                part,
+                rows: p.data.rows() as u64,
+                dim: p.data.dim,
+                ignored: p.ignored_features,
+                error: None,
+            },
+            Err(e) => PartSummary {
+                part,
+                rows: 0,
+                dim: 0,
+                ignored: 0,
+                error: Some(e.clone()),
+            },
+        }
+    }
+}
+
+/// The first error in file order, which every worker reports.
+fn first_error(summaries: &[PartSummary]) -> Result<(), String> {
+    match summaries.iter().find_map(|s| s.error.clone()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

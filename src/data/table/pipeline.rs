@@ -19,16 +19,11 @@
 //! tokenised and hashed once); the stage receives one record per distinct value and its local
 //! count (a combiner), and encoding maps value ids to keys through a table.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use differential_dataflow::consolidation::consolidate;
-use differential_dataflow::input::Input;
-use differential_dataflow::VecCollection;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
-use timely::dataflow::operators::vec::Broadcast;
-use timely::dataflow::operators::{Inspect, Probe};
 use timely::worker::Worker;
 
 use super::features::{
@@ -37,6 +32,7 @@ use super::features::{
 };
 use super::read::{read_cells, Cells, Part};
 use super::spec::{TableSpec, Transform};
+use crate::data::gather::gather;
 use crate::data::partition::unit_hash;
 use crate::data::{DataError, Dataset, RowFilter};
 
@@ -74,46 +70,6 @@ pub struct Prepared {
     pub map: FeatureMap,
     /// What the user should know (skipped rows, unknown values), the same on every worker.
     pub notes: Vec<String>,
-}
-
-/// Runs a differential dataflow over `local` updates on every worker and returns its output,
-/// which every worker receives whole (consolidated, positive records, sorted).
-fn gather<K, O>(
-    worker: &mut Worker,
-    local: Vec<(K, isize)>,
-    logic: impl for<'s> FnOnce(VecCollection<'s, u64, K, isize>) -> VecCollection<'s, u64, O, isize>,
-) -> Vec<O>
-where
-    K: differential_dataflow::ExchangeData,
-    O: differential_dataflow::ExchangeData,
-{
-    let out: Rc<RefCell<Vec<(O, isize)>>> = Rc::default();
-    let sink = out.clone();
-    let (mut input, probe) = worker.dataflow::<u64, _, _>(|scope| {
-        let (input, collection) = scope.new_collection::<K, isize>();
-        let (probe, _) = logic(collection)
-            .inner
-            .broadcast()
-            .inspect(move |(o, _, r)| sink.borrow_mut().push((o.clone(), *r)))
-            .probe();
-        (input, probe)
-    });
-    for (k, r) in local {
-        input.update(k, r);
-    }
-    input.advance_to(1);
-    input.flush();
-    worker.step_while(|| probe.less_than(input.time()));
-    drop(input);
-    while worker.has_dataflows() {
-        worker.step();
-    }
-    let mut v = std::mem::take(&mut *out.borrow_mut());
-    consolidate(&mut v);
-    v.into_iter()
-        .filter(|(_, r)| *r > 0)
-        .map(|(o, _)| o)
-        .collect()
 }
 
 /// A worker's parts: training cells and labels, test cells and labels, dimension tables.

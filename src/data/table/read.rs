@@ -1,34 +1,20 @@
 //! Reading a worker's part of a CSV file.
 //!
-//! A plain file is cut into `W` byte ranges; worker `i` reads the records that *start* in its
-//! range (it skips the partial line at its range's start and reads past its end to finish its
-//! last record), as Hadoop's text input does. No worker parses the whole file. A gzip or zstd
-//! file cannot be cut: every worker decompresses it and parses every `W`-th record. Either way,
+//! A plain file is cut into byte ranges ([`crate::data::source`]): a worker reads the records
+//! that start in its range, and no worker parses the whole file. A gzip or zstd file cannot be
+//! cut: every worker decompresses it and parses every `W`-th record. Either way,
 //! a record's id is its byte offset in the (decompressed) file: unique, in file order, and the
 //! same for any number of workers. Quoted fields may not contain line breaks in a plain file
 //! read by several workers (a cut could fall inside one).
 //!
 //! Cells are kept in one text arena per part: no allocation per cell.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub use crate::data::source::Part;
+use crate::data::source::{compression, line_of, open_at_line, open_error, open_stream};
 use crate::data::DataError;
-
-/// Which part of a file a worker reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Part {
-    /// This worker's index.
-    pub index: usize,
-    /// Number of workers.
-    pub count: usize,
-}
-
-impl Part {
-    /// The whole file.
-    pub const WHOLE: Part = Part { index: 0, count: 1 };
-}
 
 /// The selected columns of a worker's records, in one text arena.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -87,58 +73,6 @@ impl Cells {
             column: self.positions[col],
             message: format!("column '{}': {message}", self.names[col]),
         }
-    }
-}
-
-fn open_error(path: &Path, e: impl std::fmt::Display) -> DataError {
-    DataError {
-        file: path.to_path_buf(),
-        line: 0,
-        column: 0,
-        message: format!("cannot read: {e}"),
-    }
-}
-
-/// Whether `path` is gzip or zstd (by its first bytes).
-fn compression(path: &Path) -> Result<Option<&'static str>, DataError> {
-    let mut magic = [0u8; 4];
-    let mut f = File::open(path).map_err(|e| open_error(path, e))?;
-    let n = f.read(&mut magic).map_err(|e| open_error(path, e))?;
-    Ok(match &magic[..n] {
-        [0x1f, 0x8b, ..] => Some("gzip"),
-        [0x28, 0xb5, 0x2f, 0xfd] => Some("zstd"),
-        _ => None,
-    })
-}
-
-/// The file's bytes from the start, decompressed.
-fn open_stream(path: &Path) -> Result<Box<dyn BufRead>, DataError> {
-    let file = File::open(path).map_err(|e| open_error(path, e))?;
-    let raw = BufReader::with_capacity(1 << 16, file);
-    Ok(match compression(path)? {
-        Some("gzip") => Box::new(BufReader::with_capacity(
-            1 << 16,
-            flate2::bufread::MultiGzDecoder::new(raw),
-        )),
-        Some(_) => Box::new(BufReader::with_capacity(
-            1 << 16,
-            ruzstd::decoding::StreamingDecoder::new(raw).map_err(|e| open_error(path, e))?,
-        )),
-        None => Box::new(raw),
-    })
-}
-
-/// The 1-based line on which byte `offset` of the (decompressed) file lies.
-fn line_of(path: &Path, offset: u64) -> Result<usize, DataError> {
-    let mut stream = open_stream(path)?.take(offset);
-    let mut buf = [0u8; 1 << 16];
-    let mut lines = 1;
-    loop {
-        let n = stream.read(&mut buf).map_err(|e| open_error(path, e))?;
-        if n == 0 {
-            return Ok(lines);
-        }
-        lines += buf[..n].iter().filter(|&&b| b == b'\n').count();
     }
 }
 
@@ -270,25 +204,10 @@ pub fn read_cells(
     let size = std::fs::metadata(path)
         .map_err(|e| open_error(path, e))?
         .len();
-    let (start, end) = (
-        size * part.index as u64 / part.count as u64,
-        size * (part.index as u64 + 1) / part.count as u64,
-    );
+    let (start, end) = part.range(size);
     // The selected cells take at most the range's bytes.
     cells.text.reserve((end - start) as usize);
-    let mut file =
-        BufReader::with_capacity(1 << 16, File::open(path).map_err(|e| open_error(path, e))?);
-    // Records start right after a line break; the one starting at 0 is the header.
-    let mut first = 0u64;
-    if start > 0 {
-        file.seek(SeekFrom::Start(start - 1))
-            .map_err(|e| open_error(path, e))?;
-        let mut skipped = Vec::new();
-        first = start - 1
-            + file
-                .read_until(b'\n', &mut skipped)
-                .map_err(|e| open_error(path, e))? as u64;
-    }
+    let (file, first) = open_at_line(path, start)?;
     let mut r = csv_reader(file, delimiter);
     loop {
         if !r
