@@ -10,9 +10,11 @@ use std::path::Path;
 use gradflow::codec::{build_codec, Codec, CodecSpec, CODEC_NAMES};
 use gradflow::data::libsvm::{parse_libsvm, LibsvmOptions};
 use gradflow::data::partition::RowFilter;
+use gradflow::data::table::{encode_file, parse_rows, FeatureMap};
 use gradflow::exchange::pull::Request;
 use gradflow::exchange::{read_f32s, Aggregator, Envelope, PULL_REQUEST};
 use gradflow::job::Job;
+use gradflow::model::file::ModelFile;
 use gradflow::sparse::SparseGrad;
 
 /// Dimension the envelope target's receiver expects.
@@ -124,5 +126,78 @@ pub fn job(data: &[u8]) {
         let _ = job.describe_exchange();
         let _ = job.memory();
         assert!(job.rounds_per_epoch() >= 1);
+    }
+}
+
+/// The feature map the table target encodes with: every kind of feature (categorical,
+/// standardised and bucketised numbers, date parts, a cross), a vocabulary with "other" keys.
+pub const TABLE_MAP: &str = r#"
+dim = 0
+numeric = [{ count = 4, mean = 1.0, std = 2.0, edges = [] }, { count = 4, mean = 0.0, std = 1.0, edges = [0.5, 2.0] }]
+vocabulary = [["a", "b"], ["1", "2"], ["0", "3"], ["0", "1", "2"], ["a\u001f1"]]
+
+[spec]
+delimiter = ","
+missing = ["", "NA"]
+
+[spec.label]
+column = "y"
+above = 0.5
+
+[spec.features]
+categorical = ["c"]
+numeric = [{ column = "x", transform = "standardize" }, { column = "z", transform = "bucket", buckets = 3 }]
+datetime = [{ column = "t", parts = ["month", "dow"] }]
+crosses = [["c", "t.month"]]
+min_count = 2
+"#;
+
+thread_local! {
+    static TABLE: (tempfile::TempDir, FeatureMap) = {
+        let mut map: FeatureMap = toml::from_str(TABLE_MAP).expect("the fuzz map parses");
+        map = FeatureMap::new(map.spec, map.numeric, map.vocabulary);
+        (tempfile::tempdir().expect("a temporary directory"), map)
+    };
+}
+
+/// A CSV table read and encoded through a feature map, as `predict` does; the rows it accepts
+/// have sorted keys below the map's dimension and finite values.
+pub fn table(data: &[u8]) {
+    TABLE.with(|(dir, map)| {
+        let path = dir.path().join("fuzz.csv");
+        std::fs::write(&path, data).expect("write the input");
+        if let Ok(e) = encode_file(map, &path, Some("c")) {
+            let d = &e.data;
+            assert_eq!(d.row_ptr.len(), d.labels.len() + 1);
+            assert_eq!(e.ids.len(), d.rows());
+            for r in 0..d.rows() {
+                let (k, v) = d.row(r);
+                assert!(k.windows(2).all(|w| w[0] < w[1]) && k.iter().all(|&k| k < map.dim));
+                assert!(v.iter().all(|v| v.is_finite()), "non-finite feature");
+            }
+        }
+    })
+}
+
+/// A model file, then its feature map if it has one.
+pub fn model_file(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(m) = ModelFile::parse(text) {
+        assert!(m.intercept.is_none_or(|k| (k as usize) < m.weights.len()));
+        if let Some(f) = &m.features {
+            let _ = toml::from_str::<FeatureMap>(f);
+        }
+    }
+}
+
+/// A prepared rows file (`data prepare`'s binary output).
+pub fn rows_file(data: &[u8]) {
+    if let Ok((dim, rows)) = parse_rows(data, Path::new("fuzz.bin")) {
+        for r in rows {
+            assert_eq!(r.keys.len(), r.values.len());
+            assert!(r.keys.windows(2).all(|w| w[0] < w[1]) && r.keys.iter().all(|&k| k < dim));
+        }
     }
 }

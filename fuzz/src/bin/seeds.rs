@@ -6,8 +6,11 @@ use std::fs;
 use std::path::Path;
 
 use gradflow::codec::{build_codec, CodecSpec, EncodeContext, CODEC_NAMES};
+use gradflow::data::table::{write_rows, FeatureMap, PreparedRow};
 use gradflow::exchange::pull::Request;
 use gradflow::exchange::{write_f32s, Envelope, DATA, PULL_REQUEST};
+use gradflow::model::file::ModelFile;
+use gradflow::model::Loss;
 
 /// Parameter sets per codec besides the defaults, as TOML inline-table fields.
 fn variants(name: &str) -> &'static [&'static str] {
@@ -177,5 +180,60 @@ fn main() {
             }
         }
     }
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files", CODEC_NAMES.len());
+    // Tables in the fuzz map's columns: quoting, missing values, CRLF, a date with a time.
+    let tables = [
+        "y,c,x,z,t\n1,a,0.5,3,2013-01-05\n0,b,NA,,2013-02-28T23:15\n",
+        "t,z,x,c,y\r\n2024-02-29 07:00,1e3,-2,\"a, quoted\",1\r\n2020-12-31,0,0,b,0\r\n",
+        "y,c,x,z,t,extra\n1,zz,1,1,2001-01-01,q\n",
+    ];
+    for (i, text) in tables.iter().enumerate() {
+        write(&root.join("table"), &format!("t{i}"), text.as_bytes());
+    }
+    // Model files: v1, v2 with an intercept, v2 with the fuzz map as its features.
+    let dir = tempfile::tempdir().unwrap();
+    let map: FeatureMap = toml::from_str(gradflow_fuzz::TABLE_MAP).unwrap();
+    for (i, (intercept, features)) in [(None, None), (Some(2), None), (Some(3), Some(map))]
+        .into_iter()
+        .enumerate()
+    {
+        let m = ModelFile {
+            loss: Loss::Logistic,
+            weights: vec![0.5, -1.0, 0.0, 2.0],
+            intercept,
+            features: features.map(|f| toml::to_string(&f).unwrap()),
+        };
+        let p = dir.path().join("m.txt");
+        m.save(&p).unwrap();
+        write(
+            &root.join("model_file"),
+            &format!("m{i}"),
+            &fs::read(&p).unwrap(),
+        );
+    }
+    write(
+        &root.join("model_file"),
+        "v1",
+        b"# gradflow model v1\nloss logistic\ndim 3\n0 0.5\n2 -1\n",
+    );
+    // A rows file.
+    let rows = vec![
+        PreparedRow {
+            id: 7,
+            test: false,
+            label: 1.0,
+            keys: vec![0, 5],
+            values: vec![1.0, -2.5],
+        },
+        PreparedRow {
+            id: 90,
+            test: true,
+            label: -1.0,
+            keys: vec![],
+            values: vec![],
+        },
+    ];
+    let p = dir.path().join("r.bin");
+    write_rows(&p, 6, &rows).unwrap();
+    write(&root.join("rows_file"), "r0", &fs::read(&p).unwrap());
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 4 model files, 1 rows file", CODEC_NAMES.len());
 }

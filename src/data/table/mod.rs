@@ -14,4 +14,4 @@ pub use spec::{
 };
 
 pub mod rows;
-pub use rows::{read_rows, write_rows, PreparedRow};
+pub use rows::{parse_rows, read_rows, write_rows, PreparedRow};

@@ -51,6 +51,11 @@ pub fn write_rows(path: &Path, dim: u32, rows: &[PreparedRow]) -> std::io::Resul
 /// bytes that remain, and every key against `dim`.
 pub fn read_rows(path: &Path) -> Result<(u32, Vec<PreparedRow>), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_rows(&bytes, path)
+}
+
+/// Parses the bytes of a rows file; `path` names it in errors.
+pub fn parse_rows(bytes: &[u8], path: &Path) -> Result<(u32, Vec<PreparedRow>), String> {
     let err = |at: usize, m: &str| format!("{}: byte {at}: {m}", path.display());
     let mut at = 0usize;
     let mut take = |n: usize| -> Result<&[u8], String> {
