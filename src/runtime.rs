@@ -176,13 +176,20 @@ pub fn run_job(
         move |worker| -> WorkerResult {
             w.register_worker(worker);
             let index = worker.index();
-            let (data, dim, features, data_notes) = match job.load_on(worker) {
+            let started = std::time::Instant::now();
+            let (data, dim, features, mut data_notes) = match job.load_on(worker) {
                 Ok(x) => x,
                 Err(e) => {
                     sup.fail(e.clone());
                     return Err(e);
                 }
             };
+            data_notes.push(format!(
+                "data: read and prepared in {:.2} s ({} training and {} test rows on worker {index})",
+                started.elapsed().as_secs_f64(),
+                data.train.rows(),
+                data.test.rows()
+            ));
             let plan = job.plan(dim, threads);
             let mut notes = data_notes;
             if data.ignored_test_features > 0 {

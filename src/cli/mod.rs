@@ -40,7 +40,8 @@ enum Command {
     /// Run a benchmark suite: every cell (codec x exchange x processes x link x model) as a real
     /// cluster, over emulated links when root; writes results.csv and summary.md.
     Bench(bench::BenchArgs),
-    /// Evaluate a saved model on a LibSVM file and write its predictions.
+    /// Score a saved model on a LibSVM file or a raw CSV table (through its feature map) and write
+    /// its predictions.
     Predict(PredictArgs),
     /// Dataset utilities.
     #[command(subcommand)]
