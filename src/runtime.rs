@@ -121,6 +121,8 @@ pub struct RunOutcome {
     pub notes: Vec<String>,
     /// The feature map of a table job (TOML), for the model file.
     pub features: Option<String>,
+    /// Worker 0's time to read and prepare its data, and its rows, for people.
+    pub loaded: String,
 }
 
 /// Builds the observer worker 0 calls for each metrics row.
@@ -142,6 +144,8 @@ struct WorkerReport {
     notes: Vec<String>,
     /// The feature map (TOML) of a table job.
     features: Option<String>,
+    /// How long reading and preparing the data took, for people.
+    loaded: String,
 }
 
 type WorkerResult = Result<WorkerReport, String>;
@@ -177,19 +181,19 @@ pub fn run_job(
             w.register_worker(worker);
             let index = worker.index();
             let started = std::time::Instant::now();
-            let (data, dim, features, mut data_notes) = match job.load_on(worker) {
+            let (data, dim, features, data_notes) = match job.load_on(worker) {
                 Ok(x) => x,
                 Err(e) => {
                     sup.fail(e.clone());
                     return Err(e);
                 }
             };
-            data_notes.push(format!(
+            let loaded = format!(
                 "data: read and prepared in {:.2} s ({} training and {} test rows on worker {index})",
                 started.elapsed().as_secs_f64(),
                 data.train.rows(),
                 data.test.rows()
-            ));
+            );
             let plan = job.plan(dim, threads);
             let mut notes = data_notes;
             if data.ignored_test_features > 0 {
@@ -229,6 +233,7 @@ pub fn run_job(
                 first,
                 notes,
                 features,
+                loaded,
             })
         },
     )?;
@@ -271,6 +276,7 @@ pub fn run_job(
                     outcome.plan = Some(plan);
                     outcome.notes = report.notes;
                     outcome.features = report.features;
+                    outcome.loaded = report.loaded;
                 }
             }
             Ok(Err(e)) => return Err(supervisor.message().unwrap_or(e)),

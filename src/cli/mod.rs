@@ -598,6 +598,9 @@ fn train(a: TrainArgs) -> Result<(), String> {
         for note in &outcome.notes {
             eprintln!("note: {note}");
         }
+        if !quiet {
+            println!("{}", outcome.loaded);
+        }
         let plan = outcome.plan.as_ref().ok_or("worker 0 returned no plan")?;
         if let Some(path) = &job.output.metrics {
             write_csv(path, &outcome.rows).map_err(|e| format!("{}: {e}", path.display()))?;
