@@ -133,51 +133,26 @@ pub fn parse_libsvm<R: BufRead>(
         total_rows: 0,
         ignored_features: 0,
     };
-    let mut max_index: Option<u32> = None;
-    let (mut line, mut line_no) = (Vec::new(), 0usize);
-    loop {
-        line.clear();
-        let n = reader.read_until(b'\n', &mut line).map_err(|e| DataError {
-            file: name.to_path_buf(),
-            line: line_no + 1,
-            column: 0,
-            message: format!("read error: {e}"),
-        })?;
-        if n == 0 {
-            break;
-        }
-        line_no += 1;
-        let label = match parser.parse(&line) {
-            Ok(Some(label)) => label,
-            Ok(None) => continue,
-            Err((column, message)) => {
-                return Err(DataError {
-                    file: name.to_path_buf(),
-                    line: line_no,
-                    column,
-                    message,
-                })
-            }
-        };
-        if let Some(&last) = parser.keys.last() {
-            max_index = Some(max_index.map_or(last, |m| m.max(last)));
-        }
+    let parsed = parser.lines(&mut reader, u64::MAX, |p, label| {
         let row = split.total_rows;
         split.total_rows += 1;
         match filter.side(row) {
-            Some(Side::Train) => split
-                .train
-                .push_row_unchecked(&parser.keys, &parser.vals, label),
-            Some(Side::Test) => split
-                .test
-                .push_row_unchecked(&parser.keys, &parser.vals, label),
+            Some(Side::Train) => split.train.push_row_unchecked(&p.keys, &p.vals, label),
+            Some(Side::Test) => split.test.push_row_unchecked(&p.keys, &p.vals, label),
             None => {}
         }
+    });
+    if let Err((line, column, message)) = parsed {
+        return Err(DataError {
+            file: name.to_path_buf(),
+            line: line + 1,
+            column,
+            message,
+        });
     }
     split.ignored_features = parser.ignored;
-    let dim = opts.dim.unwrap_or_else(|| max_index.map_or(0, |m| m + 1));
-    split.train.dim = dim;
-    split.test.dim = dim;
+    split.train.dim = parser.dim();
+    split.test.dim = parser.dim();
     Ok(split)
 }
 
@@ -209,37 +184,19 @@ pub fn read_libsvm_part(
     let mut data = Dataset::new(parser.declared);
     // A guess from the bytes, to grow the arrays rarely: ~8 bytes per feature.
     data.reserve(0, ((end - start) / 8) as usize);
-    let (mut line, mut offset, mut lines) = (Vec::new(), first, 0usize);
-    let mut max_index: Option<u32> = None;
-    while offset < end {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| open_error(path, e))?;
-        if n == 0 {
-            break;
-        }
-        match parser.parse(&line) {
-            Ok(Some(label)) => {
-                if let Some(&last) = parser.keys.last() {
-                    max_index = Some(max_index.map_or(last, |m| m.max(last)));
-                }
-                data.push_row_unchecked(&parser.keys, &parser.vals, label);
-            }
-            Ok(None) => {}
-            Err((column, message)) => {
-                return Err(DataError {
-                    file: path.to_path_buf(),
-                    line: line_of(path, first)? + lines,
-                    column,
-                    message,
-                })
-            }
-        }
-        offset += n as u64;
-        lines += 1;
+    let parsed = parser.lines(&mut reader, end.saturating_sub(first), |p, label| {
+        data.push_row_unchecked(&p.keys, &p.vals, label)
+    });
+    if let Err((line, column, message)) = parsed {
+        // Only an error pays for counting the lines before the part.
+        return Err(DataError {
+            file: path.to_path_buf(),
+            line: line_of(path, first)? + line,
+            column,
+            message,
+        });
     }
-    data.dim = opts.dim.unwrap_or_else(|| max_index.map_or(0, |m| m + 1));
+    data.dim = parser.dim();
     Ok(PartRows {
         data,
         ignored_features: parser.ignored,
@@ -266,6 +223,8 @@ struct LineParser<'o> {
     vals: Vec<f32>,
     /// Features ignored so far (beyond the declared dimension).
     ignored: u64,
+    /// The largest index kept so far.
+    max_index: Option<u32>,
 }
 
 /// An error in a line: its 1-based column and what is wrong.
@@ -279,7 +238,49 @@ impl<'o> LineParser<'o> {
             keys: Vec::new(),
             vals: Vec::new(),
             ignored: 0,
+            max_index: None,
         }
+    }
+
+    /// The dimension: the declared one, or one past the largest index kept.
+    fn dim(&self) -> u32 {
+        self.opts
+            .dim
+            .unwrap_or_else(|| self.max_index.map_or(0, |m| m + 1))
+    }
+
+    /// Parses the lines of `reader` that start before its byte `limit`, handing each row's
+    /// label to `row` (its features are in `keys`/`vals`). An error carries the 0-based number
+    /// of its line among those read, its column and its message.
+    fn lines<R: BufRead>(
+        &mut self,
+        reader: &mut R,
+        limit: u64,
+        mut row: impl FnMut(&Self, f32),
+    ) -> Result<(), (usize, usize, String)> {
+        let (mut line, mut offset, mut lines) = (Vec::new(), 0u64, 0usize);
+        while offset < limit {
+            line.clear();
+            let n = reader
+                .read_until(b'\n', &mut line)
+                .map_err(|e| (lines, 0, format!("read error: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            match self.parse(&line) {
+                Ok(Some(label)) => {
+                    if let Some(&last) = self.keys.last() {
+                        self.max_index = Some(self.max_index.map_or(last, |m| m.max(last)));
+                    }
+                    row(self, label);
+                }
+                Ok(None) => {}
+                Err((column, message)) => return Err((lines, column, message)),
+            }
+            offset += n as u64;
+            lines += 1;
+        }
+        Ok(())
     }
 
     /// The label of `line` with its features in `keys`/`vals`; `None` for a line with nothing
