@@ -158,14 +158,14 @@ fn same_seed_same_model_and_exchanges_agree() {
 /// batches of sparse one-hot rows, λ = 1e-6), not noise: unbiased sparsifiers and quantisers
 /// (randomk, gspar, qsgd, terngrad) rescale rare coordinates by 1/p, which Adam's per-key
 /// normalisation turns into full-size noisy steps; signSGD under Adam runs without memory (see
-/// the README); SketchML's excess is at epoch 1 and gone by epoch 3 (+0.2% / -0.1%).
+/// the README); SketchML's excess under Adam is at epoch 1 and gone by epoch 3.
 const TOLERANCES: &[(&str, f64, f64)] = &[
     ("none", 0.0, 0.0),
     ("none64", 0.0, 0.0),
     ("zipml", 0.001, 0.001),      // +0.004 / +0.000
     ("fastsgd", 0.005, 0.005),    // +0.014 / +0.224
-    ("sketchml", 0.015, 0.025),   // +0.692 / +1.256
-    ("skcompress", 0.015, 0.025), // the same numbers: the same values, coded smaller
+    ("sketchml", 0.015, 0.005),   // +0.943 / -0.023 (lazy residual under SGD; +1.256 without)
+    ("skcompress", 0.015, 0.005), // the same numbers: the same values, coded smaller
     ("gspar", 0.15, 0.02),        // +7.18 / +0.89
     ("topk", 0.012, 0.001),       // +0.603 / +0.001, with its residual
     ("randomk", 0.40, 0.09),      // +20.5 / +4.33
@@ -861,5 +861,65 @@ fn training_gradients_can_be_dumped_and_compared() {
     assert!(
         !out.status.success() && err.contains("output.gradients"),
         "{err}"
+    );
+}
+
+/// SketchML on the embedded flights table with the time split (`test_split = "tail"`: the
+/// test rows are the last 20% of the year, whose dates and date crosses training never saw).
+/// The MinMaxSketch shrinks the largest magnitudes of each group most, and by different
+/// factors for the two signs (README, SketchML notes), which moves the optimum; on this split
+/// the date features cannot absorb the shift and the test loss drifts away from uncompressed
+/// training epoch after epoch. A lazy residual returns what was shrunk. 2 workers, allgather,
+/// 1% batches, λ = 1e-6: the setting of the drift's report.
+#[test]
+fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string("jobs/quickstart.toml").unwrap();
+    let losses = |overrides: &[&str]| {
+        let out = |f: &str| format!("{:?}", dir.path().join(f).display().to_string());
+        let mut o = vec![
+            "data.test_split=\"tail\"".to_string(),
+            "model.lambda=1e-6".to_string(),
+            "train.epochs=6".to_string(),
+            "train.exchange=\"allgather\"".to_string(),
+            format!("output.metrics={}", out("m.csv")),
+            format!("output.model={}", out("model.txt")),
+        ];
+        o.extend(overrides.iter().map(|s| s.to_string()));
+        let o: Vec<&str> = o.iter().map(String::as_str).collect();
+        epoch_losses(&run_local(&job_from(&text, "quickstart.toml", &o), 2).rows)
+    };
+    let excess = |a: &[f64], reference: &[f64], from: usize| {
+        a.iter()
+            .zip(reference)
+            .skip(from)
+            .map(|(l, r)| l / r - 1.0)
+            .fold(f64::MIN, f64::max)
+    };
+    let adam = ["optimizer.kind=\"adam\"", "optimizer.lr=0.01"];
+    let sketchml = "train.compressor={name=\"sketchml\",decode=\"edge\"}";
+    let reference = losses(&[&adam[..], &["train.compressor={name=\"none\"}"]].concat());
+    // The set catches the drift: without memory, sketchml ends epochs 4-6 above uncompressed
+    // by more than 3% (measured: +3.5%, +7.6%, +6.7%; `decode = "mean"`: +5.7%, +10.7%, +11%).
+    let drifting = losses(&[&adam[..], &[sketchml, "train.memory=\"none\""]].concat());
+    assert!(
+        excess(&drifting, &reference, 3) > 0.03,
+        "no drift to catch: {drifting:?} against {reference:?}"
+    );
+    // With a lazy residual it stays within 1% from epoch 3 on (measured: at most +0.1%; the
+    // first two epochs are up to 7% above while the residuals build up).
+    let fixed = losses(&[&adam[..], &[sketchml, "train.memory=\"lazy_residual\""]].concat());
+    assert!(
+        excess(&fixed, &reference, 2) < 0.01,
+        "lazy residual: {fixed:?} against {reference:?}"
+    );
+    // Plain SGD gets the lazy residual by default, and tracks uncompressed SGD from the first
+    // epoch (measured: at most +0.05%; without memory it lags by 0.8%).
+    let sgd = ["optimizer.kind=\"sgd\"", "optimizer.lr=0.1"];
+    let reference = losses(&[&sgd[..], &["train.compressor={name=\"none\"}"]].concat());
+    let default = losses(&[&sgd[..], &["train.compressor={name=\"sketchml\"}"]].concat());
+    assert!(
+        excess(&default, &reference, 0) < 0.005,
+        "sgd: {default:?} against {reference:?}"
     );
 }

@@ -138,6 +138,13 @@ pub enum ErrorFeedback {
     /// and Adam normalises that into full-size steps: on the quickstart (Adam, lr 0.05) the test
     /// loss swings between 0.6 and 9.9 over ten epochs, against 0.6006 without feedback.
     ResidualUnlessAdam,
+    /// A lazy residual ([`crate::memory::lazy_residual`]) with plain SGD and momentum, none
+    /// with Adam: SketchML's MinMaxSketch shrinks the top buckets of each group, which hold the
+    /// frequent keys, by different factors for the two signs; that moves SGD's fixed point
+    /// (the README's SketchML notes measure it), and the residual returns what was shrunk. Under
+    /// Adam it slows the first epoch (+3% test loss on the convergence set): a job that sees the
+    /// drift (time-split data) sets `memory = "lazy_residual"` with `decode = "edge"`.
+    LazyResidualUnlessAdam,
 }
 
 /// A codec built from its job-file parameters (see [`registry`]).

@@ -120,6 +120,10 @@ impl Codec for SkCompress {
         None
     }
 
+    fn error_feedback(&self) -> super::ErrorFeedback {
+        super::ErrorFeedback::LazyResidualUnlessAdam
+    }
+
     fn encode(
         &mut self,
         keys: &[u32],

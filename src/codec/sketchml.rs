@@ -485,6 +485,10 @@ impl Codec for SketchMl {
         None
     }
 
+    fn error_feedback(&self) -> super::ErrorFeedback {
+        super::ErrorFeedback::LazyResidualUnlessAdam
+    }
+
     fn encode(
         &mut self,
         keys: &[u32],

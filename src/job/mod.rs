@@ -504,6 +504,7 @@ impl Job {
         match crate::codec::build_codec(&self.train.compressor).map(|c| c.error_feedback()) {
             Ok(ErrorFeedback::Residual) => MemorySpec::Residual,
             Ok(ErrorFeedback::ResidualUnlessAdam) if !adam => MemorySpec::Residual,
+            Ok(ErrorFeedback::LazyResidualUnlessAdam) if !adam => MemorySpec::LazyResidual,
             _ => MemorySpec::None,
         }
     }
@@ -959,6 +960,10 @@ mod tests {
         assert_eq!(memory(sign), MemorySpec::None, "with Adam");
         let sign_sgd = format!("{sign}[optimizer]\nkind = \"sgd\"\n");
         assert_eq!(memory(&sign_sgd), MemorySpec::Residual);
+        let sketchml = "[train]\ncompressor = { name = \"sketchml\" }\n";
+        assert_eq!(memory(sketchml), MemorySpec::None, "with Adam");
+        let sketchml_sgd = format!("{sketchml}[optimizer]\nkind = \"sgd\"\n");
+        assert_eq!(memory(&sketchml_sgd), MemorySpec::LazyResidual);
         let sketch = "[train]\nexchange = \"sketch\"\n";
         assert_eq!(memory(sketch), MemorySpec::Dgc { momentum: 0.9 });
         let explicit = "[train]\ncompressor = { name = \"topk\" }\nmemory = \"none\"\n";

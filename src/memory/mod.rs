@@ -9,16 +9,19 @@
 //! update(c, ĉ)                 e.g. e ← c − ĉ: what this round drops is delayed, not lost
 //! ```
 //!
-//! Memories: [`none::NoMemory`], [`residual::Residual`] (EF-SGD, Karimireddy et al. ICML'19) and
+//! Memories: [`none::NoMemory`], [`residual::Residual`] (EF-SGD, Karimireddy et al. ICML'19),
+//! [`lazy_residual::LazyResidual`] (the same residual, added back only on the gradient's keys) and
 //! [`dgc::Dgc`] (momentum correction and momentum-factor masking, Lin et al. ICLR'18; the
 //! accumulation Sketched-SGD's Algorithm 3 uses).
 //!
 //! **State cost.** `residual` keeps one dense f32 array of the model's dimension per worker
 //! (4·D bytes), `dgc` two (8·D bytes), each on lazily-zeroed pages, plus the sorted list of
 //! keys whose state is nonzero. The compensated vector covers the gradient's keys and that list,
-//! so with error feedback a message's key set grows towards every key the worker has touched.
+//! so with error feedback a message's key set grows towards every key the worker has touched;
+//! `lazy_residual` (4·D bytes, no list) keeps the gradient's key set.
 
 pub mod dgc;
+pub mod lazy_residual;
 pub mod none;
 pub mod residual;
 
@@ -50,6 +53,8 @@ pub enum MemorySpec {
     None,
     /// `e ← (g + e) − decode(encode(g + e))`.
     Residual,
+    /// `e ← (g + e) − decode(encode(g + e))` on the gradient's keys; other keys' residuals wait.
+    LazyResidual,
     /// DGC's momentum correction with momentum `momentum` and momentum-factor masking.
     Dgc {
         /// Momentum factor ρ (the paper: 0.9).
@@ -58,7 +63,7 @@ pub enum MemorySpec {
 }
 
 /// Every memory name.
-pub const MEMORY_NAMES: &[&str] = &["none", "residual", "dgc"];
+pub const MEMORY_NAMES: &[&str] = &["none", "residual", "lazy_residual", "dgc"];
 
 impl MemorySpec {
     /// The job-file name.
@@ -66,6 +71,7 @@ impl MemorySpec {
         match self {
             MemorySpec::None => "none",
             MemorySpec::Residual => "residual",
+            MemorySpec::LazyResidual => "lazy_residual",
             MemorySpec::Dgc { .. } => "dgc",
         }
     }
@@ -75,6 +81,7 @@ impl MemorySpec {
         match *self {
             MemorySpec::None => Box::new(none::NoMemory),
             MemorySpec::Residual => Box::new(residual::Residual::new(dim)),
+            MemorySpec::LazyResidual => Box::new(lazy_residual::LazyResidual::new(dim)),
             MemorySpec::Dgc { momentum } => Box::new(dgc::Dgc::new(dim, momentum)),
         }
     }
@@ -83,11 +90,14 @@ impl MemorySpec {
 impl TryFrom<toml::Value> for MemorySpec {
     type Error = String;
     fn try_from(v: toml::Value) -> Result<Self, String> {
-        let unknown = |n: &str| format!("unknown memory '{n}' (expected none, residual or dgc)");
+        let unknown = |n: &str| {
+            format!("unknown memory '{n}' (expected none, residual, lazy_residual or dgc)")
+        };
         match v {
             toml::Value::String(name) => match name.as_str() {
                 "none" => Ok(MemorySpec::None),
                 "residual" => Ok(MemorySpec::Residual),
+                "lazy_residual" => Ok(MemorySpec::LazyResidual),
                 "dgc" => Ok(MemorySpec::Dgc { momentum: 0.9 }),
                 other => Err(unknown(other)),
             },
@@ -99,6 +109,7 @@ impl TryFrom<toml::Value> for MemorySpec {
                 let spec = match name.as_str() {
                     "none" => MemorySpec::None,
                     "residual" => MemorySpec::Residual,
+                    "lazy_residual" => MemorySpec::LazyResidual,
                     "dgc" => {
                         let momentum = match t.remove("momentum") {
                             None => 0.9,
