@@ -12,7 +12,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 use gradflow::data::synth::{ctr, CtrParams};
 use gradflow::data::Dataset;
-use gradflow::dataflow::{build_training, Supervisor, WorkerData};
+use gradflow::dataflow::{build_training, Supervisor, Training, WorkerData};
 use gradflow::job::Job;
 
 fn epoch(c: &mut Criterion) {
@@ -51,14 +51,9 @@ fn epoch(c: &mut Criterion) {
                 let plan = plan.clone();
                 timely::execute_directly(move |worker| {
                     worker.dataflow::<(), _, _>(|scope| {
-                        build_training(
-                            scope,
-                            &plan,
-                            data,
-                            Supervisor::new(),
-                            None,
-                            Box::new(|_| {}),
-                        );
+                        let t =
+                            Training::new(&plan, data, Supervisor::new(), None, Box::new(|_| {}));
+                        build_training(scope, t);
                     });
                 })
             },

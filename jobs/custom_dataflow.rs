@@ -1,93 +1,50 @@
-//! A training job written as a dataflow program: the loop is assembled by hand from gradflow's
-//! operators (`gradient`, `aggregate`, `collect`), with one operator of our own spliced into
-//! the feedback edge that counts the model updates crossing it each round.
+//! A training job written as a dataflow program: the standard steps (gradient, exchange,
+//! metrics) assembled by hand, with an operator of our own on the feedback edge that logs the
+//! model changes leaving each worker, round by round.
 //!
-//!   cargo run --release --example custom_dataflow -- 2      (2 worker threads)
+//! The program is the whole `gradflow` command line with this loop in place of the standard
+//! one: threads, TCP clusters (`--processes`, `--hostfile`, the `cluster` launcher), failure
+//! supervision, bytes on the wire, the metrics CSV, the model file and `--set` overrides.
+//!
+//!   cargo run --release --example custom_dataflow -- train jobs/quickstart.toml -w 2
+//!   cargo run --release --example custom_dataflow -- cluster jobs/quickstart.toml -n 2
+//!
+//! `log_every = N` in an environment variable `CUSTOM_LOG_EVERY` (default 50) sets how often
+//! worker 0 logs; `CUSTOM_FAIL_AT = R` makes the logging operator fail at round R, to show that
+//! a failing operator of a program stops every process with its message.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::Arc;
 
-use gradflow::data::synth::{ctr, CtrParams};
-use gradflow::data::RowFilter;
-use gradflow::dataflow::{aggregate, collect, gradient, Supervisor, WorkerData, WorkerState};
+use gradflow::dataflow::{RoundStream, Training};
 use gradflow::exchange::Envelope;
-use gradflow::job::Job;
-use gradflow::metrics::epoch_line;
-use gradflow::optim::{OptimizerConfig, OptimizerKind};
-use timely::dataflow::operators::{ConnectLoop, Inspect, LoopVariable};
+use timely::dataflow::operators::{ConnectLoop, LoopVariable};
 
-fn main() {
-    let workers: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
-    let params = CtrParams {
-        rows: 20_000,
-        dim: 50_000,
-        ..CtrParams::default()
-    };
-    // The plan every worker shares: a default job with our own optimizer settings.
-    let mut job = Job {
-        optimizer: OptimizerConfig {
-            kind: OptimizerKind::Adam,
-            lr: 0.05,
-            ..Default::default()
-        },
-        ..Job::default()
-    };
-    job.train.epochs = 5;
-    job.train.seed = 3;
-    let plan = job.plan(params.dim, workers);
-    let supervisor = Supervisor::new();
-    timely::execute(timely::Config::process(workers), move |worker| {
-        let (index, peers) = (worker.index(), worker.peers());
-        // Each worker keeps its share of the generated rows, 20% held out for testing.
-        let all = ctr(&params);
-        let filter = RowFilter {
-            worker: index,
-            workers: peers,
-            test_fraction: 0.2,
-            seed: plan.seed,
-            tail_from: None,
-        };
-        let (train, test) = all.split(&filter);
-        let data = WorkerData {
-            train,
-            test,
-            ..Default::default()
-        };
-        let state = WorkerState::shared(&plan);
-        let rows = Rc::new(RefCell::new(Vec::new()));
-        let sup = supervisor.clone();
-        let plan = plan.clone();
-        worker.dataflow::<(), _, _>(|scope| {
-            scope.iterative::<u64, _, _>(|inner| {
-                let (handle, updates) = inner.loop_variable::<Vec<Envelope>>(1);
-                let (grads, stats) = gradient(updates, &plan, data, state.clone(), sup.clone(), None);
-                aggregate(grads, &plan, state.clone(), sup.clone())
-                    // Our own operator on the feedback edge: log the model changes leaving this worker.
-                    .inspect_core(move |event| {
-                        if let (0, Ok((stamp, batch))) = (index, event) {
-                            let round = stamp.iter().next().map_or(0, |t| t.inner);
-                            if round % 10 == 9 {
-                                let bytes: usize = batch.iter().map(|e| e.payload.len()).sum();
-                                println!("worker 0, round {round:>3}: {} change messages, {bytes} payload bytes", batch.len());
-                            }
-                        }
-                    })
-                    .connect_loop(handle);
-                let observer: Box<dyn FnMut(&gradflow::metrics::MetricsRow)> = Box::new(|row| {
-                    if row.kind == "epoch" {
-                        println!("{}", epoch_line(row));
+fn main() -> std::process::ExitCode {
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let log_every = env("CUSTOM_LOG_EVERY").unwrap_or(50).max(1);
+    let fail_at = env("CUSTOM_FAIL_AT");
+    gradflow::cli::main_with(Arc::new(move |scope, mut training: Training| {
+        let index = scope.index();
+        let supervisor = training.supervisor().clone();
+        scope.iterative::<u64, _, _>(|inner| {
+            let (feedback, changes) = inner.loop_variable::<Vec<Envelope>>(1);
+            let (grads, stats) = training.gradient(changes);
+            training
+                .exchange(grads)
+                // Our own operator on the feedback edge: the model changes leaving this worker.
+                .inspect_rounds(move |round, changes| {
+                    if fail_at == Some(round) {
+                        supervisor.fail(format!("custom operator: asked to fail at round {round}"));
                     }
-                });
-                collect(stats, &plan, rows.clone(), observer);
-            });
+                    if index == 0 && round % log_every == log_every - 1 {
+                        let bytes: usize = changes.iter().map(|e| e.payload.len()).sum();
+                        let n = changes.len();
+                        println!("custom: worker 0, round {round}: {n} change messages, {bytes} B");
+                    }
+                })
+                .connect_loop(feedback);
+            training.collect(stats);
         });
-        while worker.step_or_park(None) {}
-        if let Some(e) = sup.message() {
-            eprintln!("error: {e}");
-        }
-    })
-    .expect("timely runs");
+        training.handle()
+    }))
 }

@@ -27,6 +27,7 @@
 //! ```
 
 pub mod bench;
+pub mod cli;
 pub mod codec;
 pub mod data;
 pub mod dataflow;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use timely::communication::allocator::AllocatorBuilder;
 use timely::CommunicationConfig;
 
-use crate::dataflow::{build_training, Supervisor, TrainPlan};
+use crate::dataflow::{build_training, Supervisor, TrainHandle, TrainPlan, Training};
 use crate::job::Job;
 use crate::metrics::{MetricsRow, Traffic, WireBytes, WireCounters};
 
@@ -157,14 +157,40 @@ pub fn replica_digest(weights: &[f32]) -> u64 {
     })
 }
 
-/// Runs `job` as this process of `cluster`. Returns when every local worker is done, or with
-/// the first error of this process (a failed worker, a peer that disconnected, a peer that
-/// never connected within the start-up timeout).
+/// A training program: what each worker builds in its dataflow scope from its [`Training`]
+/// context. [`standard`] is the loop `gradflow train` runs; a program of one's own gets the
+/// same runtime through [`run_program`] (or the whole command line through
+/// [`crate::cli::main_with`]).
+pub type Program =
+    Arc<dyn for<'s> Fn(timely::dataflow::Scope<'s, ()>, Training) -> TrainHandle + Send + Sync>;
+
+/// The standard training loop ([`build_training`]).
+pub fn standard() -> Program {
+    Arc::new(build_training)
+}
+
+/// Runs `job` with the standard loop as this process of `cluster` (see [`run_program`]).
 pub fn run_job(
     job: &Job,
     cluster: &ClusterSpec,
     supervisor: &Supervisor,
     observer: ObserverFactory,
+) -> Result<RunOutcome, String> {
+    run_program(job, cluster, supervisor, observer, standard())
+}
+
+/// Runs `job` as this process of `cluster`, each worker building its loop with `program`:
+/// timely's threads or TCP cluster, the job's data read by every worker (its own byte ranges),
+/// bytes on the wire counted, failures supervised. Returns when every local worker is done, or
+/// with the first error of this process (a failed operator anywhere in the cluster, a worker
+/// that panicked, a peer that disconnected, a peer that never connected within the start-up
+/// timeout).
+pub fn run_program(
+    job: &Job,
+    cluster: &ClusterSpec,
+    supervisor: &Supervisor,
+    observer: ObserverFactory,
+    program: Program,
 ) -> Result<RunOutcome, String> {
     let started = Instant::now();
     let config = cluster.config()?;
@@ -209,9 +235,8 @@ pub fn run_job(
             } else {
                 Box::new(|_: &MetricsRow| {})
             };
-            let handle = worker.dataflow::<(), _, _>(|scope| {
-                build_training(scope, &plan, data, sup.clone(), Some(w.clone()), observer)
-            });
+            let training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
+            let handle = worker.dataflow::<(), _, _>(|scope| program(scope, training));
             while worker.has_dataflows() {
                 if sup.is_failed() {
                     for id in worker.installed_dataflows() {

@@ -10,11 +10,11 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use gradflow::bench::plot::plots;
-use gradflow::bench::report::{
+use crate::bench::plot::plots;
+use crate::bench::report::{
     read_metrics, result_rows, summarize, summary_markdown, CellRun, ResultRow,
 };
-use gradflow::bench::{matches, Cell, Suite};
+use crate::bench::{matches, Cell, Suite};
 
 use super::cluster::{launch, Launch};
 use super::netns::Network;

@@ -1,4 +1,7 @@
 //! Command-line interface (clap). Thin: parses arguments, calls the library, prints.
+//!
+//! In the library so that a job program gets the whole command line with its own training loop:
+//! `fn main() -> ExitCode { gradflow::cli::main_with(my_program) }` (see `jobs/`).
 
 mod bench;
 mod cluster;
@@ -12,15 +15,15 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use gradflow::codec::measure::{measure_codec, measure_keys, read_gradient, synth_gradient};
-use gradflow::codec::{build_codec, CodecSpec, CODEC_NAMES};
-use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
-use gradflow::dataflow::Supervisor;
-use gradflow::job::{Job, SynthKind, SynthSection};
-use gradflow::metrics::{epoch_line, human_bytes, write_csv, MetricsRow, SilentCodec};
-use gradflow::model::file::ModelFile;
-use gradflow::model::{margin, EvalPart, SparseGrad};
-use gradflow::runtime::{run_job, ClusterSpec, ObserverFactory};
+use crate::codec::measure::{measure_codec, measure_keys, read_gradient, synth_gradient};
+use crate::codec::{build_codec, CodecSpec, CODEC_NAMES};
+use crate::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
+use crate::dataflow::Supervisor;
+use crate::job::{Job, SynthKind, SynthSection};
+use crate::metrics::{epoch_line, human_bytes, write_csv, MetricsRow, SilentCodec};
+use crate::model::file::ModelFile;
+use crate::model::{margin, EvalPart, SparseGrad};
+use crate::runtime::{run_program, standard, ClusterSpec, ObserverFactory, Program};
 use serde::Deserialize;
 
 /// Data-parallel SGD on timely dataflow with pluggable, measured gradient exchange.
@@ -321,10 +324,34 @@ struct SynthArgs {
     out: PathBuf,
 }
 
-/// Runs a parsed command line.
-pub fn run(cli: Cli) -> Result<(), String> {
+/// The `gradflow` command: the command line with the standard training loop.
+pub fn main() -> std::process::ExitCode {
+    main_with(standard())
+}
+
+/// The `gradflow` command line with `program` as the training loop of `train`, and of the
+/// processes `cluster` and `bench` start (they run this same executable): a job program gets
+/// every command and option, clusters, supervision, metrics and model output included.
+pub fn main_with(program: Program) -> std::process::ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`gradflow ... | head`) instead of panicking on the failed write.
+    // SAFETY: restoring the default action of a signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    match run(Cli::parse(), program) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs a parsed command line, training with `program`.
+pub fn run(cli: Cli, program: Program) -> Result<(), String> {
     match cli.command {
-        Command::Train(a) => train(a),
+        Command::Train(a) => train(a, program),
         Command::Cluster(a) => cluster::run(
             &a.job,
             a.processes,
@@ -553,7 +580,7 @@ fn printer(quiet: bool) -> ObserverFactory {
                 }
                 (None, "epoch") => {
                     println!("{}", epoch_line(row));
-                    gradflow::metrics::flush_stdout();
+                    crate::metrics::flush_stdout();
                 }
                 _ => {}
             }
@@ -561,7 +588,7 @@ fn printer(quiet: bool) -> ObserverFactory {
     })
 }
 
-fn train(a: TrainArgs) -> Result<(), String> {
+fn train(a: TrainArgs, program: Program) -> Result<(), String> {
     let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
     let spec = a.place.spec();
     let supervisor = Supervisor::new();
@@ -570,7 +597,7 @@ fn train(a: TrainArgs) -> Result<(), String> {
     if !quiet {
         println!("exchange: {}", job.describe_exchange());
     }
-    let outcome = match run_job(&job, &spec, &supervisor, printer(quiet)) {
+    let outcome = match run_program(&job, &spec, &supervisor, printer(quiet), program) {
         Ok(o) => o,
         Err(e) => {
             // A process of a broken cluster may have threads stuck on dead peers: exit now.
@@ -636,7 +663,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     let data_dim = model.intercept.unwrap_or(dim);
     let (mut data, ids, labelled, ignored) = match &model.features {
         Some(text) => {
-            let map: gradflow::data::table::FeatureMap = toml::from_str(text)
+            let map: crate::data::table::FeatureMap = toml::from_str(text)
                 .map_err(|e| format!("{}: feature map: {e}", a.model.display()))?;
             if map.dim != data_dim {
                 return Err(format!(
@@ -645,7 +672,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                     map.dim
                 ));
             }
-            let e = gradflow::data::table::encode_file(&map, &a.data, a.id.as_deref())?;
+            let e = crate::data::table::encode_file(&map, &a.data, a.id.as_deref())?;
             let note = (e.unknown > 0).then(|| {
                 format!(
                     "{} values not in the training vocabulary {}",
@@ -688,7 +715,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
         .filter(|&i| !data.labels[i as usize].is_nan())
         .collect();
     if labelled && !scored.is_empty() {
-        let mut with_labels = gradflow::data::Dataset::new(data.dim);
+        let mut with_labels = crate::data::Dataset::new(data.dim);
         for &i in &scored {
             let (k, v) = data.row(i as usize);
             with_labels.push_row(k, v, data.labels[i as usize]);
@@ -723,7 +750,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
             let (k, v) = data.row(i);
             let m = margin(&model.weights, k, v);
             let p = match model.loss {
-                gradflow::model::Loss::Logistic => 1.0 / (1.0 + (-m).exp()),
+                crate::model::Loss::Logistic => 1.0 / (1.0 + (-m).exp()),
                 _ => m,
             };
             let id = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
@@ -770,7 +797,7 @@ fn data_prepare(a: PrepareArgs) -> Result<(), String> {
     let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
     let spec = a.place.spec();
     let started = std::time::Instant::now();
-    let (train, test) = gradflow::runtime::prepare_job(&job, &spec, &a.out)?;
+    let (train, test) = crate::runtime::prepare_job(&job, &spec, &a.out)?;
     println!(
         "prepared {train} training and {test} test rows on process {} in {:.2} s: {}",
         spec.process,

@@ -11,7 +11,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gradflow::bench::Link;
+use crate::bench::Link;
 
 /// Names: namespaces `gfbench0..`, host ends `gfbench0h..`, the bridge `gfbench-br`.
 const PREFIX: &str = "gfbench";

@@ -64,29 +64,145 @@ use crate::sparse::SparseGrad;
 /// The timestamp inside the training scope: `()` outside, the round inside.
 pub type RoundTime = timely::order::Product<(), u64>;
 
-/// Builds the standard training loop inside `scope` (a fresh iterative scope is created).
-/// `observer` is called on worker 0 for every finished metrics row, in order.
-pub fn build_training(
-    scope: Scope<'_, ()>,
-    plan: &TrainPlan,
-    data: WorkerData,
+/// Worker 0's callback for every finished metrics row.
+pub type Observer = Box<dyn FnMut(&MetricsRow)>;
+
+/// What one worker's training loop is built from: the plan, the worker's data, its model state,
+/// the supervisor, the wire counters and worker 0's metrics observer. A program receives one per
+/// worker from [`crate::runtime::run_program`] and assembles its loop with the steps below, in
+/// any order it likes, with operators of its own between them; [`build_training`] is the
+/// standard assembly.
+pub struct Training {
+    plan: TrainPlan,
+    data: Option<WorkerData>,
+    state: Rc<RefCell<WorkerState>>,
+    rows: Rc<RefCell<Vec<MetricsRow>>>,
     supervisor: Supervisor,
     wire: Option<WireCounters>,
-    observer: Box<dyn FnMut(&MetricsRow)>,
-) -> TrainHandle {
-    let state = WorkerState::shared(plan);
-    let rows = Rc::new(RefCell::new(Vec::new()));
+    observer: Option<Observer>,
+}
+
+impl Training {
+    /// The context of one worker: `observer` is called (on worker 0) for every finished metrics
+    /// row; `wire` counts the bytes this process's workers put on the network.
+    pub fn new(
+        plan: &TrainPlan,
+        data: WorkerData,
+        supervisor: Supervisor,
+        wire: Option<WireCounters>,
+        observer: Observer,
+    ) -> Training {
+        Training {
+            plan: plan.clone(),
+            data: Some(data),
+            state: WorkerState::shared(plan),
+            rows: Rc::new(RefCell::new(Vec::new())),
+            supervisor,
+            wire,
+            observer: Some(observer),
+        }
+    }
+
+    /// The plan every worker shares.
+    pub fn plan(&self) -> &TrainPlan {
+        &self.plan
+    }
+
+    /// The supervisor: an operator that fails calls [`Supervisor::fail`], and the run stops on
+    /// every worker and process with its message.
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    /// This worker's model state. Within round `r` the weights are the model after the changes
+    /// of round `r - 1`: the gradient step applies them before it computes round `r`'s batch.
+    pub fn state(&self) -> Rc<RefCell<WorkerState>> {
+        self.state.clone()
+    }
+
+    /// The gradient step ([`gradient`]): from the model changes on the feedback edge to this
+    /// worker's encoded gradient messages and the round statistics. Takes the worker's data, so
+    /// a loop has one.
+    ///
+    /// # Panics
+    /// When called twice on the same context.
+    #[allow(clippy::type_complexity)]
+    pub fn gradient<'s>(
+        &mut self,
+        changes: Stream<'s, RoundTime, Vec<Envelope>>,
+    ) -> (
+        Stream<'s, RoundTime, Vec<Envelope>>,
+        Stream<'s, RoundTime, Vec<RoundStats>>,
+    ) {
+        let data = self
+            .data
+            .take()
+            .expect("one gradient step per training loop");
+        let (state, sup) = (self.state.clone(), self.supervisor.clone());
+        gradient(changes, &self.plan, data, state, sup, self.wire.clone())
+    }
+
+    /// The exchange the plan names: [`aggregate`] for `sharded` and `allgather`,
+    /// [`sketch_exchange`] for `sketch`. Its output, the model changes, goes on the feedback edge.
+    pub fn exchange<'s>(
+        &self,
+        grads: Stream<'s, RoundTime, Vec<Envelope>>,
+    ) -> Stream<'s, RoundTime, Vec<Envelope>> {
+        let (state, sup) = (self.state.clone(), self.supervisor.clone());
+        match self.plan.exchange {
+            ExchangeKind::Sketch => sketch_exchange(grads, &self.plan, state, sup),
+            _ => aggregate(grads, &self.plan, state, sup),
+        }
+    }
+
+    /// The metrics ([`collect`]): round statistics to rows, handed to the observer on worker 0
+    /// and kept for the metrics CSV.
+    ///
+    /// # Panics
+    /// When called twice on the same context.
+    pub fn collect(&mut self, stats: Stream<'_, RoundTime, Vec<RoundStats>>) {
+        let observer = self.observer.take().expect("one collect per training loop");
+        collect(stats, &self.plan, self.rows.clone(), observer);
+    }
+
+    /// What the runtime reads once the dataflow is done: the model and the metrics rows.
+    pub fn handle(&self) -> TrainHandle {
+        TrainHandle {
+            state: self.state.clone(),
+            rows: self.rows.clone(),
+        }
+    }
+}
+
+/// Builds the standard training loop inside `scope` (a fresh iterative scope whose timestamp is
+/// the round): gradient, exchange, back around the feedback edge, and the metrics.
+pub fn build_training(scope: Scope<'_, ()>, mut t: Training) -> TrainHandle {
     scope.iterative::<u64, _, _>(|inner| {
         let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(1);
-        let (grads, stats) = gradient(changes, plan, data, state.clone(), supervisor.clone(), wire);
-        let next = match plan.exchange {
-            ExchangeKind::Sketch => sketch_exchange(grads, plan, state.clone(), supervisor.clone()),
-            _ => aggregate(grads, plan, state.clone(), supervisor.clone()),
-        };
-        next.connect_loop(handle);
-        collect(stats, plan, rows.clone(), observer);
+        let (grads, stats) = t.gradient(changes);
+        t.exchange(grads).connect_loop(handle);
+        t.collect(stats);
     });
-    TrainHandle { state, rows }
+    t.handle()
+}
+
+/// Operators a program adds to the training loop's streams without timely's timestamps.
+pub trait RoundStream<D> {
+    /// Calls `f(round, batch)` for every batch that passes, and passes it on unchanged.
+    fn inspect_rounds(self, f: impl FnMut(u64, &[D]) + 'static) -> Self;
+}
+
+impl<D: Clone + 'static> RoundStream<D> for Stream<'_, RoundTime, Vec<D>> {
+    fn inspect_rounds(self, mut f: impl FnMut(u64, &[D]) + 'static) -> Self {
+        use timely::dataflow::operators::Inspect;
+        self.inspect_core(move |event| {
+            if let Ok((stamp, batch)) = event {
+                for t in stamp.iter() {
+                    f(round_of(t), batch);
+                }
+            }
+        })
+    }
 }
 
 /// The shape every exchange operator shares: gather each round's envelopes (routed to their
