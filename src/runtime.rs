@@ -249,6 +249,10 @@ pub fn run_program(
             let st = handle.state.borrow();
             let first = (index == 0).then(|| {
                 let rows = std::mem::take(&mut *handle.rows.borrow_mut());
+                let plan = TrainPlan {
+                    loss: handle.loss.clone(),
+                    ..plan
+                };
                 (rows, st.weights.to_vec(), plan)
             });
             Ok(WorkerReport {

@@ -8,15 +8,18 @@ use std::time::{Duration, Instant};
 
 use gradflow::model::file::ModelFile;
 
-/// The example program's executable, which `cargo test` builds beside the test binaries.
-fn program() -> PathBuf {
+const QUICKSTART: &str = "jobs/quickstart.toml";
+
+/// An example program's executable (`jobs/NAME.rs`), which `cargo test` builds beside the test
+/// binaries.
+fn program(name: &str) -> PathBuf {
     let deps = std::env::current_exe().unwrap();
     let exe = deps
         .parent()
         .and_then(Path::parent)
         .unwrap()
         .join("examples")
-        .join("custom_dataflow");
+        .join(name);
     assert!(exe.exists(), "{} not built", exe.display());
     exe
 }
@@ -41,8 +44,8 @@ fn run(exe: &Path, args: &[String], env: &[(&str, &str)], limit: Duration) -> Ou
     child.wait_with_output().unwrap()
 }
 
-/// `cluster jobs/quickstart.toml -n 2 --epochs 1` with outputs in `dir` under `name`.
-fn cluster_args(dir: &Path, name: &str) -> Vec<String> {
+/// `cluster JOB -n 2 --epochs 1` with outputs in `dir` under `name`.
+fn cluster_args(job: &str, dir: &Path, name: &str) -> Vec<String> {
     let out = |f: &str| {
         format!(
             "{:?}",
@@ -51,7 +54,7 @@ fn cluster_args(dir: &Path, name: &str) -> Vec<String> {
     };
     [
         "cluster",
-        "jobs/quickstart.toml",
+        job,
         "-n",
         "2",
         "--epochs",
@@ -71,7 +74,12 @@ fn cluster_args(dir: &Path, name: &str) -> Vec<String> {
 fn a_program_runs_as_a_cluster_and_trains_the_standard_loops_model() {
     let dir = tempfile::tempdir().unwrap();
     let limit = Duration::from_secs(120);
-    let custom = run(&program(), &cluster_args(dir.path(), "custom"), &[], limit);
+    let custom = run(
+        &program("custom_dataflow"),
+        &cluster_args(QUICKSTART, dir.path(), "custom"),
+        &[],
+        limit,
+    );
     let stdout = String::from_utf8_lossy(&custom.stdout);
     assert!(
         custom.status.success(),
@@ -91,7 +99,7 @@ fn a_program_runs_as_a_cluster_and_trains_the_standard_loops_model() {
     // The same steps as the standard loop, plus an inspection: the same model, bit for bit.
     let standard = run(
         Path::new(env!("CARGO_BIN_EXE_gradflow")),
-        &cluster_args(dir.path(), "standard"),
+        &cluster_args(QUICKSTART, dir.path(), "standard"),
         &[],
         limit,
     );
@@ -107,8 +115,8 @@ fn a_program_runs_as_a_cluster_and_trains_the_standard_loops_model() {
 fn a_failing_operator_of_a_program_stops_every_process_with_its_message() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(
-        &program(),
-        &cluster_args(dir.path(), "failing"),
+        &program("custom_dataflow"),
+        &cluster_args(QUICKSTART, dir.path(), "failing"),
         &[("CUSTOM_FAIL_AT", "30")],
         Duration::from_secs(60),
     );
@@ -121,4 +129,59 @@ fn a_failing_operator_of_a_program_stops_every_process_with_its_message() {
             "{p}: {stderr}"
         );
     }
+}
+
+#[test]
+fn a_programs_own_loss_trains_through_the_standard_loop_and_its_name_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Duration::from_secs(120);
+    let huber = |name: &str, delta: &str| {
+        let args = cluster_args("jobs/delays.toml", dir.path(), name);
+        let out = run(&program("huber"), &args, &[("HUBER_DELTA", delta)], limit);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ModelFile::load(&dir.path().join(format!("{name}-model.txt"))).unwrap()
+    };
+    let squared = {
+        let args = cluster_args("jobs/delays.toml", dir.path(), "squared");
+        let out = run(Path::new(env!("CARGO_BIN_EXE_gradflow")), &args, &[], limit);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ModelFile::load(&dir.path().join("squared-model.txt")).unwrap()
+    };
+    // With δ beyond every residual, Huber's loss is the squared loss: the same model, bit for
+    // bit, which only holds if the program's loss drives the gradient (and nothing else does).
+    let wide = huber("wide", "1e30");
+    assert_eq!(wide.weights, squared.weights);
+    assert_eq!(
+        (wide.loss.as_str(), squared.loss.as_str()),
+        ("huber", "squared")
+    );
+    // At δ = 15 minutes the heavy tail pulls less: another model.
+    let robust = huber("robust", "15");
+    assert_ne!(robust.weights, squared.weights);
+    let metrics = std::fs::read_to_string(dir.path().join("robust-metrics.csv")).unwrap();
+    let head = metrics.lines().next().unwrap();
+    let rmse = head.split(',').position(|c| c == "test_rmse").unwrap();
+    let epoch = metrics.lines().find(|l| l.starts_with("epoch,")).unwrap();
+    let value: f64 = epoch.split(',').nth(rmse).unwrap().parse().unwrap();
+    assert!(value.is_finite() && value > 0.0, "{epoch}");
+    // `gradflow predict` cannot compute a loss it does not know, and says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .args(["predict"])
+        .arg(dir.path().join("robust-model.txt"))
+        .arg("datasets/nycflights13/flights.csv.gz")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("'huber'"),
+        "{stderr}"
+    );
 }

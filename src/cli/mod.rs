@@ -22,7 +22,7 @@ use crate::dataflow::Supervisor;
 use crate::job::{Job, SynthKind, SynthSection};
 use crate::metrics::{epoch_line, human_bytes, write_csv, MetricsRow, SilentCodec};
 use crate::model::file::ModelFile;
-use crate::model::{margin, EvalPart, SparseGrad};
+use crate::model::{margin, EvalPart, MarginLoss, SparseGrad};
 use crate::runtime::{run_program, standard, ClusterSpec, ObserverFactory, Program};
 use serde::Deserialize;
 
@@ -635,7 +635,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
         }
         if let Some(path) = &job.output.model {
             let model = ModelFile {
-                loss: plan.loss,
+                loss: plan.loss.name().to_string(),
                 weights: outcome.weights.clone().unwrap_or_default(),
                 intercept: plan.intercept,
                 features: outcome.features.clone(),
@@ -658,6 +658,9 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
 
 fn predict(a: PredictArgs) -> Result<(), String> {
     let model = ModelFile::load(&a.model)?;
+    let loss = model
+        .builtin_loss()
+        .map_err(|e| format!("{}: {e}", a.model.display()))?;
     let dim = model.weights.len() as u32;
     // The data's own features lie below the intercept's key (the model's last).
     let data_dim = model.intercept.unwrap_or(dim);
@@ -720,8 +723,8 @@ fn predict(a: PredictArgs) -> Result<(), String> {
             let (k, v) = data.row(i as usize);
             with_labels.push_row(k, v, data.labels[i as usize]);
         }
-        let part = EvalPart::evaluate(&with_labels, &model.weights, model.loss);
-        let s = part.summary(model.loss);
+        let part = EvalPart::evaluate(&with_labels, &model.weights, &loss);
+        let s = part.summary(&loss);
         line += &format!(
             "  scored {}  loss {:.4}",
             part.count,
@@ -749,10 +752,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
         for i in 0..data.rows() {
             let (k, v) = data.row(i);
             let m = margin(&model.weights, k, v);
-            let p = match model.loss {
-                crate::model::Loss::Logistic => 1.0 / (1.0 + (-m).exp()),
-                _ => m,
-            };
+            let p = loss.prediction(m);
             let id = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
             match a.format {
                 PredictFormat::Lines => writeln!(w, "{p}"),

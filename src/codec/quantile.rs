@@ -234,6 +234,9 @@ mod tests {
         assert_eq!(e.edges[1].len(), 100);
         assert_eq!((e.edges[1][0], e.max[1]), (1.0, 100.0));
         assert_eq!(e.edges[0][0], 1.0);
-        assert_eq!(signed_bucket_edges(&[0.0, 0.0], 4).edges, [vec![], vec![]]);
+        assert_eq!(
+            signed_bucket_edges(&[0.0, 0.0], 4).edges,
+            [Vec::<f32>::new(), Vec::new()]
+        );
     }
 }

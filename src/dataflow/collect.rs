@@ -139,7 +139,7 @@ pub fn collect(
                 // The test metrics after this round: an `epoch` row at epoch ends, an `eval`
                 // row between them (`train.eval_every`).
                 if let Some(eval) = acc.eval {
-                    let s = eval.summary(plan.loss);
+                    let s = eval.summary(&*plan.loss);
                     if (q + 1) % plan.rounds_per_epoch != 0 {
                         let e = MetricsRow {
                             kind: "eval",

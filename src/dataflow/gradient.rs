@@ -215,7 +215,7 @@ impl GradientStep {
             stats.eval = Some(EvalPart::evaluate(
                 &self.data.test,
                 &st.weights,
-                self.plan.loss,
+                &*self.plan.loss,
             ));
             stats.prev_eval_ms = ms(t_eval);
         }
@@ -227,7 +227,7 @@ impl GradientStep {
                 &self.data.train,
                 &self.order[batch],
                 &st.weights,
-                self.plan.loss,
+                &*self.plan.loss,
                 crate::model::gradient::L2 {
                     lambda: self.plan.lambda,
                     intercept: self.plan.intercept,

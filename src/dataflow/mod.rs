@@ -59,6 +59,7 @@ use crate::codec::none::NoneCodec;
 use crate::codec::{build_codec, Codec, CodecSpec};
 use crate::exchange::{Envelope, ExchangeKind};
 use crate::metrics::{MetricsRow, WireCounters};
+use crate::model::{LossFn, MarginLoss};
 use crate::sparse::SparseGrad;
 
 /// The timestamp inside the training scope: `()` outside, the round inside.
@@ -120,6 +121,13 @@ impl Training {
         self.state.clone()
     }
 
+    /// Trains with `loss` instead of the job's `model.loss` (call it before [`Self::gradient`]
+    /// and [`Self::collect`], which use the loss: the gradient, the test metrics). The model
+    /// file records its name.
+    pub fn set_loss(&mut self, loss: impl MarginLoss + 'static) {
+        self.plan.loss = LossFn::new(loss);
+    }
+
     /// The gradient step ([`gradient`]): from the model changes on the feedback edge to this
     /// worker's encoded gradient messages and the round statistics. Takes the worker's data, so
     /// a loop has one.
@@ -170,6 +178,7 @@ impl Training {
         TrainHandle {
             state: self.state.clone(),
             rows: self.rows.clone(),
+            loss: self.plan.loss.clone(),
         }
     }
 }

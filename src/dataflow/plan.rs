@@ -11,7 +11,7 @@ use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::{Memory, MemorySpec};
 use crate::metrics::{MetricsRow, Traffic};
-use crate::model::{EvalPart, Loss};
+use crate::model::{EvalPart, LossFn};
 use crate::optim::OptimizerConfig;
 use crate::sparse::SparseGrad;
 
@@ -20,8 +20,8 @@ use crate::sparse::SparseGrad;
 pub struct TrainPlan {
     /// Number of features.
     pub dim: u32,
-    /// The loss.
-    pub loss: Loss,
+    /// The loss (the job's, or a program's own: [`crate::dataflow::Training::set_loss`]).
+    pub loss: LossFn,
     /// L2 regularisation λ.
     pub lambda: f32,
     /// The intercept's key (its feature is 1 in every row; exempt from λ), if the model has one.
@@ -182,4 +182,6 @@ pub struct TrainHandle {
     pub state: Rc<RefCell<WorkerState>>,
     /// Metrics rows (filled on worker 0 only).
     pub rows: Rc<RefCell<Vec<MetricsRow>>>,
+    /// The loss the loop trained with (the model file records its name).
+    pub loss: LossFn,
 }

@@ -547,7 +547,7 @@ impl Job {
             test_fraction: d.test_fraction,
             tail: d.test_split == TestSplit::Tail,
             seed: self.train.seed,
-            classification: self.model.loss.is_classification(),
+            classification: crate::model::MarginLoss::is_classification(&self.model.loss),
         }
     }
 
@@ -752,7 +752,7 @@ impl Job {
     pub fn plan(&self, dim: u32, threads_per_process: usize) -> TrainPlan {
         TrainPlan {
             dim,
-            loss: self.model.loss,
+            loss: self.model.loss.into(),
             lambda: self.model.lambda,
             intercept: self.intercept_key(dim),
             optimizer: self.optimizer.clone(),

@@ -22,8 +22,9 @@ use super::Loss;
 /// A trained linear model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelFile {
-    /// The loss it was trained with (decides how predictions are read).
-    pub loss: Loss,
+    /// The name of the loss it was trained with (decides how predictions are read): one of
+    /// [`Loss`]'s, or a program's own ([`crate::model::MarginLoss::name`]).
+    pub loss: String,
     /// Dense weights.
     pub weights: Vec<f32>,
     /// The intercept's key: its feature is 1 in every row, and raw data read for this model
@@ -34,6 +35,28 @@ pub struct ModelFile {
     pub features: Option<String>,
 }
 
+/// A loss name: 1-64 ASCII letters, digits, `_` or `-`.
+fn is_loss_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl ModelFile {
+    /// The built-in loss the model was trained with; an error for a program's own loss, whose
+    /// predictions only that program can compute.
+    pub fn builtin_loss(&self) -> Result<Loss, String> {
+        Loss::from_name(&self.loss).ok_or_else(|| {
+            format!(
+                "the model was trained with the loss '{}', which is not one of gradflow's \
+                 (logistic, hinge, squared): score it with the program that trained it",
+                self.loss
+            )
+        })
+    }
+}
+
 const MAGIC_V1: &str = "# gradflow model v1";
 const MAGIC: &str = "# gradflow model v2";
 
@@ -41,12 +64,7 @@ impl ModelFile {
     /// Writes the model to `path`.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let mut s = String::new();
-        let loss = match self.loss {
-            Loss::Logistic => "logistic",
-            Loss::Hinge => "hinge",
-            Loss::Squared => "squared",
-        };
-        let _ = writeln!(s, "{MAGIC}\nloss {loss}\ndim {}", self.weights.len());
+        let _ = writeln!(s, "{MAGIC}\nloss {}\ndim {}", self.loss, self.weights.len());
         match self.intercept {
             Some(k) => writeln!(s, "intercept {k}"),
             None => writeln!(s, "intercept none"),
@@ -90,11 +108,13 @@ impl ModelFile {
                 .next()
                 .ok_or_else(|| err(0, &format!("ends before '{what}'")))
         };
-        let loss = match next("loss")? {
-            (_, "loss logistic") => Loss::Logistic,
-            (_, "loss hinge") => Loss::Hinge,
-            (_, "loss squared") => Loss::Squared,
-            (i, _) => return Err(err(i, "expected 'loss logistic|hinge|squared'")),
+        let (i, line) = next("loss")?;
+        let loss = match line.strip_prefix("loss ").map(str::trim) {
+            Some(name) if is_loss_name(name) => name.to_string(),
+            _ => {
+                let expected = "expected 'loss NAME' (e.g. logistic, hinge, squared)";
+                return Err(err(i, expected));
+            }
         };
         let (i, line) = next("dim")?;
         let dim: u32 = line
@@ -167,7 +187,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m.txt");
         let mut m = ModelFile {
-            loss: Loss::Hinge,
+            loss: "hinge".into(),
             weights: vec![0.0, 1.5e-7, -3.25, 0.0, 1.0 / 3.0],
             intercept: Some(4),
             features: None,

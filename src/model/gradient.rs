@@ -6,7 +6,7 @@
 
 pub use crate::sparse::SparseGrad;
 
-use super::{margin, Loss};
+use super::{margin, MarginLoss};
 use crate::data::Dataset;
 
 /// Loss statistics of one mini-batch, computed alongside its gradient.
@@ -40,7 +40,7 @@ impl GradientWorkspace {
         data: &Dataset,
         rows: &[u32],
         weights: &[f32],
-        loss: Loss,
+        loss: &dyn MarginLoss,
         l2: L2,
         out: &mut SparseGrad,
     ) -> BatchStats {
@@ -134,6 +134,7 @@ fn prefetch<T>(x: &T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Loss;
 
     fn toy() -> Dataset {
         let mut d = Dataset::new(6);
@@ -177,7 +178,7 @@ mod tests {
         {
             let mut ws = GradientWorkspace::new(6);
             let mut g = SparseGrad::default();
-            let stats = ws.minibatch(&d, &rows, &w, loss, l2, &mut g);
+            let stats = ws.minibatch(&d, &rows, &w, &loss, l2, &mut g);
             assert_eq!(stats.rows, 4);
             assert_eq!(g.keys, vec![0, 1, 2, 3, 4, 5]);
             for (i, &k) in g.keys.iter().enumerate() {
@@ -203,10 +204,10 @@ mod tests {
         let w = [0.0f32; 6];
         let mut ws = GradientWorkspace::new(6);
         let mut g = SparseGrad::default();
-        ws.minibatch(&d, &[1], &w, Loss::Logistic, L2::default(), &mut g);
+        ws.minibatch(&d, &[1], &w, &Loss::Logistic, L2::default(), &mut g);
         assert_eq!(g.keys, vec![1, 2]);
         let first = g.clone();
-        ws.minibatch(&d, &[1], &w, Loss::Logistic, L2::default(), &mut g);
+        ws.minibatch(&d, &[1], &w, &Loss::Logistic, L2::default(), &mut g);
         assert_eq!(g, first, "the accumulator must be cleared between batches");
     }
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{margin, Loss};
+use super::{margin, MarginLoss};
 use crate::data::Dataset;
 
 /// One worker's share of a test evaluation. Scores are kept (one pair per row) so that the AUC
@@ -24,7 +24,7 @@ pub struct EvalPart {
 
 impl EvalPart {
     /// Evaluates `weights` on every row of `data`.
-    pub fn evaluate(data: &Dataset, weights: &[f32], loss: Loss) -> Self {
+    pub fn evaluate(data: &Dataset, weights: &[f32], loss: &dyn MarginLoss) -> Self {
         let mut part = EvalPart::default();
         for i in 0..data.rows() {
             let (k, v) = data.row(i);
@@ -53,7 +53,7 @@ impl EvalPart {
 
     /// The metrics of the merged parts.
     /// With no rows evaluated every metric is absent.
-    pub fn summary(&self, loss: Loss) -> EvalSummary {
+    pub fn summary(&self, loss: &dyn MarginLoss) -> EvalSummary {
         if self.count == 0 {
             return EvalSummary::default();
         }
@@ -116,6 +116,7 @@ pub fn auc(scores: &[(f32, f32)]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Loss;
 
     #[test]
     fn auc_of_known_orderings() {
@@ -139,10 +140,10 @@ mod tests {
         d.push_row(&[1], &[1.0], -1.0);
         d.push_row(&[2], &[1.0], 1.0);
         let w = [0.5, 0.2, -0.1];
-        let whole = EvalPart::evaluate(&d, &w, Loss::Logistic);
+        let whole = EvalPart::evaluate(&d, &w, &Loss::Logistic);
         assert_eq!(whole.count, 3);
         assert_eq!(whole.correct, 1); // row 0 right; row 1 (m=0.2 ≥ 0) wrong; row 2 (m<0) wrong
-        let s = whole.summary(Loss::Logistic);
+        let s = whole.summary(&Loss::Logistic);
         assert!((s.accuracy.unwrap() - 1.0 / 3.0).abs() < 1e-12);
     }
 }

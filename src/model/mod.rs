@@ -11,7 +11,68 @@ pub mod metrics;
 pub use gradient::{GradientWorkspace, SparseGrad};
 pub use metrics::{auc, EvalPart, EvalSummary};
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+
+/// A loss of a linear model's margin `m = w·x` against a target `y`: everything the mini-batch
+/// gradient, the test metrics and predictions need. The built-in [`Loss`] implements it; a
+/// program plugs in its own through [`crate::dataflow::Training::set_loss`] (`jobs/huber.rs`),
+/// without copying an operator.
+pub trait MarginLoss: Send + Sync + std::fmt::Debug {
+    /// The name the model file records.
+    fn name(&self) -> &str;
+    /// Whether labels are classes (mapped to ±1: positive labels are +1, the rest -1); the
+    /// metrics are then accuracy and AUC, otherwise RMSE.
+    fn is_classification(&self) -> bool;
+    /// Loss value at margin `m` for target `y`.
+    fn value(&self, m: f32, y: f32) -> f64;
+    /// Derivative of the loss with respect to the margin.
+    fn derivative(&self, m: f32, y: f32) -> f32;
+    /// The target the loss sees for a stored label.
+    #[inline]
+    fn target(&self, label: f32) -> f32 {
+        match (self.is_classification(), label > 0.0) {
+            (true, true) => 1.0,
+            (true, false) => -1.0,
+            (false, _) => label,
+        }
+    }
+    /// What a prediction reports for margin `m` (the margin itself unless overridden).
+    fn prediction(&self, m: f32) -> f32 {
+        m
+    }
+}
+
+/// A loss as a plan holds it: shared by every worker's operators, compared by name.
+#[derive(Clone, Debug)]
+pub struct LossFn(pub Arc<dyn MarginLoss>);
+
+impl LossFn {
+    /// Wraps a loss.
+    pub fn new(loss: impl MarginLoss + 'static) -> LossFn {
+        LossFn(Arc::new(loss))
+    }
+}
+
+impl std::ops::Deref for LossFn {
+    type Target = dyn MarginLoss;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl PartialEq for LossFn {
+    fn eq(&self, other: &LossFn) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl From<Loss> for LossFn {
+    fn from(loss: Loss) -> LossFn {
+        LossFn::new(loss)
+    }
+}
 
 /// The loss of a linear model `m = w·x` against a label `y`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,28 +87,32 @@ pub enum Loss {
 }
 
 impl Loss {
-    /// Whether labels are classes (mapped to ±1: positive labels are +1, the rest -1).
-    pub fn is_classification(self) -> bool {
-        !matches!(self, Loss::Squared)
+    /// The built-in loss named `name` (as job and model files write it).
+    pub fn from_name(name: &str) -> Option<Loss> {
+        match name {
+            "logistic" => Some(Loss::Logistic),
+            "hinge" => Some(Loss::Hinge),
+            "squared" => Some(Loss::Squared),
+            _ => None,
+        }
     }
+}
 
-    /// The target the loss sees for a stored label.
-    #[inline]
-    pub fn target(self, label: f32) -> f32 {
-        if self.is_classification() {
-            if label > 0.0 {
-                1.0
-            } else {
-                -1.0
-            }
-        } else {
-            label
+impl MarginLoss for Loss {
+    fn name(&self) -> &str {
+        match self {
+            Loss::Logistic => "logistic",
+            Loss::Hinge => "hinge",
+            Loss::Squared => "squared",
         }
     }
 
-    /// Loss value at margin `m` for target `y`.
+    fn is_classification(&self) -> bool {
+        !matches!(self, Loss::Squared)
+    }
+
     #[inline]
-    pub fn value(self, m: f32, y: f32) -> f64 {
+    fn value(&self, m: f32, y: f32) -> f64 {
         let (m, y) = (m as f64, y as f64);
         match self {
             Loss::Logistic => {
@@ -64,9 +129,8 @@ impl Loss {
         }
     }
 
-    /// Derivative of the loss with respect to the margin.
     #[inline]
-    pub fn derivative(self, m: f32, y: f32) -> f32 {
+    fn derivative(&self, m: f32, y: f32) -> f32 {
         match self {
             Loss::Logistic => -y / (1.0 + (y * m).exp()),
             Loss::Hinge => {
@@ -77,6 +141,14 @@ impl Loss {
                 }
             }
             Loss::Squared => m - y,
+        }
+    }
+
+    /// The probability of the positive class for logistic regression, the margin otherwise.
+    fn prediction(&self, m: f32) -> f32 {
+        match self {
+            Loss::Logistic => 1.0 / (1.0 + (-m).exp()),
+            _ => m,
         }
     }
 }

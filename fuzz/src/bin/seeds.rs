@@ -10,7 +10,6 @@ use gradflow::data::table::{write_rows, FeatureMap, PreparedRow};
 use gradflow::exchange::pull::Request;
 use gradflow::exchange::{write_f32s, Envelope, DATA, PULL_REQUEST};
 use gradflow::model::file::ModelFile;
-use gradflow::model::Loss;
 
 /// Parameter sets per codec besides the defaults, as TOML inline-table fields.
 fn variants(name: &str) -> &'static [&'static str] {
@@ -197,7 +196,7 @@ fn main() {
         .enumerate()
     {
         let m = ModelFile {
-            loss: Loss::Logistic,
+            loss: "logistic".into(),
             weights: vec![0.5, -1.0, 0.0, 2.0],
             intercept,
             features: features.map(|f| toml::to_string(&f).unwrap()),
