@@ -185,3 +185,48 @@ fn a_programs_own_loss_trains_through_the_standard_loop_and_its_name_is_recorded
         "{stderr}"
     );
 }
+
+/// A metrics CSV's column `name` over its rows of kind `kind`.
+fn column(metrics: &Path, kind: &str, name: &str) -> Vec<f64> {
+    let mut r = csv::Reader::from_path(metrics).unwrap();
+    let at = r.headers().unwrap().iter().position(|h| h == name).unwrap();
+    r.records()
+        .map(|x| x.unwrap())
+        .filter(|x| &x[0] == kind)
+        .map(|x| x[at].parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_programs_own_codec_and_optimizer_replace_the_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_parts = |name: &str, env: &[(&str, &str)]| {
+        let mut args = cluster_args(QUICKSTART, dir.path(), name);
+        args.extend(["--lr", "0.05"].map(String::from));
+        let out = run(&program("own_parts"), &args, env, Duration::from_secs(120));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let metrics = dir.path().join(format!("{name}-metrics.csv"));
+        let uplink: f64 = column(&metrics, "round", "uplink_bytes").iter().sum();
+        let auc = *column(&metrics, "epoch", "test_auc").last().unwrap();
+        let model = ModelFile::load(&dir.path().join(format!("{name}-model.txt"))).unwrap();
+        (uplink, auc, model.weights)
+    };
+    let (own_bytes, own_auc, own) = run_parts("own", &[]);
+    let (job_codec_bytes, _, job_codec) = run_parts("job-codec", &[("OWN_CODEC", "0")]);
+    let (_, job_opt_auc, job_opt) = run_parts("job-optimizer", &[("OWN_OPTIMIZER", "0")]);
+    // int8 sends 5 bytes a pair where the job's `none` sends 8, and its bytes are the ones
+    // counted.
+    let ratio = own_bytes / job_codec_bytes;
+    assert!((0.55..0.7).contains(&ratio), "uplink ratio {ratio}");
+    // Each replacement changes the model, and both learn.
+    assert_ne!(own, job_codec);
+    assert_ne!(own, job_opt);
+    assert!(
+        own_auc > 0.74 && job_opt_auc > 0.74,
+        "{own_auc} {job_opt_auc}"
+    );
+}

@@ -17,12 +17,16 @@ macro_rules! registry {
                 #[serde(rename = $name)]
                 $variant(<$ty as FromParams>::Params),
             )*
+            /// A program's own codec ([`crate::dataflow::Training::set_codec`]); not in job files.
+            #[serde(skip)]
+            Custom(super::CustomCodec),
         }
 
         /// Builds the codec a spec names; an out-of-range parameter is an error naming it.
         pub fn build_codec(spec: &CodecSpec) -> Result<Box<dyn Codec>, String> {
             match spec {
                 $( CodecSpec::$variant(p) => Ok(Box::new(<$ty>::from_params(p)?)), )*
+                CodecSpec::Custom(c) => Ok((c.make)()),
             }
         }
 

@@ -12,7 +12,6 @@ use crate::codec::EncodeContext;
 use crate::exchange::pull::Request;
 use crate::exchange::{broadcast, write_f32s};
 use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners, DATA};
-use crate::optim::Optimizer;
 use crate::sparse::SparseGrad;
 
 /// The aggregation operator. Input: gradient envelopes (routed to their `dest`). Output: model
@@ -38,7 +37,7 @@ pub fn aggregate<'s>(
     let downlink_codec = codec_or_fail("train.downlink", &plan.downlink, &supervisor);
     let mut downlink = Downlink::new(downlink_codec, plan.dim);
     let mut aggregator = Aggregator::default();
-    let mut optimizer = Optimizer::new(plan.optimizer.clone(), 0, plan.dim);
+    let mut optimizer = plan.update_rule(0, plan.dim);
     let mut change = SparseGrad::default();
     per_round(grads, "Aggregate", supervisor, move |r, mut msgs, out| {
         let mut st = state.borrow_mut();

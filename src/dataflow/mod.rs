@@ -128,6 +128,35 @@ impl Training {
         self.plan.loss = LossFn::new(loss);
     }
 
+    /// Encodes the gradients (and decodes them at the receivers) with a codec of the program's
+    /// own instead of the job's `train.compressor` (call it before [`Self::gradient`] and
+    /// [`Self::exchange`]). `make` builds one per worker and direction; the job's
+    /// `train.memory` (or none) stays.
+    pub fn set_codec(
+        &mut self,
+        name: &str,
+        make: impl Fn() -> Box<dyn Codec> + Send + Sync + 'static,
+    ) {
+        self.plan.codec = CodecSpec::Custom(crate::codec::CustomCodec {
+            name: name.to_string(),
+            make: std::sync::Arc::new(make),
+        });
+    }
+
+    /// Updates the model with an update rule of the program's own instead of the job's
+    /// `[optimizer]` (call it before [`Self::exchange`]). `make(lo, hi)` builds the rule for
+    /// the keys `lo..hi`.
+    pub fn set_optimizer(
+        &mut self,
+        name: &str,
+        make: impl Fn(u32, u32) -> Box<dyn crate::optim::UpdateRule> + Send + Sync + 'static,
+    ) {
+        self.plan.custom_optimizer = Some(crate::optim::CustomOptimizer {
+            name: name.to_string(),
+            make: std::sync::Arc::new(make),
+        });
+    }
+
     /// The gradient step ([`gradient`]): from the model changes on the feedback edge to this
     /// worker's encoded gradient messages and the round statistics. Takes the worker's data, so
     /// a loop has one.

@@ -12,7 +12,7 @@ use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::{Memory, MemorySpec};
 use crate::metrics::{MetricsRow, Traffic};
 use crate::model::{EvalPart, LossFn};
-use crate::optim::OptimizerConfig;
+use crate::optim::{CustomOptimizer, Optimizer, OptimizerConfig, UpdateRule};
 use crate::sparse::SparseGrad;
 
 /// Everything about a training run that all workers share.
@@ -28,6 +28,9 @@ pub struct TrainPlan {
     pub intercept: Option<u32>,
     /// Optimizer.
     pub optimizer: OptimizerConfig,
+    /// A program's own update rule, used instead of `optimizer` when set
+    /// ([`crate::dataflow::Training::set_optimizer`]).
+    pub custom_optimizer: Option<CustomOptimizer>,
     /// Exchange strategy.
     pub exchange: ExchangeKind,
     /// Gradient (uplink) codec.
@@ -60,6 +63,14 @@ pub struct TrainPlan {
 }
 
 impl TrainPlan {
+    /// The update rule for keys `lo..hi`: the program's own, or the job's optimizer.
+    pub fn update_rule(&self, lo: u32, hi: u32) -> Box<dyn UpdateRule> {
+        match &self.custom_optimizer {
+            Some(c) => (c.make)(lo, hi),
+            None => Box::new(Optimizer::new(self.optimizer.clone(), lo, hi)),
+        }
+    }
+
     /// Total number of rounds.
     pub fn rounds(&self) -> u64 {
         self.rounds_per_epoch * self.epochs

@@ -14,7 +14,6 @@ use crate::codec::{largest, EncodeContext};
 use crate::exchange::sketch::{candidates, part, put_slice, sketch_seed, values_at};
 use crate::exchange::{broadcast, read_f32s, write_f32s};
 use crate::exchange::{Envelope, DATA};
-use crate::optim::Optimizer;
 use crate::sparse::SparseGrad;
 
 /// Steps 2-5 of Sketched-SGD. Input: the column slices of every worker's sketch (routed to the
@@ -112,7 +111,7 @@ pub fn sketch_exchange<'s>(
 
     // Step 5: the top k of the exact sums is the update; every worker applies (1/W)·sum through
     // the optimizer and masks its memory where its own v was taken.
-    let mut optimizer = Optimizer::new(plan.optimizer.clone(), 0, plan.dim);
+    let mut optimizer = plan.update_rule(0, plan.dim);
     let (mut total, mut buf, mut update, mut changes) =
         (Vec::new(), Vec::new(), SparseGrad::default(), Vec::new());
     let mut taken = SparseGrad::default();

@@ -756,6 +756,7 @@ impl Job {
             lambda: self.model.lambda,
             intercept: self.intercept_key(dim),
             optimizer: self.optimizer.clone(),
+            custom_optimizer: None,
             exchange: self.train.exchange,
             codec: self.train.compressor.clone(),
             memory: self.memory(),

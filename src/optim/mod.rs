@@ -94,6 +94,40 @@ impl OptimizerConfig {
     }
 }
 
+/// An update rule: from an aggregated gradient to the changes of its keys' weights. The
+/// built-in [`Optimizer`] implements it; a program hands its own to a plan
+/// ([`crate::dataflow::Training::set_optimizer`], `jobs/own_parts.rs`).
+pub trait UpdateRule: Send {
+    /// One step (`step` counts rounds from 0) of the gradient `(keys, grads)`, keys increasing:
+    /// `changes[i]` (cleared first) is what weight `keys[i]` must add. Every key lies in the
+    /// range the rule was built for; no weight is read.
+    fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>);
+}
+
+/// Builds a program's own update rule for the key range `lo..hi`, once per owner.
+pub type UpdateRuleFactory = std::sync::Arc<dyn Fn(u32, u32) -> Box<dyn UpdateRule> + Send + Sync>;
+
+/// A program's own update rule, as a plan holds it: a name (for people) and its factory.
+#[derive(Clone)]
+pub struct CustomOptimizer {
+    /// Its name.
+    pub name: String,
+    /// Builds the rule for a key range.
+    pub make: UpdateRuleFactory,
+}
+
+impl std::fmt::Debug for CustomOptimizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CustomOptimizer({})", self.name)
+    }
+}
+
+impl PartialEq for CustomOptimizer {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && std::sync::Arc::ptr_eq(&self.make, &other.make)
+    }
+}
+
 /// Optimizer state for the key range `[lo, lo + len)`.
 pub struct Optimizer {
     cfg: OptimizerConfig,
@@ -161,13 +195,19 @@ impl Optimizer {
         }
     }
 
-    /// [`Optimizer::step`] applied to `weights` (indexed by global key).
+    /// [`UpdateRule::step`] applied to `weights` (indexed by global key).
     pub fn apply(&mut self, step: u64, keys: &[u32], grads: &[f32], weights: &mut [f32]) {
         let mut changes = Vec::with_capacity(keys.len());
         self.step(step, keys, grads, &mut changes);
         for (&k, &c) in keys.iter().zip(&changes) {
             weights[k as usize] += c;
         }
+    }
+}
+
+impl UpdateRule for Optimizer {
+    fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>) {
+        Optimizer::step(self, step, keys, grads, changes);
     }
 }
 
