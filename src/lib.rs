@@ -37,6 +37,7 @@ pub mod mem;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod named;
 pub mod optim;
 pub mod runtime;
 pub mod sparse;

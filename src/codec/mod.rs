@@ -147,29 +147,9 @@ pub enum ErrorFeedback {
     LazyResidualUnlessAdam,
 }
 
-/// Builds a program's own codec, once per worker and direction.
-pub type CodecFactory = std::sync::Arc<dyn Fn() -> Box<dyn Codec> + Send + Sync>;
-
-/// A program's own codec, as a plan holds it ([`CodecSpec::Custom`]): a name and its factory.
-#[derive(Clone)]
-pub struct CustomCodec {
-    /// Its name.
-    pub name: String,
-    /// Builds one.
-    pub make: CodecFactory,
-}
-
-impl std::fmt::Debug for CustomCodec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CustomCodec({})", self.name)
-    }
-}
-
-impl PartialEq for CustomCodec {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && std::sync::Arc::ptr_eq(&self.make, &other.make)
-    }
-}
+/// A program's own codec, as a plan holds it ([`CodecSpec::Custom`]): a name and a factory that
+/// builds one per worker and direction.
+pub type CustomCodec = crate::named::Named<dyn Fn() -> Box<dyn Codec> + Send + Sync>;
 
 /// A codec built from its job-file parameters (see [`registry`]).
 pub trait FromParams: Codec + Sized + 'static {

@@ -60,6 +60,7 @@ use crate::codec::{build_codec, Codec, CodecSpec};
 use crate::exchange::{Envelope, ExchangeKind};
 use crate::metrics::{MetricsRow, WireCounters};
 use crate::model::{LossFn, MarginLoss};
+use crate::optim::UpdateRule;
 use crate::sparse::SparseGrad;
 
 /// The timestamp inside the training scope: `()` outside, the round inside.
@@ -137,10 +138,9 @@ impl Training {
         name: &str,
         make: impl Fn() -> Box<dyn Codec> + Send + Sync + 'static,
     ) {
-        self.plan.codec = CodecSpec::Custom(crate::codec::CustomCodec {
-            name: name.to_string(),
-            make: std::sync::Arc::new(make),
-        });
+        let make: std::sync::Arc<dyn Fn() -> Box<dyn Codec> + Send + Sync> =
+            std::sync::Arc::new(make);
+        self.plan.codec = CodecSpec::Custom(crate::named::Named::new(name, make));
     }
 
     /// Updates the model with an update rule of the program's own instead of the job's
@@ -149,12 +149,11 @@ impl Training {
     pub fn set_optimizer(
         &mut self,
         name: &str,
-        make: impl Fn(u32, u32) -> Box<dyn crate::optim::UpdateRule> + Send + Sync + 'static,
+        make: impl Fn(u32, u32) -> Box<dyn UpdateRule> + Send + Sync + 'static,
     ) {
-        self.plan.custom_optimizer = Some(crate::optim::CustomOptimizer {
-            name: name.to_string(),
-            make: std::sync::Arc::new(make),
-        });
+        let make: std::sync::Arc<dyn Fn(u32, u32) -> Box<dyn UpdateRule> + Send + Sync> =
+            std::sync::Arc::new(make);
+        self.plan.custom_optimizer = Some(crate::named::Named::new(name, make));
     }
 
     /// The gradient step ([`gradient`]): from the model changes on the feedback edge to this

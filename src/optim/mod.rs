@@ -104,29 +104,10 @@ pub trait UpdateRule: Send {
     fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>);
 }
 
-/// Builds a program's own update rule for the key range `lo..hi`, once per owner.
-pub type UpdateRuleFactory = std::sync::Arc<dyn Fn(u32, u32) -> Box<dyn UpdateRule> + Send + Sync>;
-
-/// A program's own update rule, as a plan holds it: a name (for people) and its factory.
-#[derive(Clone)]
-pub struct CustomOptimizer {
-    /// Its name.
-    pub name: String,
-    /// Builds the rule for a key range.
-    pub make: UpdateRuleFactory,
-}
-
-impl std::fmt::Debug for CustomOptimizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CustomOptimizer({})", self.name)
-    }
-}
-
-impl PartialEq for CustomOptimizer {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && std::sync::Arc::ptr_eq(&self.make, &other.make)
-    }
-}
+/// A program's own update rule, as a plan holds it: a name and a factory that builds the rule
+/// for the key range `lo..hi`, once per owner.
+pub type CustomOptimizer =
+    crate::named::Named<dyn Fn(u32, u32) -> Box<dyn UpdateRule> + Send + Sync>;
 
 /// Optimizer state for the key range `[lo, lo + len)`.
 pub struct Optimizer {
