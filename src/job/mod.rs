@@ -21,6 +21,11 @@ use crate::memory::MemorySpec;
 use crate::model::Loss;
 use crate::optim::OptimizerConfig;
 
+/// The most rounds a job may run (epochs x rounds per epoch): a billion rounds take days at the
+/// fastest round this runtime makes (~1 ms), so a larger count is a mistake in the job file
+/// (e.g. a batch fraction of 1e-12), not a plan.
+pub const MAX_ROUNDS: u64 = 1_000_000_000;
+
 /// A training job.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -369,6 +374,18 @@ impl Job {
                 t.batch_fraction
             ));
         }
+        let per_epoch = self.rounds_per_epoch();
+        match t.epochs.checked_mul(per_epoch) {
+            Some(rounds) if rounds <= MAX_ROUNDS => {}
+            _ => {
+                return Err(format!(
+                    "train.epochs x rounds per epoch (1 / train.batch_fraction = {per_epoch}) is \
+                     {} rounds, more than the limit of {MAX_ROUNDS}: lower train.epochs or raise \
+                     train.batch_fraction",
+                    t.epochs as u128 * per_epoch as u128
+                ))
+            }
+        }
         let d = &self.data;
         if !(0.0..1.0).contains(&d.test_fraction) {
             return Err(format!(
@@ -509,7 +526,7 @@ impl Job {
         }
     }
 
-    /// Rounds per epoch: `ceil(1 / batch_fraction)`.
+    /// Rounds per epoch: `ceil(1 / batch_fraction)` (at most 2^53 for a valid fraction).
     pub fn rounds_per_epoch(&self) -> u64 {
         (1.0 / self.train.batch_fraction - 1e-9).ceil().max(1.0) as u64
     }
@@ -869,6 +886,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cubic"), "{e}");
+        for (text, says) in [
+            ("[train]\nepochs = 9223372036854775807\n", "train.epochs"),
+            (
+                "[train]\nbatch_fraction = 1e-12\n",
+                "train.batch_fraction = 1000000000000",
+            ),
+            (
+                "[train]\nepochs = 10000001\nbatch_fraction = 0.01\n",
+                "1000000100 rounds",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains("limit"), "{text}: {e}");
+        }
+        assert!(parse("[train]\nepochs = 10000000\nbatch_fraction = 0.01\n").is_ok());
         let e = parse("[train]\nbatch_fraction = 1.5\n")
             .unwrap_err()
             .to_string();
