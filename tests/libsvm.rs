@@ -345,3 +345,27 @@ fn every_worker_reports_the_first_bad_line_of_any_part() {
     let expected = format!("{}:190:5: bad feature value 'x'", train.display());
     assert_eq!(errors, vec![Some(expected.clone()), Some(expected)]);
 }
+
+#[test]
+fn a_training_file_without_rows_is_an_error_not_an_empty_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [("empty.svm", ""), ("comments.svm", "# nothing\n\n")] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let job = format!("[data]\ntrain = {:?}\n", path.display().to_string());
+        let job = gradflow::job::Job::parse(&job, Path::new("job.toml"), &[]).unwrap();
+        for workers in [1, 2] {
+            let e = gradflow::runtime::run_job(
+                &job,
+                &gradflow::runtime::ClusterSpec {
+                    workers,
+                    ..Default::default()
+                },
+                &gradflow::dataflow::Supervisor::new(),
+                gradflow::runtime::quiet(),
+            )
+            .unwrap_err();
+            assert!(e.contains(name) && e.contains("no rows to train on"), "{e}");
+        }
+    }
+}

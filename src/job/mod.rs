@@ -654,6 +654,15 @@ impl Job {
             .dim
             .unwrap_or_else(|| summaries.iter().map(|s| s.dim).max().unwrap_or(0));
         let total: u64 = summaries.iter().map(|s| s.rows).sum();
+        if total == 0 {
+            return Err(format!(
+                "{}: no rows to train on (the file is empty or has only comments)",
+                d.train
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new("data.train"))
+                    .display()
+            ));
+        }
         let before: u64 = summaries
             .iter()
             .filter(|s| (s.part as usize) < part.index)
