@@ -89,12 +89,9 @@ pub enum Loss {
 impl Loss {
     /// The built-in loss named `name` (as job and model files write it).
     pub fn from_name(name: &str) -> Option<Loss> {
-        match name {
-            "logistic" => Some(Loss::Logistic),
-            "hinge" => Some(Loss::Hinge),
-            "squared" => Some(Loss::Squared),
-            _ => None,
-        }
+        [Loss::Logistic, Loss::Hinge, Loss::Squared]
+            .into_iter()
+            .find(|l| l.name() == name)
     }
 }
 
