@@ -34,6 +34,7 @@ fn reads_labels_comments_qid_and_both_index_bases() {
             zero_based: true,
             dim: Some(10),
             ignore_beyond_dim: false,
+            ..LibsvmOptions::default()
         },
     )
     .unwrap();
@@ -81,6 +82,7 @@ fn malformed_inputs_name_file_line_and_column() {
         zero_based: false,
         dim: Some(10),
         ignore_beyond_dim: false,
+        ..LibsvmOptions::default()
     };
     let cases: &[(&str, &LibsvmOptions, usize, usize, &str)] = &[
         ("1 1:1\nabc 2:1\n", &dim10, 2, 1, "bad label"),
@@ -101,7 +103,7 @@ fn malformed_inputs_name_file_line_and_column() {
             &LibsvmOptions::default(),
             3,
             9,
-            "beyond",
+            "data.max_dim",
         ),
     ];
     for (text, opts, line, column, word) in cases {
@@ -150,6 +152,7 @@ fn features_beyond_a_fixed_dimension_can_be_ignored_and_counted() {
         zero_based: false,
         dim: Some(10),
         ignore_beyond_dim: true,
+        ..LibsvmOptions::default()
     };
     let s = parse("1 2:1 11:3 12:4\n0 1:1 10:2\n", &ignore).unwrap();
     assert_eq!(s.ignored_features, 2);
@@ -368,4 +371,38 @@ fn a_training_file_without_rows_is_an_error_not_an_empty_run() {
             assert!(e.contains(name) && e.contains("no rows to train on"), "{e}");
         }
     }
+}
+
+#[test]
+fn a_stray_huge_index_is_an_error_naming_its_place_not_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stray.svm");
+    let run = |text: &str, max_dim: &str| {
+        std::fs::write(&path, text).unwrap();
+        let job = format!(
+            "[data]\ntrain = {:?}\n{max_dim}\n[train]\nepochs = 1\n",
+            path.display().to_string()
+        );
+        let job = gradflow::job::Job::parse(&job, Path::new("job.toml"), &[]).unwrap();
+        gradflow::runtime::run_job(
+            &job,
+            &gradflow::runtime::ClusterSpec {
+                workers: 2,
+                ..Default::default()
+            },
+            &gradflow::dataflow::Supervisor::new(),
+            gradflow::runtime::quiet(),
+        )
+    };
+    // The 15-byte file: index 2^32 - 1 once made every worker reserve 33 GB.
+    let e = run("1 4294967295:1\n", "").unwrap_err();
+    let place = format!("{}:1:3:", path.display());
+    assert!(e.contains(&place) && e.contains("data.max_dim"), "{e}");
+    // The cap is the job's: at max_dim = 8 index 8 (1-based) fits and 9 does not.
+    let rows = "1 1:1 8:1\n-1 2:1\n1 3:1\n-1 4:1\n";
+    let trained = run(rows, "max_dim = 8").unwrap();
+    let weights = trained.weights.unwrap();
+    assert_eq!(weights.len(), 9, "8 features and the intercept");
+    let e = run(&format!("{rows}1 9:1\n"), "max_dim = 8").unwrap_err();
+    assert!(e.contains(&format!("{}:5:3:", path.display())), "{e}");
 }

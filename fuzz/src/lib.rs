@@ -98,11 +98,13 @@ pub fn libsvm(data: &[u8]) {
             zero_based: true,
             dim: Some(1000),
             ignore_beyond_dim: false,
+            ..LibsvmOptions::default()
         },
         LibsvmOptions {
             zero_based: false,
             dim: Some(100),
             ignore_beyond_dim: true,
+            ..LibsvmOptions::default()
         },
     ] {
         if let Ok(split) = parse_libsvm(data, Path::new("fuzz.svm"), &opts, &RowFilter::all()) {

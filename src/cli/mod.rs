@@ -253,6 +253,10 @@ struct PredictArgs {
     /// Output format of --out.
     #[arg(long, value_enum, default_value_t = PredictFormat::Lines)]
     format: PredictFormat,
+    /// The largest model to load, in features (plus an intercept): the data.max_dim of the
+    /// job that trained it (default 2^27). The header is checked before anything is allocated.
+    #[arg(long, default_value_t = crate::data::MAX_DIM)]
+    max_dim: u32,
 }
 
 /// How `predict --out` writes predictions.
@@ -657,7 +661,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
 }
 
 fn predict(a: PredictArgs) -> Result<(), String> {
-    let model = ModelFile::load(&a.model)?;
+    let model = ModelFile::load_limited(&a.model, a.max_dim)?;
     let loss = model
         .builtin_loss()
         .map_err(|e| format!("{}: {e}", a.model.display()))?;
@@ -697,6 +701,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                 zero_based: a.zero_based,
                 dim: Some(data_dim),
                 ignore_beyond_dim: true,
+                ..LibsvmOptions::default()
             };
             let split =
                 read_libsvm(&a.data, &opts, &RowFilter::all()).map_err(|e| e.to_string())?;

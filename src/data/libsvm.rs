@@ -47,7 +47,7 @@ impl fmt::Display for DataError {
 impl std::error::Error for DataError {}
 
 /// How to interpret a LibSVM file.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LibsvmOptions {
     /// Indices start at 0 instead of 1.
     pub zero_based: bool,
@@ -59,6 +59,20 @@ pub struct LibsvmOptions {
     /// of failing: data read against a model or a training set whose dimension is fixed, where
     /// a feature the model never saw carries no weight.
     pub ignore_beyond_dim: bool,
+    /// Without a declared `dim`: the largest dimension the file may imply (an index at or
+    /// beyond it is an error naming its place); the job's `data.max_dim`.
+    pub max_dim: u32,
+}
+
+impl Default for LibsvmOptions {
+    fn default() -> Self {
+        LibsvmOptions {
+            zero_based: false,
+            dim: None,
+            ignore_beyond_dim: false,
+            max_dim: super::MAX_DIM,
+        }
+    }
 }
 
 /// The rows of one file that a worker keeps, split into training and test rows.
@@ -234,7 +248,7 @@ impl<'o> LineParser<'o> {
     fn new(opts: &'o LibsvmOptions) -> Self {
         LineParser {
             opts,
-            declared: opts.dim.unwrap_or(u32::MAX),
+            declared: opts.dim.unwrap_or(opts.max_dim),
             keys: Vec::new(),
             vals: Vec::new(),
             ignored: 0,
@@ -346,13 +360,16 @@ impl<'o> LineParser<'o> {
             prev = Some(index);
             let beyond = index >= declared;
             if beyond && !self.opts.ignore_beyond_dim {
-                return Err((
-                    col,
-                    format!(
-                        "feature index {raw} is beyond the declared dimension {}",
+                let message = match self.opts.dim {
+                    Some(dim) => format!("feature index {raw} is beyond the declared dimension {dim}"),
+                    None => format!(
+                        "feature index {raw} makes a model of more than {} features (data.max_dim); \
+                         raise data.max_dim if the workers have the memory for it (4-16 bytes per \
+                         feature each)",
                         self.declared
                     ),
-                ));
+                };
+                return Err((col, message));
             }
             let value = parse_f32(val_s).ok_or_else(|| {
                 (

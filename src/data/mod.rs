@@ -12,6 +12,12 @@ pub use libsvm::{count_rows, read_libsvm, write_libsvm, DataError, LibsvmOptions
 pub use partition::RowFilter;
 pub use source::Part;
 
+/// The largest model dimension a job allocates unless it raises `data.max_dim` (2^27 =
+/// 134,217,728 features). Every worker holds a dense weight per feature, and beside it the
+/// optimizer's state and the error-feedback memory (4-16 bytes per feature in all), so this
+/// default costs up to ~2 GiB per worker; a file's one stray index must not cost more.
+pub const MAX_DIM: u32 = 1 << 27;
+
 /// A sparse dataset in compressed sparse row form: row `i` has the features
 /// `indices[row_ptr[i]..row_ptr[i+1]]` (strictly increasing, `< dim`) with the matching `values`,
 /// and label `labels[i]`.

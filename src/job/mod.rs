@@ -79,6 +79,9 @@ pub struct DataSection {
     pub zero_based: bool,
     /// Declared number of features (an index beyond it is an error); absent: from the data.
     pub dim: Option<u32>,
+    /// The largest dimension the data may declare or imply (default [`crate::data::MAX_DIM`],
+    /// 2^27): one stray index in a file must not make every worker allocate gigabytes.
+    pub max_dim: u32,
     /// Generated data, used when `train` is absent.
     pub synth: SynthSection,
     /// CSV: the label's column and rule.
@@ -115,6 +118,7 @@ impl Default for DataSection {
             test_split: TestSplit::Hash,
             zero_based: false,
             dim: None,
+            max_dim: crate::data::MAX_DIM,
             synth: SynthSection::default(),
             format: Format::Libsvm,
             label: None,
@@ -396,6 +400,35 @@ impl Job {
         if d.dim == Some(0) {
             return Err("data.dim: must be positive".into());
         }
+        if d.max_dim == 0 || d.max_dim == u32::MAX {
+            return Err(format!(
+                "data.max_dim: must be 1 to {} (the intercept takes one more key)",
+                u32::MAX - 1
+            ));
+        }
+        let above_cap = |what: String, dim: u64| {
+            format!(
+                "{what} makes a model of {dim} features, more than data.max_dim = {}: raise \
+                 data.max_dim in [data] if every worker has the memory (4-16 bytes per feature)",
+                d.max_dim
+            )
+        };
+        if let Some(dim) = d.dim.filter(|&n| n > d.max_dim) {
+            return Err(above_cap(format!("data.dim = {dim}"), dim as u64));
+        }
+        if let Some(b) = d
+            .features
+            .hash_bits
+            .filter(|&b| b < 64 && 1u64 << b > d.max_dim as u64)
+        {
+            return Err(above_cap(format!("data.features.hash_bits = {b}"), 1 << b));
+        }
+        if d.train.is_none() && d.synth.dim > d.max_dim {
+            return Err(above_cap(
+                format!("data.synth.dim = {}", d.synth.dim),
+                d.synth.dim as u64,
+            ));
+        }
         let table_fields =
             d.label.is_some() || d.features != FeatureSpec::default() || !d.join.is_empty();
         if d.format == Format::Csv {
@@ -540,18 +573,27 @@ impl Job {
         workers: usize,
     ) -> Result<(WorkerData, u32), String> {
         let (data, dim) = self.load_rows(worker, workers)?;
-        Ok(self.with_intercept(data, dim))
+        self.with_intercept(data, dim)
     }
 
     /// Adds the intercept to `data` of dimension `dim` when the job has one: the model's
-    /// dimension grows by one.
-    fn with_intercept(&self, mut data: WorkerData, dim: u32) -> (WorkerData, u32) {
+    /// dimension grows by one. A dimension above `data.max_dim` (a vocabulary that large) is
+    /// an error.
+    fn with_intercept(&self, mut data: WorkerData, dim: u32) -> Result<(WorkerData, u32), String> {
+        if dim > self.data.max_dim {
+            return Err(format!(
+                "the data has {dim} features, more than data.max_dim = {}: raise data.max_dim \
+                 in [data] if every worker has the memory (4-16 bytes per feature), or hash \
+                 the features (data.features.hash_bits)",
+                self.data.max_dim
+            ));
+        }
         if !self.model.intercept {
-            return (data, dim);
+            return Ok((data, dim));
         }
         data.train.add_intercept();
         data.test.add_intercept();
-        (data, dim + 1)
+        Ok((data, dim + 1))
     }
 
     /// What the table pipeline needs of a CSV job.
@@ -598,7 +640,7 @@ impl Job {
                 data.test = read?.data;
                 data.ignored_test_features = summaries.iter().map(|s| s.ignored).sum();
             }
-            let (data, dim) = self.with_intercept(data, dim);
+            let (data, dim) = self.with_intercept(data, dim)?;
             return Ok((data, dim, None, vec![]));
         }
         let p = crate::data::table::prepare(worker, &self.table_input())?;
@@ -607,7 +649,7 @@ impl Job {
             test: p.test,
             ignored_test_features: 0,
         };
-        let (data, dim) = self.with_intercept(data, p.map.dim);
+        let (data, dim) = self.with_intercept(data, p.map.dim)?;
         let map = toml::to_string(&p.map).map_err(|e| format!("feature map: {e}"))?;
         Ok((data, dim, Some(map), p.notes))
     }
@@ -623,6 +665,7 @@ impl Job {
                     zero_based: d.zero_based,
                     dim: d.dim,
                     ignore_beyond_dim: false,
+                    max_dim: d.max_dim,
                 },
             ),
             Some(dim) => (
@@ -631,6 +674,7 @@ impl Job {
                     zero_based: d.zero_based,
                     dim: Some(dim),
                     ignore_beyond_dim: true,
+                    max_dim: d.max_dim,
                 },
             ),
         };
@@ -922,6 +966,37 @@ mod tests {
         assert!(e.contains("zip"), "{e}");
         let e = parse("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn dimensions_above_max_dim_are_errors_that_say_how_to_raise_it() {
+        let csv = "[data]\nformat = \"csv\"\ntrain = \"t.csv\"\n[data.label]\ncolumn = \"y\"\n\
+                   [data.features]\ncategorical = [\"a\"]\n";
+        for (text, says) in [
+            ("[data]\ndim = 200000000\n", "data.dim = 200000000"),
+            ("[data]\ndim = 11\nmax_dim = 10\n", "data.dim = 11"),
+            ("[data.synth]\ndim = 200000000\n", "data.synth.dim"),
+            (
+                &format!("{csv}hash_bits = 31\n"),
+                "data.features.hash_bits = 31",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(
+                e.contains(says) && e.contains("raise data.max_dim"),
+                "{text}: {e}"
+            );
+        }
+        assert!(parse(&format!("{csv}hash_bits = 27\n")).is_ok());
+        let raised = format!(
+            "[data]\nmax_dim = 2147483648\n{}hash_bits = 31\n",
+            &csv[7..]
+        );
+        assert!(parse(&raised).is_ok(), "{raised}");
+        for bad in ["0", "4294967295"] {
+            let e = parse(&format!("[data]\nmax_dim = {bad}\n")).unwrap_err();
+            assert!(e.to_string().contains("data.max_dim"), "{e}");
+        }
     }
 
     #[test]

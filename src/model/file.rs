@@ -83,14 +83,29 @@ impl ModelFile {
         std::fs::write(path, s)
     }
 
-    /// Reads a model file; errors name the file and line.
+    /// Reads a model file of at most [`crate::data::MAX_DIM`] features plus an intercept;
+    /// errors name the file and line.
     pub fn load(path: &Path) -> Result<ModelFile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))
+        Self::load_limited(path, crate::data::MAX_DIM)
     }
 
-    /// Parses model text; an error is `(1-based line, message)`.
+    /// As [`ModelFile::load`], for a model of at most `max_dim` features plus an intercept
+    /// (the `data.max_dim` of the job that trained it).
+    pub fn load_limited(path: &Path, max_dim: u32) -> Result<ModelFile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse_limited(&text, max_dim)
+            .map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))
+    }
+
+    /// Parses model text of at most [`crate::data::MAX_DIM`] features plus an intercept; an
+    /// error is `(1-based line, message)`.
     pub fn parse(text: &str) -> Result<ModelFile, (usize, String)> {
+        Self::parse_limited(text, crate::data::MAX_DIM)
+    }
+
+    /// As [`ModelFile::parse`] with a cap of `max_dim` features plus an intercept: the header
+    /// is checked before the weights are allocated.
+    pub fn parse_limited(text: &str, max_dim: u32) -> Result<ModelFile, (usize, String)> {
         let err = |line: usize, m: &str| (line, m.to_string());
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
         let v2 = match lines.next().map(|(_, l)| l) {
@@ -121,6 +136,13 @@ impl ModelFile {
             .strip_prefix("dim ")
             .and_then(|d| d.trim().parse().ok())
             .ok_or_else(|| err(i, "expected 'dim N' (N below 2^32)"))?;
+        if dim as u64 > max_dim as u64 + 1 {
+            let m = format!(
+                "dim {dim} is more than the limit of {max_dim} features plus an intercept; a \
+                 model trained with a larger data.max_dim needs predict --max-dim"
+            );
+            return Err(err(i, &m));
+        }
         let (mut intercept, mut features) = (None, None);
         if v2 {
             let (i, line) = next("intercept")?;
@@ -209,6 +231,7 @@ mod tests {
                 ":4:",
             ),
             ("# gradflow model v2\nloss hinge\ndim 99999999999\n", ":3:"),
+            ("# gradflow model v2\nloss hinge\ndim 4294967295\n", ":3:"),
             (
                 "# gradflow model v2\nloss hinge\ndim 2\nintercept 1\nfeatures x\n",
                 ":5:",
