@@ -27,6 +27,9 @@ pub struct ClusterSpec {
     pub process: usize,
     /// File with one `host:port` per line for each process (default: `localhost:2101+i`).
     pub hostfile: Option<PathBuf>,
+    /// The processes' `host:port` addresses given directly (the `cluster` launcher's way: no
+    /// file to leave behind); used instead of `hostfile` when not empty.
+    pub hosts: Vec<String>,
     /// How long to wait for every process to connect.
     pub startup_timeout: Duration,
 }
@@ -38,6 +41,7 @@ impl Default for ClusterSpec {
             processes: 1,
             process: 0,
             hostfile: None,
+            hosts: Vec::new(),
             startup_timeout: Duration::from_secs(60),
         }
     }
@@ -46,6 +50,16 @@ impl Default for ClusterSpec {
 impl ClusterSpec {
     /// Addresses of all processes.
     pub fn addresses(&self) -> Result<Vec<String>, String> {
+        if !self.hosts.is_empty() {
+            if self.hosts.len() != self.processes {
+                return Err(format!(
+                    "--hosts has {} addresses but --processes is {}",
+                    self.hosts.len(),
+                    self.processes
+                ));
+            }
+            return Ok(self.hosts.clone());
+        }
         match &self.hostfile {
             None => Ok((0..self.processes)
                 .map(|i| format!("localhost:{}", 2101 + i))

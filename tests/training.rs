@@ -469,10 +469,145 @@ fn killing_a_process_stops_the_other_within_ten_seconds() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(!status.success());
+    // The status says the failure was the peer's (the cluster launcher blames the peer).
+    assert_eq!(
+        status.code(),
+        Some(gradflow::cli::EXIT_LOST_PEER),
+        "{status}"
+    );
     let mut err = String::new();
     std::io::Read::read_to_string(&mut p0.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(err.contains("error: process 0"), "{err}");
+    assert!(
+        err.contains("error: process 0: lost the connection to process 1"),
+        "{err}"
+    );
+}
+
+/// The `gradflow cluster` processes of launcher `pid` that have started, by process index
+/// (from their command lines), read from /proc.
+#[cfg(target_os = "linux")]
+fn cluster_children(pid: u32) -> Vec<(usize, u32)> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let mut found: Vec<(usize, u32)> = children
+        .split_whitespace()
+        .filter_map(|c| {
+            let child: u32 = c.parse().unwrap();
+            // (a child between fork and exec still has the launcher's command line)
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).ok()?;
+            let args: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let at = args.iter().position(|a| a == "--process")?;
+            Some((args[at + 1].parse().unwrap(), child))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Whether `pid` is gone (or a zombie nobody has reaped yet: it runs no more).
+#[cfg(target_os = "linux")]
+fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z'),
+    }
+}
+
+/// Starts `gradflow cluster` with 3 processes on a long job and returns it once process 0
+/// trains, with its child processes by index.
+#[cfg(target_os = "linux")]
+fn start_long_cluster(job_path: &Path) -> (std::process::Child, Vec<(usize, u32)>) {
+    let mut launcher = Command::new(BIN)
+        .arg("cluster")
+        .arg(job_path)
+        .args(["-n", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(launcher.stdout.take().unwrap()).lines();
+    let first = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("[p0] epoch"));
+    assert!(first.is_some(), "process 0 never reported an epoch");
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let children = cluster_children(launcher.id());
+    let indices: Vec<usize> = children.iter().map(|c| c.0).collect();
+    assert_eq!(indices, [0, 1, 2]);
+    (launcher, children)
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn the_cluster_launcher_names_the_first_failure_and_its_processes_die_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = SMALL_JOB
+        .replace("epochs = 4", "epochs = 100000")
+        .replace("rows = 20000", "rows = 3000");
+    let job_path = write_job(dir.path(), "long.toml", &long);
+
+    // Process 2 (the last index, so a poll in index order would name a survivor) is killed:
+    // the others stop because of it, and the launcher blames process 2.
+    let (mut launcher, children) = start_long_cluster(&job_path);
+    let killed = Instant::now();
+    unsafe { libc::kill(children[2].1 as libc::pid_t, libc::SIGKILL) };
+    let out = loop {
+        if launcher.try_wait().unwrap().is_some() {
+            break launcher.wait_with_output().unwrap();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the launcher still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("process 2 failed first"), "{err}");
+    assert!(children.iter().all(|c| is_gone(c.1)));
+
+    // The launcher itself is killed (SIGKILL: no destructor, no signal handler runs) while
+    // its processes are quiet (no output whose broken pipe would stop them): they die with it
+    // instead of training on as orphans.
+    let mut launcher = Command::new(BIN)
+        .arg("cluster")
+        .arg(&job_path)
+        .args(["-n", "3", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let children = loop {
+        let children = cluster_children(launcher.id());
+        if children.len() == 3 {
+            break children;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{children:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    let killed = Instant::now();
+    while !children.iter().all(|c| is_gone(c.1)) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "orphans: {children:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The addresses went on the command line: no temporary hostfile is left behind.
+    let leftover = std::env::temp_dir().join(format!("gradflow-hosts-{}", launcher.id()));
+    assert!(!leftover.exists());
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! `gradflow cluster`: N local processes on loopback, output prefixed by process id; when one
 //! fails the others are stopped and the command fails.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Picks `n` free loopback ports (bound, then released for the children to take).
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
@@ -69,31 +70,25 @@ pub fn run(
     })
 }
 
-/// Starts the processes of `l`, waits for all of them, and stops the others when one fails.
+/// Starts the processes of `l`, waits for all of them, and stops the others when one fails,
+/// naming the process that failed first. The addresses travel on the command line (no
+/// temporary file), and on Linux every process dies with the launcher, however it ends.
 pub fn launch(l: &Launch) -> Result<(), String> {
-    let (job, processes, workers, startup_timeout, overrides) = (
-        l.job,
-        l.processes,
-        l.workers,
-        l.startup_timeout,
-        l.overrides,
-    );
-    if processes == 0 || workers == 0 {
+    if l.processes == 0 || l.workers == 0 {
         return Err("--processes and --workers must be at least 1".into());
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
-    let hostfile = std::env::temp_dir().join(format!("gradflow-hosts-{}", std::process::id()));
-    let hosts: String = match &l.hosts {
-        Some(h) => h.iter().map(|h| format!("{h}\n")).collect(),
-        None => free_ports(processes)
+    let hosts = match &l.hosts {
+        Some(h) => h.join(","),
+        None => free_ports(l.processes)
             .map_err(|e| format!("cannot pick ports: {e}"))?
             .iter()
-            .map(|p| format!("127.0.0.1:{p}\n"))
-            .collect(),
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(","),
     };
-    std::fs::write(&hostfile, hosts).map_err(|e| format!("{}: {e}", hostfile.display()))?;
     let log = match l.log {
-        Some(path) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+        Some(path) => Some(Arc::new(Mutex::new(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -102,103 +97,185 @@ pub fn launch(l: &Launch) -> Result<(), String> {
         ))),
         None => None,
     };
-
-    let mut children: Vec<Child> = Vec::new();
-    for i in 0..processes {
-        let wrap = l.wrap.map(|w| w(i)).unwrap_or_default();
-        let mut cmd = match wrap.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(&exe);
-                c
-            }
-            None => Command::new(&exe),
-        };
-        cmd.arg("train")
-            .arg(job)
-            .args([
-                "--processes",
-                &processes.to_string(),
-                "--process",
-                &i.to_string(),
-            ])
-            .args([
-                "--workers",
-                &workers.to_string(),
-                "--startup-timeout",
-                &startup_timeout.to_string(),
-            ])
-            .arg("--hostfile")
-            .arg(&hostfile)
-            .args(overrides)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
+    let mut cluster = Running::new(l.processes);
+    for i in 0..l.processes {
+        let mut child = command(l, &exe, i, &hosts)
             .spawn()
             .map_err(|e| format!("cannot start process {i}: {e}"))?;
-        for (stream, is_err) in [
-            (
-                child
-                    .stdout
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-                false,
-            ),
-            (
-                child
-                    .stderr
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-                true,
-            ),
-        ] {
-            if let Some(s) = stream {
-                let log = log.clone();
-                std::thread::spawn(move || {
-                    for line in BufReader::new(s).lines().map_while(Result::ok) {
-                        if let Some(f) = &log {
-                            let _ = writeln!(f.lock().unwrap(), "[p{i}] {line}");
-                        } else if is_err {
-                            let _ = writeln!(std::io::stderr(), "[p{i}] {line}");
-                        } else {
-                            let _ = writeln!(std::io::stdout(), "[p{i}] {line}");
-                        }
-                    }
-                });
-            }
-        }
-        children.push(child);
+        forward_output(&mut child, i, &log);
+        cluster.watch(i, child);
     }
-    // Poll the children; the first failure stops the rest.
-    let mut done = vec![false; processes];
-    let mut failure: Option<String> = None;
-    while done.iter().any(|d| !d) {
-        for (i, child) in children.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                done[i] = true;
-                if !status.success() && failure.is_none() {
-                    failure = Some(format!("process {i} failed ({status})"));
-                }
-            }
-        }
-        if failure.is_some() {
-            for (i, child) in children.iter_mut().enumerate() {
-                if !done[i] {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    done[i] = true;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let failure = cluster.wait();
     std::thread::sleep(Duration::from_millis(100)); // let the output threads drain
-    let _ = std::fs::remove_file(&hostfile);
     match failure {
         Some(f) => Err(f),
         None => Ok(()),
+    }
+}
+
+/// The command line of process `i`.
+fn command(l: &Launch, exe: &Path, i: usize, hosts: &str) -> Command {
+    let wrap = l.wrap.map(|w| w(i)).unwrap_or_default();
+    let mut cmd = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    cmd.arg("train")
+        .arg(l.job)
+        .args(["--processes", &l.processes.to_string()])
+        .args(["--process", &i.to_string()])
+        .args(["--workers", &l.workers.to_string()])
+        .args(["--startup-timeout", &l.startup_timeout.to_string()])
+        .args(["--hosts", hosts])
+        .args(l.overrides)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    die_with_parent(&mut cmd);
+    cmd
+}
+
+/// On Linux the child gets SIGKILL when the launcher dies (also by SIGKILL, when no destructor
+/// runs): a cluster never outlives its launcher.
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
+    // functions (prctl, getppid), allocating nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The launcher may have died before prctl: then nobody would send the signal.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_: &mut Command) {}
+
+/// Copies the child's output lines, prefixed `[pI]`, to the log or to this process's own
+/// stdout and stderr.
+fn forward_output(child: &mut Child, i: usize, log: &Option<Arc<Mutex<std::fs::File>>>) {
+    let streams: [(Option<Box<dyn Read + Send>>, bool); 2] = [
+        (child.stdout.take().map(|s| Box::new(s) as _), false),
+        (child.stderr.take().map(|s| Box::new(s) as _), true),
+    ];
+    for (stream, is_err) in streams {
+        let Some(stream) = stream else { continue };
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let _ = match &log {
+                    Some(f) => writeln!(f.lock().unwrap(), "[p{i}] {line}"),
+                    None if is_err => writeln!(std::io::stderr(), "[p{i}] {line}"),
+                    None => writeln!(std::io::stdout(), "[p{i}] {line}"),
+                };
+            }
+        });
+    }
+}
+
+/// The started processes: a thread per child waits for it, so exits arrive in the order they
+/// happen (a poll in index order would name a survivor that failed *because* its peer died).
+/// Dropping it (an early error, a panic) kills whatever still runs.
+struct Running {
+    pids: Vec<Option<u32>>,
+    exits: mpsc::Receiver<(usize, std::io::Result<ExitStatus>)>,
+    sender: mpsc::Sender<(usize, std::io::Result<ExitStatus>)>,
+}
+
+/// How long the others may take to stop by themselves (each names the failed peer) after the
+/// first failure, before they are killed.
+const GRACE: Duration = Duration::from_secs(2);
+
+impl Running {
+    fn new(processes: usize) -> Self {
+        let (sender, exits) = mpsc::channel();
+        Running {
+            pids: vec![None; processes],
+            exits,
+            sender,
+        }
+    }
+
+    fn watch(&mut self, i: usize, mut child: Child) {
+        self.pids[i] = Some(child.id());
+        let sender = self.sender.clone();
+        std::thread::spawn(move || sender.send((i, child.wait())));
+    }
+
+    /// Waits for every process; the first failure, if any, names its process. A process that
+    /// stopped because it lost a peer ([`super::EXIT_LOST_PEER`]) or that this launcher killed
+    /// is blamed only when no process failed by itself: under load a survivor's exit can be
+    /// seen before the exit of the peer it lost.
+    fn wait(&mut self) -> Option<String> {
+        let (mut first, mut first_own): (Option<String>, Option<String>) = (None, None);
+        let mut deadline: Option<Instant> = None;
+        let mut killed = false;
+        while self.pids.iter().any(Option::is_some) {
+            let exit = match deadline {
+                Some(d) if !killed => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    match self.exits.recv_timeout(left) {
+                        Ok(exit) => Some(exit),
+                        Err(_) => {
+                            self.kill_all();
+                            killed = true;
+                            self.exits.recv().ok()
+                        }
+                    }
+                }
+                _ => self.exits.recv().ok(),
+            };
+            let Some((i, status)) = exit else { break };
+            self.pids[i] = None;
+            let (why, consequence) = match status {
+                Ok(s) if s.success() => continue,
+                Ok(s) => (
+                    s.to_string(),
+                    killed || s.code() == Some(super::EXIT_LOST_PEER),
+                ),
+                Err(e) => (e.to_string(), killed),
+            };
+            let blame = Some(format!(
+                "process {i} failed first ({why}); the others were stopped"
+            ));
+            if first.is_none() {
+                first = blame.clone();
+                deadline = Some(Instant::now() + GRACE);
+            }
+            if first_own.is_none() && !consequence {
+                first_own = blame;
+            }
+        }
+        first_own.or(first)
+    }
+
+    /// SIGKILL to every process still running (its waiter has not reaped it, so the pid is
+    /// still its own).
+    fn kill_all(&mut self) {
+        for pid in self.pids.iter().flatten() {
+            #[cfg(unix)]
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(*pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill_all();
     }
 }

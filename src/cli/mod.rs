@@ -197,8 +197,11 @@ struct ProcessArgs {
     #[arg(short = 'p', long, default_value_t = 0)]
     process: usize,
     /// File with one host:port per line, one line per process (default: localhost:2101+i).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hosts")]
     hostfile: Option<PathBuf>,
+    /// The processes' host:port addresses, comma-separated, instead of a hostfile.
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
     /// Seconds to wait for every process to connect.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
@@ -211,6 +214,7 @@ impl ProcessArgs {
             processes: self.processes,
             process: self.process,
             hostfile: self.hostfile.clone(),
+            hosts: self.hosts.clone(),
             startup_timeout: Duration::from_secs(self.startup_timeout),
         }
     }
@@ -229,6 +233,9 @@ struct ClusterArgs {
     /// Seconds to wait for every process to connect.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
+    /// No per-epoch output from the processes.
+    #[arg(short, long)]
+    quiet: bool,
     #[command(flatten)]
     overrides: Overrides,
 }
@@ -328,6 +335,11 @@ struct SynthArgs {
     out: PathBuf,
 }
 
+/// The exit status of a `train` process that stopped because its connection to another
+/// process broke (that process failed or died first); 1 is every other error. The `cluster`
+/// launcher blames a process with another status before one with this.
+pub const EXIT_LOST_PEER: i32 = 3;
+
 /// The `gradflow` command: the command line with the standard training loop.
 pub fn main() -> std::process::ExitCode {
     main_with(standard())
@@ -361,7 +373,11 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
             a.processes,
             a.workers,
             a.startup_timeout,
-            &a.overrides.to_args(),
+            &[
+                a.quiet.then(|| "--quiet".to_string()).into_iter().collect(),
+                a.overrides.to_args(),
+            ]
+            .concat(),
         ),
         Command::Bench(a) => bench::run(a),
         Command::Predict(a) => predict(a),
@@ -606,7 +622,11 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
         Err(e) => {
             // A process of a broken cluster may have threads stuck on dead peers: exit now.
             eprintln!("error: process {}: {e}", spec.process);
-            std::process::exit(1);
+            let code = match supervisor.lost_peer() {
+                Some(_) => EXIT_LOST_PEER,
+                None => 1,
+            };
+            std::process::exit(code);
         }
     };
     if spec.processes > 1 {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 pub struct Supervisor {
     failed: Arc<AtomicBool>,
     message: Arc<Mutex<Option<String>>>,
+    lost_peer: Arc<Mutex<Option<usize>>>,
 }
 
 impl Supervisor {
@@ -28,6 +29,20 @@ impl Supervisor {
             *m = Some(message.into());
         }
         self.failed.store(true, Ordering::SeqCst);
+    }
+
+    /// Records that the connection to process `peer` broke (the first failure wins, as for
+    /// [`Supervisor::fail`]): a consequence of that peer's failure, not this process's own.
+    pub fn fail_lost_peer(&self, peer: usize, what: &str) {
+        if !self.is_failed() {
+            *self.lost_peer.lock().unwrap_or_else(|p| p.into_inner()) = Some(peer);
+        }
+        self.fail(format!("lost the connection to process {peer} ({what})"));
+    }
+
+    /// The peer whose lost connection was this process's first failure, if it was one.
+    pub fn lost_peer(&self) -> Option<usize> {
+        *self.lost_peer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether anything failed.
@@ -69,7 +84,10 @@ impl Supervisor {
                 .strip_prefix("timely:send-")
                 .or_else(|| thread.strip_prefix("timely:recv-"))
             {
-                Some(peer) => me.fail(format!("lost the connection to process {peer} ({what})")),
+                Some(peer) => match peer.parse() {
+                    Ok(peer) => me.fail_lost_peer(peer, &what),
+                    Err(_) => me.fail(format!("lost the connection to process {peer} ({what})")),
+                },
                 None => {
                     me.fail(format!("thread '{thread}' failed: {what}"));
                     if !consequence {
