@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use timely::communication::allocator::AllocatorBuilder;
 use timely::CommunicationConfig;
 
+use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{build_training, Supervisor, TrainHandle, TrainPlan, Training};
 use crate::job::Job;
 use crate::metrics::{MetricsRow, Traffic, WireBytes, WireCounters};
@@ -32,6 +33,9 @@ pub struct ClusterSpec {
     pub hosts: Vec<String>,
     /// How long to wait for every process to connect.
     pub startup_timeout: Duration,
+    /// How long another process may stay silent (no heartbeat) before this one stops with an
+    /// error naming it.
+    pub peer_timeout: Duration,
 }
 
 impl Default for ClusterSpec {
@@ -43,6 +47,7 @@ impl Default for ClusterSpec {
             hostfile: None,
             hosts: Vec::new(),
             startup_timeout: Duration::from_secs(60),
+            peer_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -211,7 +216,8 @@ pub fn run_program(
     let wire = WireCounters::new();
     let builders = start_communication(config, &wire, cluster)?;
     let job = Arc::new(job.clone());
-    let threads = cluster.workers;
+    let (threads, processes, peer_timeout) =
+        (cluster.workers, cluster.processes, cluster.peer_timeout);
     let (sup, w) = (supervisor.clone(), wire.clone());
     let guards = timely::execute::execute_from(
         builders.0,
@@ -219,12 +225,17 @@ pub fn run_program(
         timely::WorkerConfig::default(),
         move |worker| -> WorkerResult {
             w.register_worker(worker);
+            let heartbeat = (processes > 1)
+                .then(|| Heartbeat::start(worker, processes, peer_timeout, sup.clone()));
             let index = worker.index();
             let started = std::time::Instant::now();
             let (data, dim, features, data_notes) = match job.load_on(worker) {
                 Ok(x) => x,
                 Err(e) => {
                     sup.fail(e.clone());
+                    if let Some(h) = heartbeat {
+                        h.stop(worker);
+                    }
                     return Err(e);
                 }
             };
@@ -251,7 +262,11 @@ pub fn run_program(
             };
             let training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
             let handle = worker.dataflow::<(), _, _>(|scope| program(scope, training));
-            while worker.has_dataflows() {
+            let training = |w: &timely::worker::Worker| match &heartbeat {
+                Some(h) => h.others_installed(w),
+                None => w.has_dataflows(),
+            };
+            while training(worker) {
                 if sup.is_failed() {
                     for id in worker.installed_dataflows() {
                         worker.drop_dataflow(id);
@@ -259,6 +274,9 @@ pub fn run_program(
                     return Err(sup.message().unwrap_or_else(|| "failed".into()));
                 }
                 worker.step_or_park(Some(Duration::from_millis(100)));
+            }
+            if let Some(h) = heartbeat {
+                h.stop(worker);
             }
             let st = handle.state.borrow();
             let first = (index == 0).then(|| {

@@ -523,11 +523,12 @@ fn is_gone(pid: u32) -> bool {
 /// Starts `gradflow cluster` with 3 processes on a long job and returns it once process 0
 /// trains, with its child processes by index.
 #[cfg(target_os = "linux")]
-fn start_long_cluster(job_path: &Path) -> (std::process::Child, Vec<(usize, u32)>) {
+fn start_long_cluster(job_path: &Path, args: &[&str]) -> (std::process::Child, Vec<(usize, u32)>) {
     let mut launcher = Command::new(BIN)
         .arg("cluster")
         .arg(job_path)
         .args(["-n", "3"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -545,6 +546,50 @@ fn start_long_cluster(job_path: &Path) -> (std::process::Child, Vec<(usize, u32)
     (launcher, children)
 }
 
+/// The output of `launcher`, which must end within `limit`.
+#[cfg(target_os = "linux")]
+fn wait_for_launcher(mut launcher: std::process::Child, limit: Duration) -> std::process::Output {
+    let started = Instant::now();
+    while launcher.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = launcher.kill();
+            panic!("the launcher still runs after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    launcher.wait_with_output().unwrap()
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_stopped_process_stops_the_cluster_with_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = SMALL_JOB
+        .replace("epochs = 4", "epochs = 100000")
+        .replace("rows = 20000", "rows = 3000");
+    let job_path = write_job(dir.path(), "long.toml", &long);
+    // SIGSTOP: the process keeps its connections open and sends nothing, as a frozen machine.
+    let (launcher, children) = start_long_cluster(&job_path, &["--peer-timeout", "2"]);
+    let stopped = Instant::now();
+    unsafe { libc::kill(children[1].1 as libc::pid_t, libc::SIGSTOP) };
+    // 2 s of silence, up to 3 s for a process to leave its stuck threads, 2 s of grace.
+    let out = wait_for_launcher(launcher, Duration::from_secs(20));
+    let took = stopped.elapsed();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for survivor in [0, 2] {
+        let says =
+            format!("[p{survivor}] error: process {survivor}: process 1 made no progress for 2 s");
+        assert!(err.contains(&says), "{err}");
+    }
+    assert!(err.contains("error: process 1 failed first"), "{err}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "{took:?}: stopped before the timeout"
+    );
+    assert!(children.iter().all(|c| is_gone(c.1)));
+}
+
 #[test]
 #[cfg(target_os = "linux")]
 fn the_cluster_launcher_names_the_first_failure_and_its_processes_die_with_it() {
@@ -556,19 +601,9 @@ fn the_cluster_launcher_names_the_first_failure_and_its_processes_die_with_it() 
 
     // Process 2 (the last index, so a poll in index order would name a survivor) is killed:
     // the others stop because of it, and the launcher blames process 2.
-    let (mut launcher, children) = start_long_cluster(&job_path);
-    let killed = Instant::now();
+    let (launcher, children) = start_long_cluster(&job_path, &[]);
     unsafe { libc::kill(children[2].1 as libc::pid_t, libc::SIGKILL) };
-    let out = loop {
-        if launcher.try_wait().unwrap().is_some() {
-            break launcher.wait_with_output().unwrap();
-        }
-        assert!(
-            killed.elapsed() < Duration::from_secs(10),
-            "the launcher still runs"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let out = wait_for_launcher(launcher, Duration::from_secs(10));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("process 2 failed first"), "{err}");

@@ -214,12 +214,13 @@ impl Running {
         std::thread::spawn(move || sender.send((i, child.wait())));
     }
 
-    /// Waits for every process; the first failure, if any, names its process. A process that
-    /// stopped because it lost a peer ([`super::EXIT_LOST_PEER`]) or that this launcher killed
-    /// is blamed only when no process failed by itself: under load a survivor's exit can be
+    /// Waits for every process; the first failure, if any, names its process: the first that
+    /// failed by itself; else one that had to be killed because it did not stop with the
+    /// others (a hung process, which they report with [`super::EXIT_LOST_PEER`]); else the
+    /// first to fail. A lost-peer exit is a consequence: under load a survivor's exit can be
     /// seen before the exit of the peer it lost.
     fn wait(&mut self) -> Option<String> {
-        let (mut first, mut first_own): (Option<String>, Option<String>) = (None, None);
+        let (mut first, mut first_own, mut first_hung) = (None, None, None);
         let mut deadline: Option<Instant> = None;
         let mut killed = false;
         while self.pids.iter().any(Option::is_some) {
@@ -239,26 +240,33 @@ impl Running {
             };
             let Some((i, status)) = exit else { break };
             self.pids[i] = None;
-            let (why, consequence) = match status {
+            let why = match status {
                 Ok(s) if s.success() => continue,
-                Ok(s) => (
-                    s.to_string(),
-                    killed || s.code() == Some(super::EXIT_LOST_PEER),
-                ),
-                Err(e) => (e.to_string(), killed),
+                Ok(s) if killed => {
+                    first_hung.get_or_insert_with(|| {
+                        format!(
+                            "process {i} failed first: it made no progress, and did not stop \
+                             when the others did ({s}, killed by the launcher)"
+                        )
+                    });
+                    continue;
+                }
+                Ok(s) => s,
+                Err(e) => {
+                    first.get_or_insert_with(|| format!("process {i}: {e}"));
+                    continue;
+                }
             };
-            let blame = Some(format!(
-                "process {i} failed first ({why}); the others were stopped"
-            ));
+            let blame = format!("process {i} failed first ({why}); the others were stopped");
             if first.is_none() {
-                first = blame.clone();
+                first = Some(blame.clone());
                 deadline = Some(Instant::now() + GRACE);
             }
-            if first_own.is_none() && !consequence {
-                first_own = blame;
+            if first_own.is_none() && why.code() != Some(super::EXIT_LOST_PEER) {
+                first_own = Some(blame);
             }
         }
-        first_own.or(first)
+        first_own.or(first_hung).or(first)
     }
 
     /// SIGKILL to every process still running (its waiter has not reaped it, so the pid is

@@ -205,6 +205,10 @@ struct ProcessArgs {
     /// Seconds to wait for every process to connect.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
+    /// Seconds another process may make no progress (send no heartbeat) before this one stops
+    /// with an error naming it.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    peer_timeout: u64,
 }
 
 impl ProcessArgs {
@@ -216,6 +220,7 @@ impl ProcessArgs {
             hostfile: self.hostfile.clone(),
             hosts: self.hosts.clone(),
             startup_timeout: Duration::from_secs(self.startup_timeout),
+            peer_timeout: Duration::from_secs(self.peer_timeout),
         }
     }
 }
@@ -233,6 +238,9 @@ struct ClusterArgs {
     /// Seconds to wait for every process to connect.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
+    /// Seconds a process may make no progress before the others stop naming it.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    peer_timeout: u64,
     /// No per-epoch output from the processes.
     #[arg(short, long)]
     quiet: bool,
@@ -375,6 +383,7 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
             a.startup_timeout,
             &[
                 a.quiet.then(|| "--quiet".to_string()).into_iter().collect(),
+                vec!["--peer-timeout".to_string(), a.peer_timeout.to_string()],
                 a.overrides.to_args(),
             ]
             .concat(),

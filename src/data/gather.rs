@@ -25,6 +25,7 @@ where
 {
     let out: Rc<RefCell<Vec<(O, isize)>>> = Rc::default();
     let sink = out.clone();
+    let dataflow = worker.next_dataflow_index();
     let (mut input, probe) = worker.dataflow::<u64, _, _>(|scope| {
         let (input, collection) = scope.new_collection::<K, isize>();
         let (probe, _) = logic(collection)
@@ -41,7 +42,8 @@ where
     input.flush();
     worker.step_while(|| probe.less_than(input.time()));
     drop(input);
-    while worker.has_dataflows() {
+    // (the worker may run other dataflows, e.g. the runtime's heartbeats: wait for this one)
+    while worker.installed_dataflows().contains(&dataflow) {
         worker.step();
     }
     let mut v = std::mem::take(&mut *out.borrow_mut());

@@ -32,6 +32,7 @@
 mod aggregate;
 mod collect;
 mod gradient;
+pub mod heartbeat;
 mod plan;
 mod sketch;
 pub mod supervisor;

@@ -31,16 +31,21 @@ impl Supervisor {
         self.failed.store(true, Ordering::SeqCst);
     }
 
-    /// Records that the connection to process `peer` broke (the first failure wins, as for
-    /// [`Supervisor::fail`]): a consequence of that peer's failure, not this process's own.
-    pub fn fail_lost_peer(&self, peer: usize, what: &str) {
-        if !self.is_failed() {
-            *self.lost_peer.lock().unwrap_or_else(|p| p.into_inner()) = Some(peer);
+    /// Records a failure caused by process `peer` (its connection broke, it went silent): the
+    /// first failure wins, as for [`Supervisor::fail`]. A consequence of that peer's failure,
+    /// not this process's own.
+    pub fn fail_because_of(&self, peer: usize, message: impl Into<String>) {
+        {
+            let mut m = self.message.lock().unwrap_or_else(|p| p.into_inner());
+            if m.is_none() {
+                *m = Some(message.into());
+                *self.lost_peer.lock().unwrap_or_else(|p| p.into_inner()) = Some(peer);
+            }
         }
-        self.fail(format!("lost the connection to process {peer} ({what})"));
+        self.failed.store(true, Ordering::SeqCst);
     }
 
-    /// The peer whose lost connection was this process's first failure, if it was one.
+    /// The peer that caused this process's first failure, if another process did.
     pub fn lost_peer(&self) -> Option<usize> {
         *self.lost_peer.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -85,7 +90,10 @@ impl Supervisor {
                 .or_else(|| thread.strip_prefix("timely:recv-"))
             {
                 Some(peer) => match peer.parse() {
-                    Ok(peer) => me.fail_lost_peer(peer, &what),
+                    Ok(peer) => me.fail_because_of(
+                        peer,
+                        format!("lost the connection to process {peer} ({what})"),
+                    ),
                     Err(_) => me.fail(format!("lost the connection to process {peer} ({what})")),
                 },
                 None => {
