@@ -13,9 +13,12 @@ use timely::communication::allocator::AllocatorBuilder;
 use timely::CommunicationConfig;
 
 use crate::dataflow::heartbeat::Heartbeat;
-use crate::dataflow::{build_training, Supervisor, TrainHandle, TrainPlan, Training};
+use crate::dataflow::{
+    build_training, InitialWeights, Supervisor, TrainHandle, TrainPlan, Training,
+};
 use crate::job::Job;
 use crate::metrics::{MetricsRow, Traffic, WireBytes, WireCounters};
+use crate::model::file::ModelFile;
 
 /// Where this process sits in the computation.
 #[derive(Clone, Debug)]
@@ -219,6 +222,14 @@ pub fn run_program(
     let (threads, processes, peer_timeout) =
         (cluster.workers, cluster.processes, cluster.peer_timeout);
     let (sup, w) = (supervisor.clone(), wire.clone());
+    // Read once per process; every worker checks it against the data it loads.
+    let warm_start = match &job.train.init_model {
+        Some(path) => Some(Arc::new((
+            path.clone(),
+            ModelFile::load_limited(path, job.data.max_dim)?,
+        ))),
+        None => None,
+    };
     let guards = timely::execute::execute_from(
         builders.0,
         builders.1,
@@ -229,7 +240,16 @@ pub fn run_program(
                 .then(|| Heartbeat::start(worker, processes, peer_timeout, sup.clone()));
             let index = worker.index();
             let started = std::time::Instant::now();
-            let (data, dim, features, data_notes) = match job.load_on(worker) {
+            let loaded = job
+                .load_on(worker)
+                .and_then(|(data, dim, features, notes)| {
+                    let mut plan = job.plan(dim, threads);
+                    if let Some(start) = &warm_start {
+                        plan.initial_weights = Some(warm_start_weights(start, &plan, &features)?);
+                    }
+                    Ok((data, plan, features, notes))
+                });
+            let (data, plan, features, data_notes) = match loaded {
                 Ok(x) => x,
                 Err(e) => {
                     sup.fail(e.clone());
@@ -245,7 +265,7 @@ pub fn run_program(
                 data.train.rows(),
                 data.test.rows()
             );
-            let plan = job.plan(dim, threads);
+            let dim = plan.dim;
             let mut notes = data_notes;
             if data.ignored_test_features > 0 {
                 notes.push(format!(
@@ -370,6 +390,59 @@ pub fn run_program(
     }
     outcome.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// The weights of a warm start from the model file `start` (its path and contents), if the
+/// model fits `plan` and the job's feature map (`features`, of a CSV job): the same dimension,
+/// intercept, loss and features, so that every weight lands on the feature it was learnt for.
+fn warm_start_weights(
+    start: &(PathBuf, ModelFile),
+    plan: &TrainPlan,
+    features: &Option<String>,
+) -> Result<InitialWeights, String> {
+    let (path, model) = start;
+    let mismatch = |what: String| {
+        format!(
+            "{}: train.init_model does not fit this job: {what}",
+            path.display()
+        )
+    };
+    if model.intercept.is_some() != plan.intercept.is_some() {
+        let has = |k: Option<u32>| if k.is_some() { "has" } else { "has no" };
+        return Err(mismatch(format!(
+            "it {} intercept, the job {} (model.intercept)",
+            has(model.intercept),
+            has(plan.intercept)
+        )));
+    }
+    if model.weights.len() != plan.dim as usize {
+        return Err(mismatch(format!(
+            "it has {} weights, the job's data makes a model of {}",
+            model.weights.len(),
+            plan.dim
+        )));
+    }
+    if model.intercept != plan.intercept {
+        return Err(mismatch(format!(
+            "its intercept is key {:?}, the job's {:?}",
+            model.intercept, plan.intercept
+        )));
+    }
+    if model.loss != plan.loss.name() {
+        return Err(mismatch(format!(
+            "it was trained with the loss '{}', the job uses '{}'",
+            model.loss,
+            plan.loss.name()
+        )));
+    }
+    if &model.features != features {
+        return Err(mismatch(
+            "its feature map differs from the job's (another schema, vocabulary or hashing): \
+             its weights would land on other features"
+                .into(),
+        ));
+    }
+    Ok(InitialWeights(Arc::new(model.weights.clone())))
 }
 
 /// Runs a CSV job's table pipeline as this process of `cluster` and writes what it prepares

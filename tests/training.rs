@@ -1093,3 +1093,63 @@ fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
         "sgd: {default:?} against {reference:?}"
     );
 }
+
+#[test]
+fn a_warm_start_continues_from_the_model_and_refuses_one_that_does_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("two-epochs.txt");
+    // Plain SGD at a constant rate: no optimizer state to lose, so two more epochs from the
+    // saved model must go on from where it ended, not from zero.
+    let sgd = [
+        "data.synth.kind=\"fields\"",
+        "model.lambda=1e-6",
+        "train.batch_fraction=0.01",
+        "optimizer.kind=\"sgd\"",
+        "optimizer.lr=5.0",
+        "train.epochs=2",
+    ];
+    let first = run_local(&job(&sgd), 2);
+    let first_losses = epoch_losses(&first.rows);
+    ModelFile {
+        loss: "logistic".into(),
+        weights: first.weights.clone().unwrap(),
+        intercept: first.plan.as_ref().unwrap().intercept,
+        features: None,
+    }
+    .save(&saved)
+    .unwrap();
+    let init = format!("train.init_model={:?}", saved.display().to_string());
+    let warm = run_local(&job(&[&sgd[..], &[init.as_str()]].concat()), 2);
+    let warm_losses = epoch_losses(&warm.rows);
+    // The fresh run's first epoch is far above its second. The warm run's first epoch starts
+    // from the saved model: near its loss (within 0.01; a constant rate of 5 makes SGD's loss
+    // wander by a few thousandths), far below a start from zero.
+    assert!(first_losses[0] > first_losses[1] + 0.01, "{first_losses:?}");
+    assert!(
+        warm_losses[0] < first_losses[0] - 0.01 && (warm_losses[0] - first_losses[1]).abs() < 0.01,
+        "warm {warm_losses:?}, first {first_losses:?}"
+    );
+    assert!(warm_losses[1] < first_losses[0] - 0.01);
+
+    // A model that does not fit is an error naming the file and what differs.
+    let run = |overrides: &[&str]| {
+        let job = job(&[&sgd[..], overrides, &[init.as_str()]].concat());
+        let spec = ClusterSpec {
+            workers: 2,
+            ..Default::default()
+        };
+        run_job(&job, &spec, &Supervisor::new(), quiet()).unwrap_err()
+    };
+    let file = saved.display().to_string();
+    for (overrides, says) in [
+        (&["data.synth.kind=\"ctr\""][..], "weights"),
+        (&["model.intercept=false"][..], "intercept"),
+        (&["model.loss=\"hinge\""][..], "'hinge'"),
+    ] {
+        let e = run(overrides);
+        assert!(
+            e.contains(&file) && e.contains("does not fit") && e.contains(says),
+            "{e}"
+        );
+    }
+}

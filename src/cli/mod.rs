@@ -119,6 +119,9 @@ pub struct Overrides {
     /// Override output.model (model file path).
     #[arg(long = "model-out")]
     model_out: Option<PathBuf>,
+    /// Warm start from this model file (train.init_model): its weights, fresh optimizer state.
+    #[arg(long = "init-model")]
+    init_model: Option<PathBuf>,
     /// Write every worker's mini-batch gradient of every round into DIR, in the format of
     /// `gradflow codec compare --input` (output.gradients).
     #[arg(long = "dump-gradients", value_name = "DIR")]
@@ -155,6 +158,9 @@ impl Overrides {
         }
         if let Some(x) = &self.model_out {
             v.push(format!("output.model={}", q(x)));
+        }
+        if let Some(x) = &self.init_model {
+            v.push(format!("train.init_model={}", q(x)));
         }
         if let Some(x) = &self.dump_gradients {
             v.push(format!("output.gradients={}", q(x)));

@@ -40,7 +40,7 @@ pub mod supervisor;
 pub use aggregate::aggregate;
 pub use collect::collect;
 pub use gradient::gradient;
-pub use plan::{RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState};
+pub use plan::{InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState};
 pub use sketch::sketch_exchange;
 pub use supervisor::Supervisor;
 

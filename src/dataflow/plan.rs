@@ -12,6 +12,8 @@ use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::{Memory, MemorySpec};
 use crate::metrics::{MetricsRow, Traffic};
 use crate::model::{EvalPart, LossFn};
+use std::sync::Arc;
+
 use crate::optim::{CustomOptimizer, Optimizer, OptimizerConfig, UpdateRule};
 use crate::sparse::SparseGrad;
 
@@ -60,6 +62,18 @@ pub struct TrainPlan {
     pub seed: u64,
     /// Worker threads per process (to tell which receivers are in another process).
     pub threads_per_process: usize,
+    /// Warm start: the weights every replica starts from (zeros when `None`).
+    pub initial_weights: Option<InitialWeights>,
+}
+
+/// A model's weights to start training from, shared by the workers of a process.
+#[derive(Clone, PartialEq)]
+pub struct InitialWeights(pub Arc<Vec<f32>>);
+
+impl std::fmt::Debug for InitialWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InitialWeights({} weights)", self.0.len())
+    }
 }
 
 impl TrainPlan {
@@ -121,10 +135,15 @@ pub struct WorkerState {
 }
 
 impl WorkerState {
-    /// A shared state holding a zero model and fresh memory for `plan`.
+    /// A shared state holding the plan's initial model (zeros, or a warm start) and fresh
+    /// memory for `plan`.
     pub fn shared(plan: &TrainPlan) -> Rc<RefCell<WorkerState>> {
+        let mut weights = crate::mem::ZeroedArray::new(plan.dim as usize);
+        if let Some(InitialWeights(w)) = &plan.initial_weights {
+            weights.copy_from_slice(w);
+        }
         Rc::new(RefCell::new(WorkerState {
-            weights: crate::mem::ZeroedArray::new(plan.dim as usize),
+            weights,
             memory: plan.memory.build(plan.dim),
             compensated: SparseGrad::default(),
             candidates: Vec::new(),

@@ -272,6 +272,10 @@ pub struct TrainSection {
     /// Also evaluate on the test rows every this many rounds (metrics rows of kind `eval`), so
     /// that time to a target loss is not bound to epoch ends; 0: at epoch ends only.
     pub eval_every: u64,
+    /// Warm start: begin from the weights of this model file (written by `train` for the same
+    /// features, dimension and loss); the optimizer state and error-feedback memory start
+    /// fresh.
+    pub init_model: Option<PathBuf>,
 }
 
 impl Default for TrainSection {
@@ -288,6 +292,7 @@ impl Default for TrainSection {
             sketch: SketchParams::default(),
             seed: 42,
             eval_every: 0,
+            init_model: None,
         }
     }
 }
@@ -840,6 +845,7 @@ impl Job {
             epochs: self.train.epochs,
             seed: self.train.seed,
             threads_per_process,
+            initial_weights: None,
         }
     }
 }
