@@ -371,6 +371,26 @@ fn a_training_file_without_rows_is_an_error_not_an_empty_run() {
             assert!(e.contains(name) && e.contains("no rows to train on"), "{e}");
         }
     }
+    // A test file without rows is an error too, not a run that reports no test metrics.
+    let train = dir.path().join("train.svm");
+    std::fs::write(&train, "1 1:1\n-1 2:1\n").unwrap();
+    let test = dir.path().join("comments.svm");
+    let job = job_for(&train, Some(&test));
+    let e = timely::execute(timely::Config::process(2), move |worker| {
+        job.load_on(worker).err()
+    })
+    .unwrap()
+    .join()
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect::<Vec<_>>();
+    for e in e {
+        let e = e.expect("an error on every worker");
+        assert!(
+            e.contains("comments.svm") && e.contains("no rows to test on"),
+            "{e}"
+        );
+    }
 }
 
 #[test]

@@ -298,6 +298,18 @@ fn bad_tables_are_errors_naming_file_line_column_and_name() {
     .unwrap();
     let e = train_err(&job, &[]);
     assert!(e.contains("no training rows"), "{e}");
+    // A test table with only a header: no run without test metrics.
+    std::fs::write(&data, &text).unwrap();
+    let test = dir.path().join("test.csv");
+    std::fs::write(&test, "id,when,shop,city,price,clicked\n").unwrap();
+    let e = train_err(
+        &job,
+        &[&format!("data.test={:?}", test.display().to_string())],
+    );
+    assert!(
+        e.contains("test.csv") && e.contains("no rows to test on"),
+        "{e}"
+    );
 
     // A dimension table with a key on two rows.
     std::fs::write(&data, &text).unwrap();

@@ -642,6 +642,14 @@ impl Job {
                 let read = self.libsvm_part(part, Some(dim));
                 let summaries = share(PartSummary::of(part, &read));
                 first_error(&summaries)?;
+                if summaries.iter().all(|s| s.rows == 0) {
+                    let path = self.data.test.as_deref().unwrap_or(Path::new("data.test"));
+                    return Err(format!(
+                        "{}: no rows to test on (the file is empty or has only comments); \
+                         remove data.test to hold out data.test_fraction of the training rows",
+                        path.display()
+                    ));
+                }
                 data.test = read?.data;
                 data.ignored_test_features = summaries.iter().map(|s| s.ignored).sum();
             }

@@ -814,6 +814,12 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
             input.train.display()
         ));
     }
+    if let (Some(test), 0) = (&input.test, total(1)) {
+        return Err(format!(
+            "{}: no rows to test on (every row has a missing label, or the file has no rows)",
+            test.display()
+        ));
+    }
     if input.classification && total(1) > 0 {
         // The best constant: predict the training rows' positive rate for every test row.
         let p = (total(4) as f64 / total(0) as f64).clamp(1e-6, 1.0 - 1e-6);
