@@ -331,20 +331,25 @@ fn workers_read_their_own_byte_ranges_and_together_read_the_file_once() {
     assert_eq!(got, expected);
 }
 
-#[test]
-fn every_worker_reports_the_first_bad_line_of_any_part() {
-    let dir = tempfile::tempdir().unwrap();
-    let train = dir.path().join("bad.svm");
-    std::fs::write(&train, uneven_file(200, Some(190))).unwrap();
-    let job = job_for(&train, None);
-    let errors = timely::execute(timely::Config::process(2), move |worker| {
+/// What loading `job` on each of two timely workers returns as its error.
+fn load_errors_on_two_workers(job: gradflow::job::Job) -> Vec<Option<String>> {
+    timely::execute(timely::Config::process(2), move |worker| {
         job.load_on(worker).err()
     })
     .unwrap()
     .join()
     .into_iter()
     .map(|r| r.unwrap())
-    .collect::<Vec<_>>();
+    .collect()
+}
+
+#[test]
+fn every_worker_reports_the_first_bad_line_of_any_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("bad.svm");
+    std::fs::write(&train, uneven_file(200, Some(190))).unwrap();
+    let job = job_for(&train, None);
+    let errors = load_errors_on_two_workers(job);
     let expected = format!("{}:190:5: bad feature value 'x'", train.display());
     assert_eq!(errors, vec![Some(expected.clone()), Some(expected)]);
 }
@@ -376,15 +381,7 @@ fn a_training_file_without_rows_is_an_error_not_an_empty_run() {
     std::fs::write(&train, "1 1:1\n-1 2:1\n").unwrap();
     let test = dir.path().join("comments.svm");
     let job = job_for(&train, Some(&test));
-    let e = timely::execute(timely::Config::process(2), move |worker| {
-        job.load_on(worker).err()
-    })
-    .unwrap()
-    .join()
-    .into_iter()
-    .map(|r| r.unwrap())
-    .collect::<Vec<_>>();
-    for e in e {
+    for e in load_errors_on_two_workers(job) {
         let e = e.expect("an error on every worker");
         assert!(
             e.contains("comments.svm") && e.contains("no rows to test on"),

@@ -12,9 +12,12 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Default)]
 pub struct Supervisor {
     failed: Arc<AtomicBool>,
-    message: Arc<Mutex<Option<String>>>,
-    lost_peer: Arc<Mutex<Option<usize>>>,
+    /// The first failure: its message, and the peer that caused it if another process did.
+    first: Arc<Mutex<Option<Failure>>>,
 }
+
+/// A failure's message, and the peer that caused it if another process did.
+type Failure = (String, Option<usize>);
 
 impl Supervisor {
     /// A fresh, healthy supervisor.
@@ -24,30 +27,28 @@ impl Supervisor {
 
     /// Records `message` (the first failure wins) and raises the flag.
     pub fn fail(&self, message: impl Into<String>) {
-        let mut m = self.message.lock().unwrap_or_else(|p| p.into_inner());
-        if m.is_none() {
-            *m = Some(message.into());
-        }
-        self.failed.store(true, Ordering::SeqCst);
+        self.record(message.into(), None);
     }
 
     /// Records a failure caused by process `peer` (its connection broke, it went silent): the
     /// first failure wins, as for [`Supervisor::fail`]. A consequence of that peer's failure,
     /// not this process's own.
     pub fn fail_because_of(&self, peer: usize, message: impl Into<String>) {
-        {
-            let mut m = self.message.lock().unwrap_or_else(|p| p.into_inner());
-            if m.is_none() {
-                *m = Some(message.into());
-                *self.lost_peer.lock().unwrap_or_else(|p| p.into_inner()) = Some(peer);
-            }
-        }
+        self.record(message.into(), Some(peer));
+    }
+
+    fn record(&self, message: String, peer: Option<usize>) {
+        self.first().get_or_insert((message, peer));
         self.failed.store(true, Ordering::SeqCst);
+    }
+
+    fn first(&self) -> std::sync::MutexGuard<'_, Option<Failure>> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The peer that caused this process's first failure, if another process did.
     pub fn lost_peer(&self) -> Option<usize> {
-        *self.lost_peer.lock().unwrap_or_else(|p| p.into_inner())
+        self.first().as_ref().and_then(|f| f.1)
     }
 
     /// Whether anything failed.
@@ -57,10 +58,7 @@ impl Supervisor {
 
     /// The first failure message.
     pub fn message(&self) -> Option<String> {
-        self.message
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.first().as_ref().map(|f| f.0.clone())
     }
 
     /// Chains a panic hook that records any panic of this process as a failure (then prints it as
