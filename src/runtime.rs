@@ -4,7 +4,7 @@
 //! timely's own argument parser (getopts) is not used: the command line belongs to clap, so the
 //! configuration is built here from [`ClusterSpec`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -224,10 +224,7 @@ pub fn run_program(
     let (sup, w) = (supervisor.clone(), wire.clone());
     // Read once per process; every worker checks it against the data it loads.
     let warm_start = match &job.train.init_model {
-        Some(path) => Some(Arc::new((
-            path.clone(),
-            ModelFile::load_limited(path, job.data.max_dim)?,
-        ))),
+        Some(path) => Some(Arc::new(WarmStart::load(path, job.data.max_dim)?)),
         None => None,
     };
     let guards = timely::execute::execute_from(
@@ -245,7 +242,7 @@ pub fn run_program(
                 .and_then(|(data, dim, features, notes)| {
                     let mut plan = job.plan(dim, threads);
                     if let Some(start) = &warm_start {
-                        plan.initial_weights = Some(warm_start_weights(start, &plan, &features)?);
+                        plan.initial_weights = Some(start.weights_for(&plan, &features)?);
                     }
                     Ok((data, plan, features, notes))
                 });
@@ -282,11 +279,11 @@ pub fn run_program(
             };
             let training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
             let handle = worker.dataflow::<(), _, _>(|scope| program(scope, training));
-            let training = |w: &timely::worker::Worker| match &heartbeat {
+            let running = |w: &timely::worker::Worker| match &heartbeat {
                 Some(h) => h.others_installed(w),
                 None => w.has_dataflows(),
             };
-            while training(worker) {
+            while running(worker) {
                 if sup.is_failed() {
                     for id in worker.installed_dataflows() {
                         worker.drop_dataflow(id);
@@ -392,57 +389,78 @@ pub fn run_program(
     Ok(outcome)
 }
 
-/// The weights of a warm start from the model file `start` (its path and contents), if the
-/// model fits `plan` and the job's feature map (`features`, of a CSV job): the same dimension,
-/// intercept, loss and features, so that every weight lands on the feature it was learnt for.
-fn warm_start_weights(
-    start: &(PathBuf, ModelFile),
-    plan: &TrainPlan,
-    features: &Option<String>,
-) -> Result<InitialWeights, String> {
-    let (path, model) = start;
-    let mismatch = |what: String| {
-        format!(
-            "{}: train.init_model does not fit this job: {what}",
-            path.display()
-        )
-    };
-    if model.intercept.is_some() != plan.intercept.is_some() {
-        let has = |k: Option<u32>| if k.is_some() { "has" } else { "has no" };
-        return Err(mismatch(format!(
-            "it {} intercept, the job {} (model.intercept)",
-            has(model.intercept),
-            has(plan.intercept)
-        )));
+/// A warm start (`train.init_model`): the model file, read once per process, its weights
+/// shared by every local worker.
+struct WarmStart {
+    path: PathBuf,
+    /// The model's header (its weights moved into `weights`).
+    model: ModelFile,
+    weights: InitialWeights,
+}
+
+impl WarmStart {
+    fn load(path: &Path, max_dim: u32) -> Result<Self, String> {
+        let mut model = ModelFile::load_limited(path, max_dim)?;
+        let weights = InitialWeights(Arc::new(std::mem::take(&mut model.weights)));
+        Ok(WarmStart {
+            path: path.to_path_buf(),
+            model,
+            weights,
+        })
     }
-    if model.weights.len() != plan.dim as usize {
-        return Err(mismatch(format!(
-            "it has {} weights, the job's data makes a model of {}",
-            model.weights.len(),
-            plan.dim
-        )));
+
+    /// The weights to start from, if the model fits `plan` and the job's feature map
+    /// (`features`, of a CSV job): the same dimension, intercept, loss and features, so that
+    /// every weight lands on the feature it was learnt for.
+    fn weights_for(
+        &self,
+        plan: &TrainPlan,
+        features: &Option<String>,
+    ) -> Result<InitialWeights, String> {
+        let (path, model) = (&self.path, &self.model);
+        let mismatch = |what: String| {
+            format!(
+                "{}: train.init_model does not fit this job: {what}",
+                path.display()
+            )
+        };
+        if model.intercept.is_some() != plan.intercept.is_some() {
+            let has = |k: Option<u32>| if k.is_some() { "has" } else { "has no" };
+            return Err(mismatch(format!(
+                "it {} intercept, the job {} (model.intercept)",
+                has(model.intercept),
+                has(plan.intercept)
+            )));
+        }
+        let len = self.weights.0.len();
+        if len != plan.dim as usize {
+            return Err(mismatch(format!(
+                "it has {len} weights, the job's data makes a model of {}",
+                plan.dim
+            )));
+        }
+        if model.intercept != plan.intercept {
+            return Err(mismatch(format!(
+                "its intercept is key {:?}, the job's {:?}",
+                model.intercept, plan.intercept
+            )));
+        }
+        if model.loss != plan.loss.name() {
+            return Err(mismatch(format!(
+                "it was trained with the loss '{}', the job uses '{}'",
+                model.loss,
+                plan.loss.name()
+            )));
+        }
+        if &model.features != features {
+            return Err(mismatch(
+                "its feature map differs from the job's (another schema, vocabulary or hashing): \
+                 its weights would land on other features"
+                    .into(),
+            ));
+        }
+        Ok(self.weights.clone())
     }
-    if model.intercept != plan.intercept {
-        return Err(mismatch(format!(
-            "its intercept is key {:?}, the job's {:?}",
-            model.intercept, plan.intercept
-        )));
-    }
-    if model.loss != plan.loss.name() {
-        return Err(mismatch(format!(
-            "it was trained with the loss '{}', the job uses '{}'",
-            model.loss,
-            plan.loss.name()
-        )));
-    }
-    if &model.features != features {
-        return Err(mismatch(
-            "its feature map differs from the job's (another schema, vocabulary or hashing): \
-             its weights would land on other features"
-                .into(),
-        ));
-    }
-    Ok(InitialWeights(Arc::new(model.weights.clone())))
 }
 
 /// Runs a CSV job's table pipeline as this process of `cluster` and writes what it prepares

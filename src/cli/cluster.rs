@@ -254,6 +254,7 @@ impl Running {
                 Ok(s) => s,
                 Err(e) => {
                     first.get_or_insert_with(|| format!("process {i}: {e}"));
+                    deadline.get_or_insert_with(|| Instant::now() + GRACE);
                     continue;
                 }
             };
