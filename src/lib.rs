@@ -32,6 +32,7 @@ pub mod codec;
 pub mod data;
 pub mod dataflow;
 pub mod exchange;
+pub mod handshake;
 pub mod job;
 pub mod mem;
 pub mod memory;

@@ -9,13 +9,15 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use timely::communication::allocator::AllocatorBuilder;
+use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
 use timely::CommunicationConfig;
 
 use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{
     build_training, InitialWeights, Supervisor, TrainHandle, TrainPlan, Training,
 };
+use crate::handshake::{self, Credentials};
 use crate::job::Job;
 use crate::metrics::{MetricsRow, Traffic, WireBytes, WireCounters};
 use crate::model::file::ModelFile;
@@ -39,7 +41,14 @@ pub struct ClusterSpec {
     /// How long another process may stay silent (no heartbeat) before this one stops with an
     /// error naming it.
     pub peer_timeout: Duration,
+    /// The secret every process of the cluster proves it knows in the handshake
+    /// ([`crate::handshake`]); `None`: the handshake checks job and index only.
+    pub secret: Option<String>,
 }
+
+/// The environment variable that carries the cluster secret (the `cluster` launcher sets it
+/// for its processes; unlike a command-line argument, it is not visible to other users).
+pub const SECRET_VARIABLE: &str = "GRADFLOW_CLUSTER_SECRET";
 
 impl Default for ClusterSpec {
     fn default() -> Self {
@@ -51,6 +60,7 @@ impl Default for ClusterSpec {
             hosts: Vec::new(),
             startup_timeout: Duration::from_secs(60),
             peer_timeout: Duration::from_secs(60),
+            secret: None,
         }
     }
 }
@@ -94,7 +104,7 @@ impl ClusterSpec {
         }
     }
 
-    fn config(&self) -> Result<CommunicationConfig, String> {
+    fn check(&self) -> Result<(), String> {
         if self.workers == 0 || self.processes == 0 {
             return Err("--workers and --processes must be at least 1".into());
         }
@@ -104,15 +114,13 @@ impl ClusterSpec {
                 self.process, self.processes
             ));
         }
-        Ok(if self.processes > 1 {
-            CommunicationConfig::Cluster {
-                threads: self.workers,
-                process: self.process,
-                addresses: self.addresses()?,
-                report: false,
-                zerocopy: false,
-            }
-        } else if self.workers > 1 {
+        Ok(())
+    }
+
+    /// timely's configuration of a single process (a cluster is built from sockets).
+    fn config(&self) -> Result<CommunicationConfig, String> {
+        self.check()?;
+        Ok(if self.workers > 1 {
             CommunicationConfig::Process(self.workers)
         } else {
             CommunicationConfig::Thread
@@ -215,9 +223,8 @@ pub fn run_program(
     program: Program,
 ) -> Result<RunOutcome, String> {
     let started = Instant::now();
-    let config = cluster.config()?;
     let wire = WireCounters::new();
-    let builders = start_communication(config, &wire, cluster)?;
+    let builders = start_communication(job, &wire, cluster)?;
     let job = Arc::new(job.clone());
     let (threads, processes, peer_timeout) =
         (cluster.workers, cluster.processes, cluster.peer_timeout);
@@ -477,9 +484,8 @@ pub fn prepare_job(
         return Err("data prepare: the job's data.format must be csv".into());
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let config = cluster.config()?;
     let wire = WireCounters::new();
-    let builders = start_communication(config, &wire, cluster)?;
+    let builders = start_communication(job, &wire, cluster)?;
     let (job, out) = (Arc::new(job.clone()), out.to_path_buf());
     let guards = timely::execute::execute_from(
         builders.0,
@@ -524,28 +530,41 @@ pub fn prepare_job(
 
 type Builders = (Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>);
 
-/// Builds the communication layer; for a cluster this connects to every peer, which must
-/// happen within the start-up timeout.
+/// Builds the communication layer. A cluster's processes connect to each other through
+/// gradflow's authenticated handshake ([`crate::handshake`]), which must complete within the
+/// start-up timeout, and timely takes the connected sockets.
 fn start_communication(
-    config: CommunicationConfig,
+    job: &Job,
     wire: &WireCounters,
     cluster: &ClusterSpec,
 ) -> Result<Builders, String> {
     let hooks = wire.hooks();
     if cluster.processes == 1 {
-        return config.try_build_with(hooks);
+        return cluster.config()?.try_build_with(hooks);
     }
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(config.try_build_with(hooks));
-    });
-    match rx.recv_timeout(cluster.startup_timeout) {
-        Ok(result) => result,
-        Err(_) => Err(format!(
-            "timed out after {} s waiting for all {} processes to connect (addresses: {})",
-            cluster.startup_timeout.as_secs(),
-            cluster.processes,
-            cluster.addresses().unwrap_or_default().join(", ")
-        )),
+    cluster.check()?;
+    if cluster.secret.is_none() {
+        eprintln!(
+            "note: process {}: no cluster secret (--cluster-secret or {SECRET_VARIABLE}): \
+             processes check each other's job and index, not a secret",
+            cluster.process
+        );
     }
+    let credentials = Credentials::new(job.cluster_id(), cluster.secret.as_deref());
+    let sockets = handshake::connect(
+        &cluster.addresses()?,
+        cluster.process,
+        &credentials,
+        cluster.startup_timeout,
+    )?;
+    let threads = cluster.workers;
+    let local =
+        ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), hooks.spill.clone());
+    let (builders, guard) =
+        initialize_networking_from_sockets(local, sockets, cluster.process, threads, hooks)
+            .map_err(|e| format!("cannot start timely's network threads: {e}"))?;
+    Ok((
+        builders.into_iter().map(AllocatorBuilder::Tcp).collect(),
+        Box::new(guard),
+    ))
 }

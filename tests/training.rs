@@ -449,7 +449,6 @@ fn killing_a_process_stops_the_other_within_ten_seconds() {
     let mut p1 = spawn(1);
     // Wait until training is under way: process 0 prints its first epoch line.
     let mut lines = BufReader::new(p0.stdout.take().unwrap()).lines();
-    // (timely itself prints "awaiting connections" first)
     let first = lines
         .by_ref()
         .map_while(Result::ok)

@@ -13,6 +13,7 @@ use gradflow::data::partition::RowFilter;
 use gradflow::data::table::{encode_file, parse_rows, FeatureMap};
 use gradflow::exchange::pull::Request;
 use gradflow::exchange::{read_f32s, Aggregator, Envelope, PULL_REQUEST};
+use gradflow::handshake::{answer, greet, Credentials};
 use gradflow::job::Job;
 use gradflow::model::file::ModelFile;
 use gradflow::sparse::SparseGrad;
@@ -204,5 +205,56 @@ pub fn rows_file(data: &[u8]) {
             assert_eq!(r.keys.len(), r.values.len());
             assert!(r.keys.windows(2).all(|w| w[0] < w[1]) && r.keys.iter().all(|&k| k < dim));
         }
+    }
+}
+
+/// The job id and secret of the handshake target's processes (the seeds use the same id).
+pub const HANDSHAKE_JOB: [u8; 16] = [9; 16];
+
+/// What a peer sends in a cluster handshake: the first byte picks the side that reads the
+/// rest (even: process 0 listening for process 1; odd: process 1 greeting process 0). The
+/// secret is not in the input and both sides add a fresh nonce to what is authenticated, so
+/// no input may ever be accepted.
+pub fn handshake(data: &[u8]) {
+    let Some((&side, rest)) = data.split_first() else {
+        return;
+    };
+    let cred = Credentials::new(HANDSHAKE_JOB, Some("fuzz secret"));
+    let mut peer = Peer {
+        input: rest,
+        output: Vec::new(),
+    };
+    if side % 2 == 0 {
+        assert!(
+            answer(&mut peer, 0, 2, &cred).is_err(),
+            "listener accepted a forgery"
+        );
+    } else {
+        assert!(
+            greet(&mut peer, 1, 0, &cred).is_err(),
+            "connector accepted a forgery"
+        );
+    }
+}
+
+/// A connection that reads from the input and keeps what is written to it.
+struct Peer<'a> {
+    input: &'a [u8],
+    output: Vec<u8>,
+}
+
+impl std::io::Read for Peer<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.input.read(buf)
+    }
+}
+
+impl std::io::Write for Peer<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }

@@ -8,6 +8,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::runtime::SECRET_VARIABLE;
+
 /// Picks `n` free loopback ports (bound, then released for the children to take).
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     let listeners: Vec<TcpListener> = (0..n)
@@ -97,9 +99,15 @@ pub fn launch(l: &Launch) -> Result<(), String> {
         ))),
         None => None,
     };
+    // The processes authenticate each other with a secret of this launch (or the user's).
+    let secret = std::env::var(SECRET_VARIABLE)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(new_secret);
     let mut cluster = Running::new(l.processes);
     for i in 0..l.processes {
         let mut child = command(l, &exe, i, &hosts)
+            .env(SECRET_VARIABLE, &secret)
             .spawn()
             .map_err(|e| format!("cannot start process {i}: {e}"))?;
         forward_output(&mut child, i, &log);
@@ -111,6 +119,14 @@ pub fn launch(l: &Launch) -> Result<(), String> {
         Some(f) => Err(f),
         None => Ok(()),
     }
+}
+
+/// A fresh cluster secret: 32 bytes of rand's thread-local CSPRNG (seeded by the operating
+/// system; not the job's seed: a secret must not be reproducible), in hex.
+fn new_secret() -> String {
+    let mut bytes = [0u8; 32];
+    rand::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The command line of process `i`.

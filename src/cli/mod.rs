@@ -215,6 +215,11 @@ struct ProcessArgs {
     /// with an error naming it.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     peer_timeout: u64,
+    /// The secret every process proves it knows when the processes connect (HMAC-SHA256
+    /// handshake); a stray or wrong client is refused. Prefer the environment variable: a
+    /// command line is visible to other users. `gradflow cluster` generates one.
+    #[arg(long, env = "GRADFLOW_CLUSTER_SECRET", hide_env_values = true)]
+    cluster_secret: Option<String>,
 }
 
 impl ProcessArgs {
@@ -227,6 +232,7 @@ impl ProcessArgs {
             hosts: self.hosts.clone(),
             startup_timeout: Duration::from_secs(self.startup_timeout),
             peer_timeout: Duration::from_secs(self.peer_timeout),
+            secret: self.cluster_secret.clone().filter(|s| !s.is_empty()),
         }
     }
 }

@@ -331,6 +331,18 @@ pub enum JobError {
 }
 
 impl Job {
+    /// The id a cluster's processes compare in their handshake ([`crate::handshake`]): a
+    /// digest of the whole job but its `[output]` section (which only process 0 uses), so that
+    /// processes given different job files or overrides refuse each other.
+    pub fn cluster_id(&self) -> [u8; 16] {
+        let training = Job {
+            output: OutputSection::default(),
+            ..self.clone()
+        };
+        let text = toml::to_string(&training).unwrap_or_else(|_| format!("{training:?}"));
+        crate::handshake::job_id(&text)
+    }
+
     /// Loads `path` and applies `overrides` (`section.field=value`, the value in TOML syntax, or a
     /// bare string), then validates.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Job, JobError> {

@@ -9,6 +9,7 @@ use gradflow::codec::{build_codec, CodecSpec, EncodeContext, CODEC_NAMES};
 use gradflow::data::table::{write_rows, FeatureMap, PreparedRow};
 use gradflow::exchange::pull::Request;
 use gradflow::exchange::{write_f32s, Envelope, DATA, PULL_REQUEST};
+use gradflow::handshake::{Hello, TAG_LEN, VERSION};
 use gradflow::model::file::ModelFile;
 
 /// Parameter sets per codec besides the defaults, as TOML inline-table fields.
@@ -234,5 +235,25 @@ fn main() {
     let p = dir.path().join("r.bin");
     write_rows(&p, 6, &rows).unwrap();
     write(&root.join("rows_file"), "r0", &fs::read(&p).unwrap());
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 4 model files, 1 rows file", CODEC_NAMES.len());
+    // Handshakes: a hello from process 1 to process 0 (the listener's side) and one from 0 to
+    // 1 with a MAC after it (the connector's), for the target's job.
+    let hello = |from, to| {
+        Hello {
+            version: VERSION,
+            job: gradflow_fuzz::HANDSHAKE_JOB,
+            from,
+            to,
+            nonce: [3; 16],
+        }
+        .encode()
+    };
+    let mut listener = vec![0u8];
+    listener.extend_from_slice(&hello(1, 0));
+    listener.extend_from_slice(&[5; TAG_LEN]);
+    write(&root.join("handshake"), "listener", &listener);
+    let mut connector = vec![1u8];
+    connector.extend_from_slice(&hello(0, 1));
+    connector.extend_from_slice(&[5; TAG_LEN + 1]);
+    write(&root.join("handshake"), "connector", &connector);
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 4 model files, 1 rows file, 2 handshakes", CODEC_NAMES.len());
 }

@@ -1,0 +1,236 @@
+//! The authenticated cluster, end to end: real `gradflow` processes over loopback TCP, with
+//! stray clients connecting to them during start-up, and processes that disagree on the secret
+//! or the job.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::free_ports;
+use gradflow::handshake::{Hello, HELLO_LEN, TAG_LEN, VERSION};
+use gradflow::job::Job;
+use gradflow::runtime::SECRET_VARIABLE;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
+
+const JOB: &str = r#"
+[data.synth]
+rows = 4000
+dim = 5000
+nnz = 10
+[model]
+loss = "logistic"
+[optimizer]
+kind = "sgd"
+lr = 0.5
+[train]
+epochs = 2
+seed = 3
+"#;
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    job: PathBuf,
+    hosts: PathBuf,
+    port0: u16,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job.toml");
+        std::fs::write(&job, JOB).unwrap();
+        let ports = free_ports(2);
+        let hosts = dir.path().join("hosts");
+        let lines = format!("127.0.0.1:{}\n127.0.0.1:{}\n", ports[0], ports[1]);
+        std::fs::write(&hosts, lines).unwrap();
+        Cluster {
+            _dir: dir,
+            job,
+            hosts,
+            port0: ports[0],
+        }
+    }
+
+    /// Starts process `p` with cluster secret `secret` (none if `None`), start-up timeout
+    /// `timeout` seconds and job overrides `overrides`.
+    fn spawn(&self, p: usize, secret: Option<&str>, timeout: u64, overrides: &[&str]) -> Child {
+        let mut c = Command::new(BIN);
+        c.arg("train").arg(&self.job).args([
+            "--processes",
+            "2",
+            "--process",
+            &p.to_string(),
+            "--startup-timeout",
+            &timeout.to_string(),
+            "--hostfile",
+        ]);
+        c.arg(&self.hosts);
+        for o in overrides {
+            c.args(["--set", o]);
+        }
+        match secret {
+            Some(s) => c.env(SECRET_VARIABLE, s),
+            None => c.env_remove(SECRET_VARIABLE),
+        };
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// A connection to process 0, once it listens.
+    fn dial(&self) -> TcpStream {
+        let started = Instant::now();
+        loop {
+            match TcpStream::connect(("127.0.0.1", self.port0)) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    return s;
+                }
+                Err(e) if started.elapsed() > Duration::from_secs(20) => {
+                    panic!("process 0 never listened: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A hello for this job as process `from` would send it to process `to`.
+fn hello(job: &Path, from: u32, to: u32) -> [u8; HELLO_LEN] {
+    let job = Job::load(job, &[]).unwrap();
+    Hello {
+        version: VERSION,
+        job: job.cluster_id(),
+        from,
+        to,
+        nonce: [7; 16],
+    }
+    .encode()
+}
+
+#[test]
+fn stray_clients_are_refused_and_logged_and_the_job_goes_on() {
+    let cluster = Cluster::new();
+    let secret = Some("correct horse battery staple");
+    let p0 = cluster.spawn(0, secret, 60, &[]);
+
+    // 1. Connects and closes at once (this used to panic timely's start-up).
+    drop(cluster.dial());
+    // 2. Garbage.
+    cluster.dial().write_all(&[0xAB; 100]).unwrap();
+    // 3. What timely's own handshake sends: the process index as 8 bytes (this used to be
+    //    accepted as process 1).
+    let mut s = cluster.dial();
+    s.write_all(&1u64.to_le_bytes()).unwrap();
+    drop(s);
+    // 4. A hello as process 1 would send it, right job and indices, then a MAC made without
+    //    the secret. Process 0 answers with its hello and MAC, then refuses ours.
+    let mut s = cluster.dial();
+    s.write_all(&hello(&cluster.job, 1, 0)).unwrap();
+    let mut reply = [0u8; HELLO_LEN + TAG_LEN];
+    s.read_exact(&mut reply).unwrap();
+    let theirs = Hello::decode(reply[..HELLO_LEN].try_into().unwrap()).unwrap();
+    assert_eq!((theirs.from, theirs.to), (0, 1));
+    s.write_all(&[0u8; TAG_LEN]).unwrap();
+    let mut accepted = [0u8; 1];
+    assert!(
+        s.read_exact(&mut accepted).is_err(),
+        "a client without the secret was accepted"
+    );
+    // 5. A client that says nothing holds one handshake open, and does not block the peer.
+    let silent = cluster.dial();
+
+    // The real process 1 connects and the job runs to the end.
+    let p1 = cluster.spawn(1, secret, 60, &[]);
+    let out1 = p1.wait_with_output().unwrap();
+    let out0 = p0.wait_with_output().unwrap();
+    drop(silent);
+    let ((stdout0, err0), (_, err1)) = (text(&out0), text(&out1));
+    assert!(out0.status.success(), "process 0: {err0}");
+    assert!(out1.status.success(), "process 1: {err1}");
+    assert_eq!(
+        stdout0.lines().filter(|l| l.starts_with("epoch")).count(),
+        2,
+        "{stdout0}"
+    );
+    // Every stray was refused with its reason in process 0's log.
+    let refusals: Vec<&str> = err0
+        .lines()
+        .filter(|l| l.starts_with("process 0: refused a connection from 127.0.0.1:"))
+        .collect();
+    assert_eq!(refusals.len(), 4, "{err0}");
+    for why in [
+        "closed the connection before its hello",
+        "not a gradflow process",
+        "failed authentication",
+    ] {
+        assert!(refusals.iter().any(|l| l.contains(why)), "{why}: {err0}");
+    }
+    assert!(!err0.contains("panicked"), "{err0}");
+}
+
+#[test]
+fn processes_that_disagree_on_the_secret_or_the_job_fail_with_a_clear_error() {
+    type Case<'a> = (&'a str, Option<&'a str>, &'a [&'a str], &'a str);
+    let cases: [Case; 3] = [
+        (
+            "another secret",
+            Some("not the secret"),
+            &[],
+            "failed authentication (a different cluster secret)",
+        ),
+        (
+            "no secret",
+            None,
+            &[],
+            "failed authentication (a different cluster secret)",
+        ),
+        (
+            "another job",
+            Some("the secret"),
+            &["train.epochs=3"],
+            "runs another job",
+        ),
+    ];
+    for (case, secret1, overrides1, why) in cases {
+        let cluster = Cluster::new();
+        let started = Instant::now();
+        let p0 = cluster.spawn(0, Some("the secret"), 3, &[]);
+        let p1 = cluster.spawn(1, secret1, 3, overrides1);
+        let out1 = p1.wait_with_output().unwrap();
+        let out0 = p0.wait_with_output().unwrap();
+        let ((_, err0), (_, err1)) = (text(&out0), text(&out1));
+        assert!(!out0.status.success() && !out1.status.success(), "{case}");
+        assert!(started.elapsed() < Duration::from_secs(15), "{case}");
+        // Process 1 (the connector) names process 0 and says what is wrong.
+        assert!(
+            err1.contains("process 0 at 127.0.0.1:") && err1.contains(why),
+            "{case}: {err1}"
+        );
+        // Process 0 logs the refusal and then times out, naming who is missing and why.
+        assert!(
+            err0.contains("process 0: refused a connection from"),
+            "{case}: {err0}"
+        );
+        assert!(
+            err0.contains("timed out after 3 s waiting for all 2 processes to connect")
+                && err0.contains("not connected: process 1 (127.0.0.1:")
+                && err0.contains("1 connection(s) refused"),
+            "{case}: {err0}"
+        );
+        assert!(!err0.contains("panicked") && !err1.contains("panicked"));
+    }
+}
