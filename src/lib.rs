@@ -41,4 +41,5 @@ pub mod model;
 pub mod named;
 pub mod optim;
 pub mod runtime;
+pub mod snapshot;
 pub mod sparse;

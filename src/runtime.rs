@@ -13,6 +13,7 @@ use timely::communication::allocator::zero_copy::initialize::initialize_networki
 use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
 use timely::CommunicationConfig;
 
+use crate::dataflow::checkpoint::{self, Checkpoints};
 use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{
     build_training, InitialWeights, Supervisor, TrainHandle, TrainPlan, Training,
@@ -44,6 +45,9 @@ pub struct ClusterSpec {
     /// The secret every process of the cluster proves it knows in the handshake
     /// ([`crate::handshake`]); `None`: the handshake checks job and index only.
     pub secret: Option<String>,
+    /// Resume from the latest checkpoint in this directory that every process has complete
+    /// ([`crate::dataflow::checkpoint`]).
+    pub resume: Option<PathBuf>,
 }
 
 /// The environment variable that carries the cluster secret (the `cluster` launcher sets it
@@ -61,6 +65,7 @@ impl Default for ClusterSpec {
             startup_timeout: Duration::from_secs(60),
             peer_timeout: Duration::from_secs(60),
             secret: None,
+            resume: None,
         }
     }
 }
@@ -224,10 +229,31 @@ pub fn run_program(
 ) -> Result<RunOutcome, String> {
     let started = Instant::now();
     let wire = WireCounters::new();
-    let builders = start_communication(job, &wire, cluster)?;
+    let (builders, resume) = start_communication(job, &wire, cluster)?;
+    let job_id = job.cluster_id();
     let job = Arc::new(job.clone());
     let (threads, processes, peer_timeout) =
         (cluster.workers, cluster.processes, cluster.peer_timeout);
+    let checkpoints = match (&job.train.checkpoint, &resume) {
+        (None, None) => None,
+        (spec, _) => Some(Checkpoints::new(
+            spec.clone(),
+            job_id,
+            cluster.process,
+            threads,
+            threads * processes,
+        )?),
+    };
+    if let (Some((dir, round)), Some(c)) = (&resume, &checkpoints) {
+        if cluster.process == 0 {
+            c.set_restored_metrics(checkpoint::read_metrics(dir, *round)?);
+        }
+        eprintln!(
+            "note: process {}: resuming from round {round} of {}",
+            cluster.process,
+            dir.display()
+        );
+    }
     let (sup, w) = (supervisor.clone(), wire.clone());
     // Read once per process; every worker checks it against the data it loads.
     let warm_start = match &job.train.init_model {
@@ -251,6 +277,8 @@ pub fn run_program(
                     if let Some(start) = &warm_start {
                         plan.initial_weights = Some(start.weights_for(&plan, &features)?);
                     }
+                    plan.start_round = resume.as_ref().map_or(0, |(_, r)| *r);
+                    plan.checkpoints = checkpoints.clone();
                     Ok((data, plan, features, notes))
                 });
             let (data, plan, features, data_notes) = match loaded {
@@ -285,6 +313,21 @@ pub fn run_program(
                 Box::new(|_: &MetricsRow| {})
             };
             let training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
+            if let Some((dir, round)) = &resume {
+                let state = training.state();
+                let st = &mut *state.borrow_mut();
+                let peers = threads * processes;
+                match checkpoint::restore_worker(dir, *round, index as u32, peers, job_id, st) {
+                    Ok(carried) => st.carried = Some(carried),
+                    Err(e) => {
+                        sup.fail(e.clone());
+                        if let Some(h) = heartbeat {
+                            h.stop(worker);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
             let handle = worker.dataflow::<(), _, _>(|scope| program(scope, training));
             let running = |w: &timely::worker::Worker| match &heartbeat {
                 Some(h) => h.others_installed(w),
@@ -485,7 +528,7 @@ pub fn prepare_job(
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let wire = WireCounters::new();
-    let builders = start_communication(job, &wire, cluster)?;
+    let (builders, _) = start_communication(job, &wire, cluster)?;
     let (job, out) = (Arc::new(job.clone()), out.to_path_buf());
     let guards = timely::execute::execute_from(
         builders.0,
@@ -530,6 +573,9 @@ pub fn prepare_job(
 
 type Builders = (Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>);
 
+/// Where a resumed run starts: the checkpoint directory and round.
+type Resume = Option<(PathBuf, u64)>;
+
 /// Builds the communication layer. A cluster's processes connect to each other through
 /// gradflow's authenticated handshake ([`crate::handshake`]), which must complete within the
 /// start-up timeout, and timely takes the connected sockets.
@@ -537,10 +583,27 @@ fn start_communication(
     job: &Job,
     wire: &WireCounters,
     cluster: &ClusterSpec,
-) -> Result<Builders, String> {
+) -> Result<(Builders, Resume), String> {
     let hooks = wire.hooks();
+    let id = job.cluster_id();
+    let mine = match &cluster.resume {
+        Some(dir) => Some(checkpoint::complete_rounds(dir, id, cluster.process)?),
+        None => None,
+    };
+    let resume = |round: Option<u64>| -> Result<Resume, String> {
+        match (&cluster.resume, round) {
+            (Some(dir), Some(r)) => Ok(Some((dir.clone(), r))),
+            (Some(dir), None) => Err(format!(
+                "--resume {}: no complete checkpoint of this job for process {}",
+                dir.display(),
+                cluster.process
+            )),
+            _ => Ok(None),
+        }
+    };
     if cluster.processes == 1 {
-        return cluster.config()?.try_build_with(hooks);
+        let round = mine.as_ref().and_then(|m| m.last().copied());
+        return Ok((cluster.config()?.try_build_with(hooks)?, resume(round)?));
     }
     cluster.check()?;
     if cluster.secret.is_none() {
@@ -550,21 +613,27 @@ fn start_communication(
             cluster.process
         );
     }
-    let credentials = Credentials::new(job.cluster_id(), cluster.secret.as_deref());
-    let sockets = handshake::connect(
-        &cluster.addresses()?,
+    let credentials = Credentials::new(id, cluster.secret.as_deref());
+    let addresses = cluster.addresses()?;
+    let mut sockets = handshake::connect(
+        &addresses,
         cluster.process,
         &credentials,
         cluster.startup_timeout,
     )?;
+    let round = checkpoint::agree(
+        &mut sockets,
+        &addresses,
+        mine.as_deref(),
+        cluster.startup_timeout,
+    )?;
+    let resume = resume(round)?;
     let threads = cluster.workers;
     let local =
         ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), hooks.spill.clone());
     let (builders, guard) =
         initialize_networking_from_sockets(local, sockets, cluster.process, threads, hooks)
             .map_err(|e| format!("cannot start timely's network threads: {e}"))?;
-    Ok((
-        builders.into_iter().map(AllocatorBuilder::Tcp).collect(),
-        Box::new(guard),
-    ))
+    let builders = builders.into_iter().map(AllocatorBuilder::Tcp).collect();
+    Ok(((builders, Box::new(guard)), resume))
 }

@@ -186,6 +186,10 @@ struct TrainArgs {
     /// No per-epoch output.
     #[arg(short, long)]
     quiet: bool,
+    /// Continue from the latest checkpoint in DIR (train.checkpoint) that every process has
+    /// complete; the job file and overrides must be those that wrote it.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     #[command(flatten)]
     overrides: Overrides,
 }
@@ -233,6 +237,7 @@ impl ProcessArgs {
             startup_timeout: Duration::from_secs(self.startup_timeout),
             peer_timeout: Duration::from_secs(self.peer_timeout),
             secret: self.cluster_secret.clone().filter(|s| !s.is_empty()),
+            resume: None,
         }
     }
 }
@@ -256,6 +261,9 @@ struct ClusterArgs {
     /// No per-epoch output from the processes.
     #[arg(short, long)]
     quiet: bool,
+    /// Every process continues from the latest checkpoint in DIR (see `train --resume`).
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     #[command(flatten)]
     overrides: Overrides,
 }
@@ -396,6 +404,10 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
             &[
                 a.quiet.then(|| "--quiet".to_string()).into_iter().collect(),
                 vec!["--peer-timeout".to_string(), a.peer_timeout.to_string()],
+                a.resume
+                    .iter()
+                    .flat_map(|d| ["--resume".to_string(), d.display().to_string()])
+                    .collect(),
                 a.overrides.to_args(),
             ]
             .concat(),
@@ -629,9 +641,26 @@ fn printer(quiet: bool) -> ObserverFactory {
     })
 }
 
+/// After a failure: where the last complete checkpoint is and how to continue from it.
+fn resume_hint(job: &Job, a: &TrainArgs, process: usize) -> Option<String> {
+    let dir = &job.train.checkpoint.as_ref()?.dir;
+    let rounds = crate::dataflow::checkpoint::complete_rounds(dir, job.cluster_id(), process);
+    let last = rounds.ok()?.last().copied()?;
+    Some(format!(
+        "note: process {process}: the last complete checkpoint is round {last} in {}; continue \
+         with `gradflow train {} --resume {}` (the same job, overrides, processes and threads)",
+        dir.display(),
+        a.job.display(),
+        dir.display()
+    ))
+}
+
 fn train(a: TrainArgs, program: Program) -> Result<(), String> {
     let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
-    let spec = a.place.spec();
+    let spec = ClusterSpec {
+        resume: a.resume.clone(),
+        ..a.place.spec()
+    };
     let supervisor = Supervisor::new();
     supervisor.install_panic_hook();
     let quiet = a.quiet || spec.process != 0;
@@ -643,6 +672,9 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
         Err(e) => {
             // A process of a broken cluster may have threads stuck on dead peers: exit now.
             eprintln!("error: process {}: {e}", spec.process);
+            if let Some(hint) = resume_hint(&job, &a, spec.process) {
+                eprintln!("{hint}");
+            }
             let code = match supervisor.lost_peer() {
                 Some(_) => EXIT_LOST_PEER,
                 None => 1,

@@ -35,12 +35,11 @@ pub fn aggregate<'s>(
     let owners = Owners::new(plan.ownership, plan.dim, peers, plan.seed);
     let mut codec = codec_or_fail("train.compressor", &plan.codec, &supervisor);
     let downlink_codec = codec_or_fail("train.downlink", &plan.downlink, &supervisor);
-    let mut downlink = Downlink::new(downlink_codec, plan.dim);
+    let mut downlink = Downlink::new(downlink_codec);
     let mut aggregator = Aggregator::default();
-    let mut optimizer = plan.update_rule(0, plan.dim);
     let mut change = SparseGrad::default();
     per_round(grads, "Aggregate", supervisor, move |r, mut msgs, out| {
-        let mut st = state.borrow_mut();
+        let st = &mut *state.borrow_mut();
         let remote = |w: u32| plan.process_of(w) != plan.process_of(me);
         msgs.iter()
             .for_each(|m| st.received(true, m.payload.len(), remote(m.src)));
@@ -67,7 +66,8 @@ pub fn aggregate<'s>(
         // Optimizer step on the summed keys.
         let t_update = Instant::now();
         change.keys.clone_from(&sum.keys);
-        optimizer.step(r, &sum.keys, &sum.values, &mut change.values);
+        st.optimizer
+            .step(r, &sum.keys, &sum.values, &mut change.values);
         // Apply it here; `sharded` sends it, encoded, to every other replica (or, pulling,
         // answers the requests with the new weights).
         let applied = if plan.exchange == ExchangeKind::Sharded && !plan.pull {
@@ -80,7 +80,7 @@ pub fn aggregate<'s>(
             let mut payload = Vec::new();
             let others = (peers > 1).then_some(&mut payload);
             let decoded = downlink
-                .encode(&mut change, plan.dim, ctx, others)
+                .encode(&mut st.downlink, &mut change, plan.dim, ctx, others)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
             broadcast(me, 0, (0..peers).filter(|&d| d != me), payload, |e| {
                 st.sent(false, e.payload.len(), remote(e.dest));

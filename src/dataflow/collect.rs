@@ -3,18 +3,21 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::Operator;
 use timely::dataflow::Stream;
 
-use super::{at, round_of, RoundStats, RoundTime, TrainPlan};
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::Checkpoints;
+use super::{round_of, RoundStats, RoundTime, TrainPlan};
 use crate::metrics::{MetricsRow, StageTimes, Traffic};
 use crate::model::EvalPart;
 
 /// Per-round accumulation on worker 0.
-#[derive(Default)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct RoundAcc {
     reports: u32,
     loss_sum: f64,
@@ -43,13 +46,30 @@ impl RoundAcc {
     }
 }
 
+/// What the collector keeps between rounds, and what a checkpoint saves of it.
+#[derive(Default, Serialize, Deserialize)]
+struct Collected {
+    /// Rows so far.
+    rows: Vec<MetricsRow>,
+    /// Rounds folded in but not yet complete.
+    pending: BTreeMap<u64, RoundAcc>,
+    /// The epoch so far.
+    epoch: RoundAcc,
+    /// Traffic per process so far.
+    per_process: Vec<Traffic>,
+    /// Seconds of training so far (when saved).
+    seconds: f64,
+}
+
 /// The metrics collector: round statistics from every worker go to worker 0, which turns them
 /// into one row per round and per epoch and hands each to `observer`; when the run ends it adds
 /// one `process` row per process with that process's traffic.
 ///
-/// Round `q`'s row is complete when the frontier has passed `q + 1` (the statistics sent at
-/// round `q + 1` carry round `q`'s downstream timings, traffic and, at epoch ends, its
-/// evaluation).
+/// Reports are folded in round by round once every report of the round is in (the input
+/// frontier has passed it), so the collector's state after round `q` does not depend on how
+/// fast the workers run: a checkpoint at round `q + 1` saves it. Round `q`'s row is complete
+/// once round `q + 1` is folded in (the statistics sent at round `q + 1` carry round `q`'s
+/// downstream timings, traffic and, at epoch ends, its evaluation).
 pub fn collect(
     stats: Stream<'_, RoundTime, Vec<RoundStats>>,
     plan: &TrainPlan,
@@ -59,130 +79,67 @@ pub fn collect(
     let plan = plan.clone();
     let workers = stats.scope().peers();
     let processes = workers.div_ceil(plan.threads_per_process);
-    let mut pending: BTreeMap<u64, RoundAcc> = BTreeMap::new();
-    let mut epoch = RoundAcc::default();
-    let mut per_process = vec![Traffic::default(); processes];
+    let checkpoints = plan
+        .checkpoints
+        .clone()
+        .filter(|_| stats.scope().index() == 0);
+    let mut c = Collected {
+        per_process: vec![Traffic::default(); processes],
+        ..Default::default()
+    };
+    let mut start = Instant::now();
+    if let Some(saved) = checkpoints.as_ref().and_then(|c| c.take_restored_metrics()) {
+        // Resumed: the rows and sums of the run before the checkpoint (checked when read).
+        if let Ok(saved) = crate::snapshot::decode::<Collected>(&saved, "metrics.bin") {
+            start -= Duration::from_secs_f64(saved.seconds);
+            rows.borrow_mut().extend(saved.rows.iter().cloned());
+            c = Collected {
+                rows: Vec::new(),
+                ..saved
+            };
+        }
+    }
+    let mut stash: BTreeMap<u64, Vec<RoundStats>> = BTreeMap::new();
     let mut finished = false;
-    let start = Instant::now();
     stats.sink(
         Exchange::new(|_: &RoundStats| 0u64),
         "Collect",
         move |(input, frontier)| {
-            // Gather each worker's report into its round (and the previous round's parts).
             input.for_each(|cap, batch| {
-                let Some(t) = cap.least() else { return };
-                let r = round_of(t);
-                for s in batch.drain(..) {
-                    let p = plan.process_of(s.worker);
-                    if s.has_gradient {
-                        let acc = pending.entry(r).or_default();
-                        acc.reports += 1;
-                        acc.loss_sum += s.loss_sum;
-                        acc.rows += s.rows;
-                        acc.grad_keys += s.grad_keys;
-                        acc.offered_keys += s.offered_keys;
-                        acc.sent_keys += s.sent_keys;
-                        acc.times.gradient_ms += s.gradient_ms;
-                        acc.times.encode_ms += s.encode_ms;
-                        acc.traffic(p, processes).add(&s.traffic);
-                    }
-                    if r > 0 {
-                        let acc = pending.entry(r - 1).or_default();
-                        acc.times.wait_ms += s.prev_wait_ms;
-                        acc.times.aggregate_ms += s.prev_aggregate_ms;
-                        acc.times.update_ms += s.prev_update_ms;
-                        acc.times.eval_ms += s.prev_eval_ms;
-                        acc.traffic(p, processes).add(&s.prev_traffic);
-                        if let Some(e) = &s.eval {
-                            acc.eval.get_or_insert_with(EvalPart::default).merge(e);
-                        }
-                    }
+                if let Some(t) = cap.least() {
+                    stash.entry(round_of(t)).or_default().append(batch);
                 }
             });
-            // Emit every complete round, and the epoch it ends.
-            while let Some((&q, _)) = pending.first_key_value() {
-                if frontier.less_equal(&at(q + 1)) {
+            // Fold in every round whose reports are all in, in round order; each completes the
+            // row of the round before it.
+            while let Some((&r, _)) = stash.first_key_value() {
+                if frontier.less_equal(&super::at(r)) {
                     break;
                 }
-                let mut acc = pending.pop_first().unwrap().1;
-                if acc.reports == 0 {
-                    continue;
+                let reports = stash.pop_first().unwrap().1;
+                fold(&mut c, r, reports, &plan, processes);
+                if r > 0 {
+                    let mut emit = |row: MetricsRow| {
+                        observer(&row);
+                        rows.borrow_mut().push(row);
+                    };
+                    complete(&mut c, r - 1, &plan, workers, processes, start, &mut emit);
                 }
-                acc.times.scale(1.0 / workers as f64);
-                let (traffic, busiest) = acc.traffic_summary();
-                for (p, t) in acc.traffic.iter().enumerate() {
-                    per_process[p].add(t);
-                }
-                let mut row = MetricsRow {
-                    kind: "round",
-                    epoch: q / plan.rounds_per_epoch + 1,
-                    round: q,
-                    seconds: start.elapsed().as_secs_f64(),
-                    train_loss: acc.loss_sum / acc.rows.max(1) as f64,
-                    gradient_keys: acc.grad_keys,
-                    ..Default::default()
-                };
-                row.set_kept(acc.offered_keys, acc.sent_keys);
-                row.set_times(&acc.times);
-                row.set_traffic(&traffic, busiest);
-                epoch.loss_sum += acc.loss_sum;
-                epoch.rows += acc.rows;
-                epoch.grad_keys += acc.grad_keys;
-                epoch.offered_keys += acc.offered_keys;
-                epoch.sent_keys += acc.sent_keys;
-                epoch.times.add(&acc.times);
-                for (p, t) in acc.traffic.iter().enumerate() {
-                    epoch.traffic(p, processes).add(t);
-                }
-                observer(&row);
-                rows.borrow_mut().push(row.clone());
-                // The test metrics after this round: an `epoch` row at epoch ends, an `eval`
-                // row between them (`train.eval_every`).
-                if let Some(eval) = acc.eval {
-                    let s = eval.summary(&*plan.loss);
-                    if (q + 1) % plan.rounds_per_epoch != 0 {
-                        let e = MetricsRow {
-                            kind: "eval",
-                            epoch: row.epoch,
-                            round: q,
-                            seconds: row.seconds,
-                            train_loss: row.train_loss,
-                            test_loss: s.loss,
-                            test_accuracy: s.accuracy,
-                            test_auc: s.auc,
-                            test_rmse: s.rmse,
-                            ..Default::default()
-                        };
-                        observer(&e);
-                        rows.borrow_mut().push(e);
-                    } else {
-                        let (traffic, busiest) = epoch.traffic_summary();
-                        let mut e = MetricsRow {
-                            kind: "epoch",
-                            epoch: row.epoch,
-                            round: q,
-                            seconds: row.seconds,
-                            train_loss: epoch.loss_sum / epoch.rows.max(1) as f64,
-                            test_loss: s.loss,
-                            test_accuracy: s.accuracy,
-                            test_auc: s.auc,
-                            test_rmse: s.rmse,
-                            gradient_keys: epoch.grad_keys,
-                            ..Default::default()
-                        };
-                        e.set_kept(epoch.offered_keys, epoch.sent_keys);
-                        e.set_times(&epoch.times);
-                        e.set_traffic(&traffic, busiest);
-                        observer(&e);
-                        rows.borrow_mut().push(e);
-                        epoch = RoundAcc::default();
+                let due = |k: &&Checkpoints| k.due(r + 1, &plan);
+                if let Some(ck) = checkpoints.as_ref().filter(due) {
+                    c.seconds = start.elapsed().as_secs_f64();
+                    c.rows.clone_from(&rows.borrow());
+                    let saved = ck.save_metrics(r + 1, &crate::snapshot::encode(&c));
+                    c.rows.clear();
+                    if let Err(e) = saved {
+                        ck.fail(e);
                     }
                 }
             }
             // When the run is over: one row per process with its totals.
             if frontier.is_empty() && !finished {
                 finished = true;
-                for (p, t) in per_process.iter().enumerate() {
+                for (p, t) in c.per_process.iter().enumerate() {
                     let mut row = MetricsRow {
                         kind: "process",
                         process: Some(p as u32),
@@ -195,4 +152,120 @@ pub fn collect(
             }
         },
     );
+}
+
+/// Folds in the reports sent at round `r`: round `r`'s gradient part and round `r - 1`'s
+/// downstream part.
+fn fold(c: &mut Collected, r: u64, reports: Vec<RoundStats>, plan: &TrainPlan, processes: usize) {
+    for s in reports {
+        let p = plan.process_of(s.worker);
+        if s.has_gradient {
+            let acc = c.pending.entry(r).or_default();
+            acc.reports += 1;
+            acc.loss_sum += s.loss_sum;
+            acc.rows += s.rows;
+            acc.grad_keys += s.grad_keys;
+            acc.offered_keys += s.offered_keys;
+            acc.sent_keys += s.sent_keys;
+            acc.times.gradient_ms += s.gradient_ms;
+            acc.times.encode_ms += s.encode_ms;
+            acc.traffic(p, processes).add(&s.traffic);
+        }
+        if r > 0 {
+            let acc = c.pending.entry(r - 1).or_default();
+            acc.times.wait_ms += s.prev_wait_ms;
+            acc.times.aggregate_ms += s.prev_aggregate_ms;
+            acc.times.update_ms += s.prev_update_ms;
+            acc.times.eval_ms += s.prev_eval_ms;
+            acc.traffic(p, processes).add(&s.prev_traffic);
+            if let Some(e) = &s.eval {
+                acc.eval.get_or_insert_with(EvalPart::default).merge(e);
+            }
+        }
+    }
+}
+
+/// Emits round `q`'s row (and the `eval` or `epoch` row after it) through `emit`.
+fn complete(
+    c: &mut Collected,
+    q: u64,
+    plan: &TrainPlan,
+    workers: usize,
+    processes: usize,
+    start: Instant,
+    emit: &mut dyn FnMut(MetricsRow),
+) {
+    let Some(mut acc) = c.pending.remove(&q) else {
+        return;
+    };
+    if acc.reports == 0 {
+        return;
+    }
+    acc.times.scale(1.0 / workers as f64);
+    let (traffic, busiest) = acc.traffic_summary();
+    for (p, t) in acc.traffic.iter().enumerate() {
+        c.per_process[p].add(t);
+    }
+    let mut row = MetricsRow {
+        kind: "round",
+        epoch: q / plan.rounds_per_epoch + 1,
+        round: q,
+        seconds: start.elapsed().as_secs_f64(),
+        train_loss: acc.loss_sum / acc.rows.max(1) as f64,
+        gradient_keys: acc.grad_keys,
+        ..Default::default()
+    };
+    row.set_kept(acc.offered_keys, acc.sent_keys);
+    row.set_times(&acc.times);
+    row.set_traffic(&traffic, busiest);
+    let epoch = &mut c.epoch;
+    epoch.loss_sum += acc.loss_sum;
+    epoch.rows += acc.rows;
+    epoch.grad_keys += acc.grad_keys;
+    epoch.offered_keys += acc.offered_keys;
+    epoch.sent_keys += acc.sent_keys;
+    epoch.times.add(&acc.times);
+    for (p, t) in acc.traffic.iter().enumerate() {
+        epoch.traffic(p, processes).add(t);
+    }
+    let (epoch_number, seconds, train_loss) = (row.epoch, row.seconds, row.train_loss);
+    emit(row);
+    // The test metrics after this round: an `epoch` row at epoch ends, an `eval` row between
+    // them (`train.eval_every`).
+    let Some(eval) = acc.eval else { return };
+    let s = eval.summary(&*plan.loss);
+    if (q + 1) % plan.rounds_per_epoch != 0 {
+        emit(MetricsRow {
+            kind: "eval",
+            epoch: epoch_number,
+            round: q,
+            seconds,
+            train_loss,
+            test_loss: s.loss,
+            test_accuracy: s.accuracy,
+            test_auc: s.auc,
+            test_rmse: s.rmse,
+            ..Default::default()
+        });
+    } else {
+        let epoch = std::mem::take(&mut c.epoch);
+        let (traffic, busiest) = epoch.traffic_summary();
+        let mut e = MetricsRow {
+            kind: "epoch",
+            epoch: epoch_number,
+            round: q,
+            seconds,
+            train_loss: epoch.loss_sum / epoch.rows.max(1) as f64,
+            test_loss: s.loss,
+            test_accuracy: s.accuracy,
+            test_auc: s.auc,
+            test_rmse: s.rmse,
+            gradient_keys: epoch.grad_keys,
+            ..Default::default()
+        };
+        e.set_kept(epoch.offered_keys, epoch.sent_keys);
+        e.set_times(&epoch.times);
+        e.set_traffic(&traffic, busiest);
+        emit(e);
+    }
 }

@@ -14,7 +14,8 @@ use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::Stream;
 
-use super::{codec_or_fail, ms, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
+use super::checkpoint::Carried;
+use super::{at, codec_or_fail, ms, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
 use super::{WorkerData, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{Codec, EncodeContext};
@@ -59,7 +60,12 @@ pub fn gradient<'s>(
     let wire = wire.filter(|_| me as usize % plan.threads_per_process == 0);
     let mut worker = GradientStep::new(me, peers, plan, data, &supervisor);
 
+    let start = at(plan.start_round);
+    let checkpoints = plan.checkpoints.clone();
+    let leader = me as usize % plan.threads_per_process == 0;
     builder.build(move |mut caps| {
+        // A resumed run starts at the checkpoint's round.
+        caps.iter_mut().for_each(|c| c.downgrade(&start));
         let mut stats_cap = caps.pop();
         let mut grad_cap = caps.pop();
         let mut stash: BTreeMap<u64, Vec<Envelope>> = BTreeMap::new();
@@ -77,6 +83,12 @@ pub fn gradient<'s>(
                 let r = round_of(cap.time());
                 if let Some(w) = &wire {
                     w.mark_round(r);
+                }
+                if let Some(c) = checkpoints.as_ref().filter(|_| leader) {
+                    if let Err(e) = c.started(r) {
+                        supervisor.fail(e);
+                        return;
+                    }
                 }
                 let changes = stash.remove(&r).unwrap_or_default();
                 let stats = match worker.round(r, changes, &mut state.borrow_mut(), &mut envelopes)
@@ -96,8 +108,8 @@ pub fn gradient<'s>(
                     .expect("held with the gradient capability");
                 stats_out.activate().session(&*sc).give(stats);
                 if r < worker.rounds {
-                    cap.downgrade(&super::at(r + 1));
-                    sc.downgrade(&super::at(r + 1));
+                    cap.downgrade(&at(r + 1));
+                    sc.downgrade(&at(r + 1));
                 } else {
                     grad_cap = None;
                     stats_cap = None;
@@ -200,7 +212,14 @@ impl GradientStep {
         };
         let t_update = Instant::now();
         self.apply_changes(r, changes, st)?;
-        if r > 0 {
+        if let Some(c) = st.carried.take() {
+            // Resumed: round r - 1 ran before the checkpoint.
+            stats.prev_update_ms = c.update_ms;
+            stats.prev_aggregate_ms = c.aggregate_ms;
+            stats.prev_wait_ms = c.wait_ms;
+            st.traffic = c.traffic;
+            st.traffic_total = c.traffic_total;
+        } else if r > 0 {
             stats.prev_update_ms = st.update_ms + ms(t_update);
             stats.prev_aggregate_ms = st.aggregate_ms;
             if let Some(t) = self.last_emit {
@@ -210,6 +229,18 @@ impl GradientStep {
         }
         stats.prev_traffic = std::mem::take(&mut st.traffic);
         (st.aggregate_ms, st.update_ms) = (0.0, 0.0);
+        if let Some(c) = &self.plan.checkpoints {
+            if c.due(r, &self.plan) {
+                let carried = Carried {
+                    wait_ms: stats.prev_wait_ms,
+                    aggregate_ms: stats.prev_aggregate_ms,
+                    update_ms: stats.prev_update_ms,
+                    traffic: stats.prev_traffic,
+                    traffic_total: st.traffic_total,
+                };
+                c.save_worker(r, self.me, st, carried)?;
+            }
+        }
         if self.plan.evaluates_after(r) {
             let t_eval = Instant::now();
             stats.eval = Some(EvalPart::evaluate(
@@ -317,14 +348,19 @@ impl GradientStep {
         let n = self.order.len() as u64;
         let (epoch, b) = (r / rpe, r % rpe);
         let range = |b: u64| (b * n / rpe) as usize..((b + 1) * n / rpe) as usize;
-        if b == 0 && self.shuffled_epoch != Some(epoch) {
-            self.shuffled_epoch = Some(epoch);
-            let seed = mix64(self.plan.seed, (epoch << 20) ^ self.me as u64);
-            self.order
-                .shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
-            for b in 0..rpe {
-                self.order[range(b)].sort_unstable();
+        // Each epoch's shuffle starts from the previous epoch's order: a run resumed in epoch
+        // `e` replays the shuffles of epochs 0..=e.
+        if self.shuffled_epoch.is_none_or(|s| s < epoch) {
+            let first = self.shuffled_epoch.map_or(0, |s| s + 1);
+            for e in first..=epoch {
+                let seed = mix64(self.plan.seed, (e << 20) ^ self.me as u64);
+                self.order
+                    .shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
+                for b in 0..rpe {
+                    self.order[range(b)].sort_unstable();
+                }
             }
+            self.shuffled_epoch = Some(epoch);
         }
         range(b)
     }

@@ -30,6 +30,7 @@
 //! standard one.
 
 mod aggregate;
+pub mod checkpoint;
 mod collect;
 mod gradient;
 pub mod heartbeat;
@@ -155,6 +156,15 @@ impl Training {
         let make: std::sync::Arc<dyn Fn(u32, u32) -> Box<dyn UpdateRule> + Send + Sync> =
             std::sync::Arc::new(make);
         self.plan.custom_optimizer = Some(crate::named::Named::new(name, make));
+        let st = &mut *self.state.borrow_mut();
+        st.optimizer = self.plan.update_rule(0, self.plan.dim);
+        if let Some(saved) = &st.restored_optimizer {
+            // Resumed: the rule continues from the checkpoint's state.
+            if let Err(e) = st.optimizer.restore(saved) {
+                self.supervisor
+                    .fail(format!("--resume: update rule '{name}': {e}"));
+            }
+        }
     }
 
     /// The gradient step ([`gradient`]): from the model changes on the feedback edge to this

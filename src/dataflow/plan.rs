@@ -5,10 +5,12 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
+use super::checkpoint::{Carried, Checkpoints};
 use crate::codec::CodecSpec;
 use crate::data::Dataset;
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
+use crate::memory::residual::Residual;
 use crate::memory::{Memory, MemorySpec};
 use crate::metrics::{MetricsRow, Traffic};
 use crate::model::{EvalPart, LossFn};
@@ -64,6 +66,11 @@ pub struct TrainPlan {
     pub threads_per_process: usize,
     /// Warm start: the weights every replica starts from (zeros when `None`).
     pub initial_weights: Option<InitialWeights>,
+    /// The round the loop starts at: 0, or the checkpoint's round when resuming (the workers'
+    /// states are restored from it).
+    pub start_round: u64,
+    /// Where and how often this process writes checkpoints (`train.checkpoint`).
+    pub checkpoints: Option<Checkpoints>,
 }
 
 /// A model's weights to start training from, shared by the workers of a process.
@@ -122,6 +129,12 @@ pub struct WorkerState {
     pub weights: crate::mem::ZeroedArray<f32>,
     /// The uplink memory.
     pub memory: Box<dyn Memory>,
+    /// The update rule of the keys this worker updates (`sharded`: those it owns; `allgather`
+    /// and `sketch`: every key of its replica).
+    pub optimizer: Box<dyn UpdateRule>,
+    /// The residual of this worker's `sharded` downlink (what its lossy downlink codec has not
+    /// sent yet of its keys' changes).
+    pub downlink: Residual,
     /// This round's compensated vector (the `sketch` exchange reads it in its second round).
     pub compensated: SparseGrad,
     /// This round's sketch candidates (`sketch` exchange).
@@ -132,6 +145,11 @@ pub struct WorkerState {
     pub traffic_total: Traffic,
     pub(crate) aggregate_ms: f64,
     pub(crate) update_ms: f64,
+    /// Resuming: the statistics of the round before the checkpoint, for the first report.
+    pub(crate) carried: Option<Carried>,
+    /// Resuming: the update rule's saved state (a program's own rule, set after the restore,
+    /// restores it too).
+    pub(crate) restored_optimizer: Option<Vec<u8>>,
 }
 
 impl WorkerState {
@@ -145,12 +163,16 @@ impl WorkerState {
         Rc::new(RefCell::new(WorkerState {
             weights,
             memory: plan.memory.build(plan.dim),
+            optimizer: plan.update_rule(0, plan.dim),
+            downlink: Residual::new(plan.dim),
             compensated: SparseGrad::default(),
             candidates: Vec::new(),
             traffic: Traffic::default(),
             traffic_total: Traffic::default(),
             aggregate_ms: 0.0,
             update_ms: 0.0,
+            carried: None,
+            restored_optimizer: None,
         }))
     }
 

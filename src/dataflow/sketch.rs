@@ -111,7 +111,6 @@ pub fn sketch_exchange<'s>(
 
     // Step 5: the top k of the exact sums is the update; every worker applies (1/W)·sum through
     // the optimizer and masks its memory where its own v was taken.
-    let mut optimizer = plan.update_rule(0, plan.dim);
     let (mut total, mut buf, mut update, mut changes) =
         (Vec::new(), Vec::new(), SparseGrad::default(), Vec::new());
     let mut taken = SparseGrad::default();
@@ -138,7 +137,8 @@ pub fn sketch_exchange<'s>(
         update
             .values
             .extend(top.iter().map(|&i| total[i as usize] / peers as f32));
-        optimizer.step(r, &update.keys, &update.values, &mut changes);
+        st.optimizer
+            .step(r, &update.keys, &update.values, &mut changes);
         std::mem::swap(&mut update.values, &mut changes);
         add_changes(&update, &mut st.weights);
         check_finite(&update, &st.weights)

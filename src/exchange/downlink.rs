@@ -13,31 +13,31 @@ use crate::sparse::SparseGrad;
 /// receiving worker's index).
 pub const DOWNLINK_PIECE: u32 = u32::MAX;
 
-/// One owner's downlink encoder and residual.
+/// One owner's downlink encoder (its residual is part of the worker's state, which checkpoints
+/// keep).
 pub struct Downlink {
     codec: Box<dyn Codec>,
-    residual: Residual,
     scratch: SparseGrad,
     /// The decoded change of the last [`Downlink::encode`]: what every replica adds.
     pub decoded: SparseGrad,
 }
 
 impl Downlink {
-    /// A downlink for a model of dimension `dim`.
-    pub fn new(codec: Box<dyn Codec>, dim: u32) -> Self {
+    /// A downlink encoding with `codec`.
+    pub fn new(codec: Box<dyn Codec>) -> Self {
         Downlink {
             codec,
-            residual: Residual::new(dim),
             scratch: SparseGrad::default(),
             decoded: SparseGrad::default(),
         }
     }
 
     /// Encodes `change` (this round's optimizer step on the owner's keys; it becomes the change
-    /// plus the residual) into `payload` (`None` when no other replica exists), and returns
+    /// plus `residual`) into `payload` (`None` when no other replica exists), and returns
     /// what replicas decode. A lossless codec skips the local decode and keeps no residual.
     pub fn encode(
         &mut self,
+        residual: &mut Residual,
         change: &mut SparseGrad,
         dim: u32,
         ctx: EncodeContext,
@@ -56,13 +56,13 @@ impl Downlink {
             self.decoded.clone_from(change);
             return Ok(&self.decoded);
         }
-        self.residual.compensate(change, &mut self.scratch);
+        residual.compensate(change, &mut self.scratch);
         let mut local = Vec::new();
         let payload = payload.unwrap_or(&mut local);
         self.codec
             .encode(&change.keys, &change.values, dim, ctx, payload)?;
         self.codec.decode(payload, &mut self.decoded)?;
-        self.residual.update(change, &self.decoded);
+        residual.update(change, &self.decoded);
         Ok(&self.decoded)
     }
 
@@ -84,7 +84,8 @@ mod tests {
             .clone()
             .try_into()
             .unwrap();
-        let mut d = Downlink::new(build_codec(&spec).unwrap(), 8);
+        let mut d = Downlink::new(build_codec(&spec).unwrap());
+        let mut residual = Residual::new(8);
         let (mut exact, mut replica) = (vec![0f32; 8], vec![0f32; 8]);
         let mut change = SparseGrad::default();
         for round in 0..30u64 {
@@ -99,7 +100,9 @@ mod tests {
             }
             let mut payload = Vec::new();
             let ctx = EncodeContext::default();
-            let decoded = d.encode(&mut change, 8, ctx, Some(&mut payload)).unwrap();
+            let decoded = d
+                .encode(&mut residual, &mut change, 8, ctx, Some(&mut payload))
+                .unwrap();
             assert!(decoded.len() <= change.len().div_ceil(2), "top half only");
             for (&k, &v) in decoded.keys.iter().zip(&decoded.values) {
                 replica[k as usize] += v;

@@ -14,6 +14,7 @@ use crate::data::libsvm::{read_libsvm_part, PartRows};
 use crate::data::synth::{self, CtrParams, GsparParams};
 use crate::data::table::{FeatureSpec, JoinSpec, LabelSpec, TableInput, TableSpec};
 use crate::data::{Dataset, LibsvmOptions, Part, RowFilter};
+use crate::dataflow::checkpoint::CheckpointSpec;
 use crate::dataflow::{TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
@@ -276,6 +277,9 @@ pub struct TrainSection {
     /// features, dimension and loss); the optimizer state and error-feedback memory start
     /// fresh.
     pub init_model: Option<PathBuf>,
+    /// Write a checkpoint every `every_rounds` rounds into `dir`:
+    /// `checkpoint = { every_rounds = 100, dir = "ckpt" }`; `train --resume DIR` continues.
+    pub checkpoint: Option<CheckpointSpec>,
 }
 
 impl Default for TrainSection {
@@ -293,6 +297,7 @@ impl Default for TrainSection {
             seed: 42,
             eval_every: 0,
             init_model: None,
+            checkpoint: None,
         }
     }
 }
@@ -388,6 +393,14 @@ impl Job {
         let t = &self.train;
         if t.epochs == 0 {
             return Err("train.epochs: must be at least 1".into());
+        }
+        if let Some(c) = &t.checkpoint {
+            if c.every_rounds == 0 {
+                return Err("train.checkpoint.every_rounds: must be at least 1".into());
+            }
+            if c.dir.as_os_str().is_empty() {
+                return Err("train.checkpoint.dir: must name a directory".into());
+            }
         }
         if !(t.batch_fraction > 0.0 && t.batch_fraction <= 1.0) {
             return Err(format!(
@@ -866,6 +879,8 @@ impl Job {
             seed: self.train.seed,
             threads_per_process,
             initial_weights: None,
+            start_round: 0,
+            checkpoints: None,
         }
     }
 }

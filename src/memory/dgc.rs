@@ -12,6 +12,7 @@
 //! (8·D bytes) plus the keys where `u` or `v` is nonzero.
 
 use super::{for_sent, for_union, Memory, SparseState};
+use crate::snapshot::NonZero;
 use crate::sparse::SparseGrad;
 
 /// DGC momentum `u` and accumulation `v` of one worker.
@@ -65,6 +66,20 @@ impl Memory for Dgc {
                 support.push(k as u32);
             }
         });
+    }
+
+    fn save(&self) -> Option<Vec<u8>> {
+        Some(crate::snapshot::encode(&(
+            NonZero::of(&self.u),
+            self.v.save(),
+        )))
+    }
+
+    fn restore(&mut self, saved: &[u8]) -> Result<(), String> {
+        let what = "dgc memory";
+        let (u, v): (NonZero, NonZero) = crate::snapshot::decode(saved, what)?;
+        u.restore(&mut self.u, what)?;
+        self.v.restore(&v, what)
     }
 }
 

@@ -15,6 +15,7 @@
 
 use super::{for_sent, Memory};
 use crate::mem::ZeroedArray;
+use crate::snapshot::NonZero;
 use crate::sparse::SparseGrad;
 
 /// The lazily applied residual `e` of one worker.
@@ -44,6 +45,15 @@ impl Memory for LazyResidual {
 
     fn update(&mut self, compensated: &SparseGrad, sent: &SparseGrad) {
         for_sent(compensated, sent, |k, c, s| self.e[k as usize] = c - s);
+    }
+
+    fn save(&self) -> Option<Vec<u8>> {
+        Some(crate::snapshot::encode(&NonZero::of(&self.e)))
+    }
+
+    fn restore(&mut self, saved: &[u8]) -> Result<(), String> {
+        let what = "lazy_residual memory";
+        crate::snapshot::decode::<NonZero>(saved, what)?.restore(&mut self.e, what)
     }
 }
 

@@ -27,6 +27,7 @@ pub mod residual;
 
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot::NonZero;
 use crate::sparse::SparseGrad;
 
 /// Error-feedback state of one worker (or one owner's downlink).
@@ -42,6 +43,19 @@ pub trait Memory: Send {
     /// Whether [`Memory::update`] needs `sent` (a memory that ignores it saves the local decode).
     fn needs_sent(&self) -> bool {
         true
+    }
+    /// The memory's state for a checkpoint ([`crate::snapshot`]), `None` when it cannot be
+    /// saved (the default: a checkpoint of a run that uses it is an error saying so).
+    fn save(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Restores what [`Memory::save`] returned into this fresh memory of the same kind and
+    /// dimension, so that the run continues bit for bit.
+    fn restore(&mut self, _saved: &[u8]) -> Result<(), String> {
+        Err(format!(
+            "memory {} cannot restore a checkpoint",
+            self.name()
+        ))
     }
 }
 
@@ -165,6 +179,26 @@ impl SparseState {
             values: crate::mem::ZeroedArray::new(dim as usize),
             support: Vec::new(),
         }
+    }
+
+    /// The values on the support (the rest are zero).
+    pub fn save(&self) -> NonZero {
+        NonZero {
+            len: self.values.len() as u64,
+            keys: self.support.clone(),
+            values: self
+                .support
+                .iter()
+                .map(|&k| self.values[k as usize])
+                .collect(),
+        }
+    }
+
+    /// Restores [`SparseState::save`]'s entries into this fresh state.
+    pub fn restore(&mut self, saved: &NonZero, what: &str) -> Result<(), String> {
+        saved.restore(&mut self.values, what)?;
+        self.support.clone_from(&saved.keys);
+        Ok(())
     }
 }
 

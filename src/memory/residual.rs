@@ -45,6 +45,15 @@ impl Memory for Residual {
             }
         });
     }
+
+    fn save(&self) -> Option<Vec<u8>> {
+        Some(crate::snapshot::encode(&self.e.save()))
+    }
+
+    fn restore(&mut self, saved: &[u8]) -> Result<(), String> {
+        let e = crate::snapshot::decode(saved, "residual memory")?;
+        self.e.restore(&e, "residual memory")
+    }
 }
 
 #[cfg(test)]

@@ -133,12 +133,13 @@ impl Traffic {
 }
 
 /// One row of the metrics CSV: a round, an epoch, or (at the end) a process's totals.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct MetricsRow {
     /// `round`, `epoch`, `eval` (test metrics after a round between epoch ends, with
     /// `train.eval_every`; its traffic and time fields are zero, the round's row has them) or
     /// `process`.
-    pub kind: &'static str,
+    #[serde(deserialize_with = "row_kind")]
+    pub kind: RowKind,
     /// The process a `process` row describes.
     pub process: Option<u32>,
     /// Epoch (1-based).
@@ -195,6 +196,21 @@ pub struct MetricsRow {
     pub update_ms: f64,
     /// Test evaluation time, ms (mean over workers): the evaluation after this round.
     pub eval_ms: f64,
+}
+
+/// A [`MetricsRow`]'s kind, one of [`ROW_KINDS`] (an alias, so that serde does not borrow it
+/// from its input).
+pub type RowKind = &'static str;
+
+/// The kinds of [`MetricsRow`].
+pub const ROW_KINDS: [&str; 4] = ["round", "epoch", "eval", "process"];
+
+fn row_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    ROW_KINDS
+        .into_iter()
+        .find(|k| *k == s)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown metrics row kind '{s}'")))
 }
 
 impl MetricsRow {

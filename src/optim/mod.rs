@@ -3,6 +3,7 @@
 //! aggregated gradient, as the papers' systems do. A step yields *changes* of the weights, which
 //! is what the `sharded` downlink transmits. Adam bias correction uses the global step (the round number + 1).
 
+use crate::snapshot::NonZero;
 use serde::{Deserialize, Serialize};
 
 /// Which update rule.
@@ -102,6 +103,17 @@ pub trait UpdateRule: Send {
     /// `changes[i]` (cleared first) is what weight `keys[i]` must add. Every key lies in the
     /// range the rule was built for; no weight is read.
     fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>);
+    /// The rule's state for a checkpoint ([`crate::snapshot`]), `None` when it cannot be saved
+    /// (the default: a checkpoint of a run that uses it is an error saying so). A rule
+    /// without state returns `Some(Vec::new())`.
+    fn save(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Restores what [`UpdateRule::save`] returned into this fresh rule for the same keys, so
+    /// that the run continues bit for bit.
+    fn restore(&mut self, _saved: &[u8]) -> Result<(), String> {
+        Err("this update rule cannot restore a checkpoint".into())
+    }
 }
 
 /// A program's own update rule, as a plan holds it: a name and a factory that builds the rule
@@ -189,6 +201,19 @@ impl Optimizer {
 impl UpdateRule for Optimizer {
     fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>) {
         Optimizer::step(self, step, keys, grads, changes);
+    }
+
+    /// The first and second moments (empty for what the kind does not keep).
+    fn save(&self) -> Option<Vec<u8>> {
+        let moments = (NonZero::of(&self.first), NonZero::of(&self.second));
+        Some(crate::snapshot::encode(&moments))
+    }
+
+    fn restore(&mut self, saved: &[u8]) -> Result<(), String> {
+        let what = "optimizer state";
+        let (first, second): (NonZero, NonZero) = crate::snapshot::decode(saved, what)?;
+        first.restore(&mut self.first, what)?;
+        second.restore(&mut self.second, what)
     }
 }
 

@@ -1,0 +1,505 @@
+//! Checkpoints: everything a run needs to continue from the start of a round, written
+//! atomically while it trains (`train.checkpoint = { every_rounds = N, dir = "..." }`), and
+//! read back by `--resume DIR`.
+//!
+//! **What is kept.** At the start of round `R` (every `N` rounds), before it computes the
+//! round's batch, each worker's gradient operator writes `DIR/round-R/worker-W.bin`: its
+//! replica of the weights, its error-feedback memory, its update rule's state, its `sharded`
+//! downlink residual and the statistics of round `R - 1` it has yet to report. At that moment
+//! every operator of that worker is exactly "after round `R - 1`": every exchange of round `R`
+//! waits for this worker's round-`R` gradient, so nothing of round `R` has run on it. The data
+//! order needs no state: batches are a function of (seed, epoch, worker), replayed on resume.
+//! Worker 0's metrics collector writes `metrics.bin` when it has folded in every report of
+//! round `R - 1`: the rows so far and its partial sums.
+//!
+//! **When a round is complete.** A process writes `complete-process-P` into `round-R` once its
+//! first worker starts round `R + 1` (which implies that every worker of every process has
+//! written its file of round `R`) and, on process 0, the metrics are written. It then deletes
+//! its files of all but the last two complete rounds. Processes killed at any moment differ
+//! by at most one complete round, so the last two always share one; on resume they agree on
+//! the latest round every process has complete (exchanged over the authenticated connections
+//! before timely starts).
+//!
+//! **Files.** Each is `GFCKPT` magic and version, the state (bincode), and a SHA-256 of both;
+//! it is written to a temporary name, synced and renamed. Reading checks magic, checksum, job,
+//! round, worker, worker count and dimension, and names the file in every error.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::WorkerState;
+use crate::metrics::Traffic;
+use crate::snapshot::NonZero;
+
+const MAGIC: &[u8; 8] = b"GFCKPT\x00\x01";
+const KEEP: usize = 2;
+
+/// `train.checkpoint`: write a checkpoint every `every_rounds` rounds into `dir`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSpec {
+    /// Rounds between checkpoints.
+    pub every_rounds: u64,
+    /// The directory (created if missing); every process of a cluster writes its own workers'
+    /// files there (a shared or a local directory).
+    pub dir: PathBuf,
+}
+
+/// What a worker carries from round `R - 1` into its report at round `R`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Carried {
+    /// Waiting time of round `R - 1`.
+    pub wait_ms: f64,
+    /// Decode and sum of round `R - 1`.
+    pub aggregate_ms: f64,
+    /// Update of round `R - 1`.
+    pub update_ms: f64,
+    /// Traffic after round `R - 1`'s gradient messages.
+    pub traffic: Traffic,
+    /// Traffic of the run so far.
+    pub traffic_total: Traffic,
+}
+
+/// One worker's file.
+#[derive(Serialize, Deserialize)]
+struct WorkerFile {
+    job: [u8; 16],
+    round: u64,
+    worker: u32,
+    workers: u32,
+    dim: u32,
+    weights: NonZero,
+    #[serde(with = "serde_bytes")]
+    memory: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    optimizer: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    downlink: Vec<u8>,
+    carried: Carried,
+}
+
+/// Checkpointing of one process, shared by its workers.
+#[derive(Clone)]
+pub struct Checkpoints(Arc<Shared>);
+
+struct Shared {
+    spec: Option<CheckpointSpec>,
+    job: [u8; 16],
+    process: usize,
+    threads: usize,
+    workers: usize,
+    progress: Mutex<Progress>,
+}
+
+#[derive(Default)]
+struct Progress {
+    /// Rounds whose files every process has written.
+    written: BTreeSet<u64>,
+    /// Rounds whose metrics are written (process 0).
+    metrics: BTreeSet<u64>,
+    /// Complete rounds, oldest first.
+    complete: Vec<u64>,
+    /// Resuming: worker 0's metrics state, taken by the collector.
+    restored_metrics: Option<Vec<u8>>,
+    /// The first error, reported by the next caller.
+    error: Option<String>,
+}
+
+impl std::fmt::Debug for Checkpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Checkpoints({:?})", self.0.spec)
+    }
+}
+
+impl PartialEq for Checkpoints {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.spec == other.0.spec && self.0.job == other.0.job
+    }
+}
+
+fn round_dir(dir: &Path, round: u64) -> PathBuf {
+    dir.join(format!("round-{round:012}"))
+}
+
+fn marker(process: usize) -> String {
+    format!("complete-process-{process}")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file, synced, renamed, directory synced.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    let err = |e: std::io::Error| format!("checkpoint: {}: {e}", path.display());
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)?;
+    if let Some(parent) = path.parent() {
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Magic, state and checksum.
+fn seal(state: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAGIC.len() + state.len() + 32);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(state);
+    let sum = Sha256::digest(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// The state inside a sealed file, after checking magic and checksum.
+fn unseal<'a>(bytes: &'a [u8], path: &Path) -> Result<&'a [u8], String> {
+    let bad = |why: &str| format!("{}: not a usable checkpoint file: {why}", path.display());
+    if bytes.len() < MAGIC.len() + 32 || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(bad("no gradflow checkpoint magic (or another version)"));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 32);
+    if Sha256::digest(body).as_slice() != sum {
+        return Err(bad("checksum mismatch (truncated or damaged)"));
+    }
+    Ok(&body[MAGIC.len()..])
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl Checkpoints {
+    /// Checkpointing as `spec` says (`None`: none, but a resumed run still hands its restored
+    /// metrics through) for process `process` (of `threads` workers) of a run over `workers`
+    /// workers, of the job with id `job` ([`crate::job::Job::cluster_id`]).
+    pub fn new(
+        spec: Option<CheckpointSpec>,
+        job: [u8; 16],
+        process: usize,
+        threads: usize,
+        workers: usize,
+    ) -> Result<Self, String> {
+        if let Some(spec) = &spec {
+            std::fs::create_dir_all(&spec.dir)
+                .map_err(|e| format!("train.checkpoint.dir: {}: {e}", spec.dir.display()))?;
+        }
+        Ok(Checkpoints(Arc::new(Shared {
+            spec,
+            job,
+            process,
+            threads: threads.max(1),
+            workers,
+            progress: Mutex::default(),
+        })))
+    }
+
+    fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.0.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a checkpoint is taken at the start of round `r` of `plan` (not the last, and
+    /// not the round a resumed run starts at: that one exists).
+    pub fn due(&self, r: u64, plan: &super::TrainPlan) -> bool {
+        let every = self.every();
+        every > 0 && r > 0 && r != plan.start_round && r < plan.rounds() && r % every == 0
+    }
+
+    fn every(&self) -> u64 {
+        self.0.spec.as_ref().map_or(0, |s| s.every_rounds)
+    }
+
+    fn dir(&self) -> &Path {
+        self.0.spec.as_ref().map_or(Path::new(""), |s| &s.dir)
+    }
+
+    /// Writes worker `worker`'s state at the start of round `round`.
+    pub fn save_worker(
+        &self,
+        round: u64,
+        worker: u32,
+        st: &WorkerState,
+        carried: Carried,
+    ) -> Result<(), String> {
+        let saved = |what: &str, state: Option<Vec<u8>>| {
+            state.ok_or_else(|| {
+                format!("checkpoint: the {what} cannot be saved (it does not implement save)")
+            })
+        };
+        let file = WorkerFile {
+            job: self.0.job,
+            round,
+            worker,
+            workers: self.0.workers as u32,
+            dim: st.weights.len() as u32,
+            weights: NonZero::of(&st.weights),
+            memory: saved(&format!("memory '{}'", st.memory.name()), st.memory.save())?,
+            optimizer: saved("update rule", st.optimizer.save())?,
+            downlink: saved(
+                "downlink residual",
+                crate::memory::Memory::save(&st.downlink),
+            )?,
+            carried,
+        };
+        let dir = round_dir(self.dir(), round);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("checkpoint: {}: {e}", dir.display()))?;
+        let path = dir.join(format!("worker-{worker:04}.bin"));
+        write_atomic(&path, &seal(&crate::snapshot::encode(&file)))
+    }
+
+    /// Writes worker 0's metrics state of round `round` (process 0).
+    pub fn save_metrics(&self, round: u64, state: &[u8]) -> Result<(), String> {
+        let dir = round_dir(self.dir(), round);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("checkpoint: {}: {e}", dir.display()))?;
+        write_atomic(&dir.join("metrics.bin"), &seal(state))?;
+        let mut p = self.progress();
+        p.metrics.insert(round);
+        self.complete(&mut p)
+    }
+
+    /// Called by the process's first worker when it starts round `r`: every checkpoint before
+    /// `r` is written everywhere.
+    pub fn started(&self, r: u64) -> Result<(), String> {
+        let every = self.every();
+        let mut p = self.progress();
+        if let Some(e) = &p.error {
+            return Err(e.clone());
+        }
+        if every == 0 {
+            return Ok(());
+        }
+        let last = (r.saturating_sub(1) / every) * every;
+        if last > 0 && r > last && !p.complete.contains(&last) {
+            p.written.insert(last);
+        }
+        self.complete(&mut p)
+    }
+
+    /// Marks every round that is written and (process 0) has its metrics; keeps the last two.
+    fn complete(&self, p: &mut Progress) -> Result<(), String> {
+        let ready: Vec<u64> = p
+            .written
+            .iter()
+            .copied()
+            .filter(|r| self.0.process != 0 || p.metrics.contains(r))
+            .collect();
+        for r in ready {
+            p.written.remove(&r);
+            p.metrics.remove(&r);
+            let dir = round_dir(self.dir(), r);
+            let text = format!("job = \"{}\"\nround = {r}\n", hex(&self.0.job));
+            if let Err(e) = write_atomic(&dir.join(marker(self.0.process)), text.as_bytes()) {
+                p.error.get_or_insert(e.clone());
+                return Err(e);
+            }
+            p.complete.push(r);
+            while p.complete.len() > KEEP {
+                let old = p.complete.remove(0);
+                self.remove_own(old);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes this process's files of round `round` (and the directory once it is empty).
+    fn remove_own(&self, round: u64) {
+        let dir = round_dir(self.dir(), round);
+        let _ = std::fs::remove_file(dir.join(marker(self.0.process)));
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let mine = match name
+                    .strip_prefix("worker-")
+                    .and_then(|n| n.strip_suffix(".bin"))
+                {
+                    Some(w) => w.parse::<usize>().is_ok_and(|w| self.is_local(w)),
+                    None => self.0.process == 0 && name == "metrics.bin",
+                };
+                if mine {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    fn is_local(&self, worker: usize) -> bool {
+        worker / self.0.threads == self.0.process
+    }
+
+    /// Records a failure to write (reported to the workers by [`Checkpoints::started`]).
+    pub fn fail(&self, e: String) {
+        self.progress().error.get_or_insert(e);
+    }
+
+    /// Resuming: hands worker 0's restored metrics state to the collector.
+    pub fn set_restored_metrics(&self, state: Vec<u8>) {
+        self.progress().restored_metrics = Some(state);
+    }
+
+    /// Resuming: worker 0's metrics state, once.
+    pub fn take_restored_metrics(&self) -> Option<Vec<u8>> {
+        self.progress().restored_metrics.take()
+    }
+}
+
+/// The rounds that process `process` has complete in `dir`, increasing. A marker of another
+/// job is an error: resuming needs the same job file and overrides.
+pub fn complete_rounds(dir: &Path, job: [u8; 16], process: usize) -> Result<Vec<u64>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("--resume: {}: {e}", dir.display()))?;
+    let mut rounds = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(round) = name
+            .strip_prefix("round-")
+            .and_then(|r| r.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let path = e.path().join(marker(process));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let expected = format!("job = \"{}\"\nround = {round}\n", hex(&job));
+        if text != expected {
+            return Err(format!(
+                "--resume: {}: a checkpoint of another job (or damaged): resume with the job \
+                 file and overrides that wrote it",
+                path.display()
+            ));
+        }
+        rounds.push(round);
+    }
+    rounds.sort_unstable();
+    Ok(rounds)
+}
+
+/// Restores worker `worker`'s state (of `workers`) from round `round` of `dir` into `st`, a
+/// fresh state for the job `job`; returns what the worker carries into its first report.
+pub fn restore_worker(
+    dir: &Path,
+    round: u64,
+    worker: u32,
+    workers: usize,
+    job: [u8; 16],
+    st: &mut WorkerState,
+) -> Result<Carried, String> {
+    let path = round_dir(dir, round).join(format!("worker-{worker:04}.bin"));
+    let bytes = read(&path)?;
+    let name = path.display().to_string();
+    let f: WorkerFile = crate::snapshot::decode(unseal(&bytes, &path)?, &name)?;
+    let mismatch = |what: String| Err(format!("{name}: {what}"));
+    if f.job != job {
+        return mismatch(
+            "a checkpoint of another job: resume with the job file and overrides that wrote it"
+                .into(),
+        );
+    }
+    if (f.round, f.worker) != (round, worker) {
+        return mismatch(format!("holds round {} of worker {}", f.round, f.worker));
+    }
+    if f.workers as usize != workers {
+        return mismatch(format!(
+            "written by a run of {} workers, this one has {workers}: resume with the same \
+             processes and threads",
+            f.workers
+        ));
+    }
+    if f.dim as usize != st.weights.len() {
+        return mismatch(format!(
+            "a model of {} features, this job's data makes {}",
+            f.dim,
+            st.weights.len()
+        ));
+    }
+    let field = |what: &str| format!("{name}: {what}");
+    if st.weights.iter().any(|w| w.to_bits() != 0) {
+        st.weights.fill(0.0); // a warm start's weights: the checkpoint's replace them
+    }
+    f.weights.restore(&mut st.weights, &field("weights"))?;
+    st.memory.restore(&f.memory).map_err(|e| field(&e))?;
+    st.optimizer.restore(&f.optimizer).map_err(|e| field(&e))?;
+    st.restored_optimizer = Some(f.optimizer);
+    crate::memory::Memory::restore(&mut st.downlink, &f.downlink).map_err(|e| field(&e))?;
+    Ok(f.carried)
+}
+
+/// Worker 0's metrics state of round `round` in `dir`.
+pub fn read_metrics(dir: &Path, round: u64) -> Result<Vec<u8>, String> {
+    let path = round_dir(dir, round).join("metrics.bin");
+    let bytes = read(&path)?;
+    Ok(unseal(&bytes, &path)?.to_vec())
+}
+
+/// The most rounds a process offers when the processes agree on where to resume.
+const MAX_OFFERED: usize = 64;
+
+/// Agrees with the other processes of a cluster, over their authenticated connections
+/// (`streams`, `None` at this process's own index), on the round to resume from: the latest
+/// that every process has complete. `mine` is this process's complete rounds, `None` when it
+/// does not resume; every process must resume or none. Returns the agreed round.
+pub fn agree(
+    streams: &mut [Option<std::net::TcpStream>],
+    addresses: &[String],
+    mine: Option<&[u64]>,
+    timeout: std::time::Duration,
+) -> Result<Option<u64>, String> {
+    use std::io::Read;
+    let offered: Vec<u64> = mine
+        .map(|m| m.iter().rev().take(MAX_OFFERED).copied().collect())
+        .unwrap_or_default();
+    let mut message = vec![mine.is_some() as u8];
+    message.extend_from_slice(&(offered.len() as u32).to_le_bytes());
+    offered
+        .iter()
+        .for_each(|r| message.extend_from_slice(&r.to_le_bytes()));
+    for (i, s) in streams.iter_mut().enumerate() {
+        if let Some(s) = s {
+            s.write_all(&message)
+                .map_err(|e| format!("process {i} ({}): {e}", addresses[i]))?;
+        }
+    }
+    let mut common: BTreeSet<u64> = offered.iter().copied().collect();
+    for (i, s) in streams.iter_mut().enumerate() {
+        let Some(s) = s else { continue };
+        let peer = format!("process {i} ({})", addresses[i]);
+        let failed = |e: std::io::Error| format!("{peer}: no answer about resuming: {e}");
+        s.set_read_timeout(Some(timeout)).map_err(failed)?;
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).map_err(failed)?;
+        let n = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
+        if head[0] > 1 || n > MAX_OFFERED {
+            return Err(format!("{peer}: a malformed answer about resuming"));
+        }
+        let mut rounds = vec![0u8; 8 * n];
+        s.read_exact(&mut rounds).map_err(failed)?;
+        s.set_read_timeout(None).map_err(failed)?;
+        match (head[0] == 1, mine.is_some()) {
+            (true, false) => return Err(format!("{peer} resumes from a checkpoint, this process was not given --resume: give every process the same --resume DIR")),
+            (false, true) => return Err(format!("{peer} was not given --resume, this process was: give every process the same --resume DIR")),
+            _ => {}
+        }
+        let theirs: BTreeSet<u64> = rounds
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        common = common.intersection(&theirs).copied().collect();
+    }
+    match mine {
+        None => Ok(None),
+        Some(_) => common.last().copied().map(Some).ok_or_else(|| {
+            format!(
+                "--resume: the processes have no complete checkpoint in common (this one has \
+                 rounds {offered:?})"
+            )
+        }),
+    }
+}

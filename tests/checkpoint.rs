@@ -1,0 +1,231 @@
+//! Checkpoints and resume, end to end: real `gradflow` processes killed with SIGKILL while
+//! they train, resumed with `--resume`, and compared bit for bit with uninterrupted runs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::free_ports;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
+
+/// 3,000 rounds of a job whose every kind of state matters: Adam moments, a biased codec with
+/// its residual memory, and (sharded, 2 workers) owners with a lossy downlink and its residual.
+const JOB: &str = r#"
+[data.synth]
+rows = 10000
+dim = 20000
+nnz = 20
+[model]
+loss = "logistic"
+lambda = 0.001
+[optimizer]
+kind = "adam"
+lr = 0.02
+[train]
+epochs = 300
+seed = 11
+compressor = { name = "topk", ratio = 0.2 }
+memory = "residual"
+downlink = { name = "topk", ratio = 0.5 }
+checkpoint = { every_rounds = 40, dir = "ckpt" }
+[output]
+model = "model.txt"
+metrics = "metrics.csv"
+"#;
+
+/// A directory with the job, its outputs and its checkpoints.
+fn setup(job: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.toml");
+    std::fs::write(&path, job).unwrap();
+    (dir, path)
+}
+
+/// Starts the job as `processes` processes (2 worker threads when alone, 1 each otherwise).
+fn start(dir: &Path, processes: usize, extra: &[&str]) -> Vec<Child> {
+    let ports = free_ports(processes);
+    let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let workers = if processes == 1 { "2" } else { "1" };
+    (0..processes)
+        .map(|p| {
+            Command::new(BIN)
+                .current_dir(dir)
+                .args(["train", "job.toml", "-q", "-w", workers])
+                .args(["-n", &processes.to_string(), "-p", &p.to_string()])
+                .args(["--hosts", &hosts.join(",")])
+                .args(extra)
+                .env("GRADFLOW_CLUSTER_SECRET", "test")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Waits for every process; returns process 0's stderr, asserting success.
+fn finish(children: Vec<Child>) -> String {
+    let mut first = String::new();
+    for (i, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "process {i}: {err}");
+        if i == 0 {
+            first = err;
+        }
+    }
+    first
+}
+
+/// Complete checkpoint rounds of every process in `ckpt`.
+fn complete(ckpt: &Path, processes: usize) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(ckpt) else {
+        return Vec::new();
+    };
+    let mut rounds: Vec<u64> = entries
+        .flatten()
+        .filter(|e| (0..processes).all(|p| e.path().join(format!("complete-process-{p}")).exists()))
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("round-")?.parse().ok())
+        .collect();
+    rounds.sort_unstable();
+    rounds
+}
+
+fn killed_and_resumed_equals_uninterrupted(processes: usize, kill_all: bool) {
+    // The uninterrupted run.
+    let (full, _) = setup(JOB);
+    finish(start(full.path(), processes, &[]));
+    let expected = std::fs::read(full.path().join("model.txt")).unwrap();
+    let rows = std::fs::read_to_string(full.path().join("metrics.csv")).unwrap();
+
+    // The same job, every process killed with SIGKILL once a checkpoint is complete.
+    let (run, _) = setup(JOB);
+    let mut children = start(run.path(), processes, &[]);
+    let ckpt = run.path().join("ckpt");
+    let started = Instant::now();
+    while complete(&ckpt, processes).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for c in children.iter_mut() {
+        let running = c.try_wait().unwrap().is_none();
+        assert!(running, "the run ended before the kill");
+    }
+    // The last process is killed with SIGKILL; the others too, or they stop by themselves (a
+    // lost peer), saying how to resume.
+    let mut last = children.pop().unwrap();
+    last.kill().unwrap();
+    last.wait().unwrap();
+    if kill_all {
+        for c in children.iter_mut() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        children.clear();
+    }
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains("the last complete checkpoint is round") && err.contains("--resume ckpt"),
+            "{err}"
+        );
+    }
+    assert!(!run.path().join("model.txt").exists());
+
+    // Resumed: the same model, bit for bit, and the same metrics but for the timings.
+    let err = finish(start(run.path(), processes, &["--resume", "ckpt"]));
+    let resumed_at: u64 = err
+        .split("resuming from round ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no resume note: {err}"));
+    assert!(resumed_at > 0 && resumed_at % 40 == 0, "{err}");
+    let got = std::fs::read(run.path().join("model.txt")).unwrap();
+    assert!(
+        got == expected,
+        "{processes} process(es): the resumed model differs"
+    );
+    let resumed_rows = std::fs::read_to_string(run.path().join("metrics.csv")).unwrap();
+    let losses = |csv: &str| -> Vec<String> {
+        csv.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                [f[0], f[2], f[3], f[5], f[6], f[8], f[9], f[10]].join(",")
+            })
+            .collect()
+    };
+    assert_eq!(losses(&resumed_rows), losses(&rows));
+}
+
+#[test]
+fn one_process_killed_and_resumed_ends_with_the_uninterrupted_model() {
+    killed_and_resumed_equals_uninterrupted(1, true);
+}
+
+#[test]
+fn two_processes_killed_and_resumed_end_with_the_uninterrupted_model() {
+    killed_and_resumed_equals_uninterrupted(2, true);
+}
+
+#[test]
+fn a_process_that_loses_its_peer_says_how_to_resume_and_the_resumed_model_is_the_same() {
+    killed_and_resumed_equals_uninterrupted(2, false);
+}
+
+#[test]
+fn a_bad_resume_is_an_error_naming_the_cause() {
+    let short = JOB.replace("epochs = 300", "epochs = 10");
+    let (dir, _) = setup(&short);
+    finish(start(dir.path(), 1, &[]));
+    let resume = |job: &str, d: &str| {
+        std::fs::write(dir.path().join("job.toml"), job).unwrap();
+        let out = Command::new(BIN)
+            .current_dir(dir.path())
+            .args(["train", "job.toml", "-q", "-w", "2", "--resume", d])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Another job (another learning rate).
+    let e = resume(&short.replace("lr = 0.02", "lr = 0.03"), "ckpt");
+    assert!(e.contains("a checkpoint of another job"), "{e}");
+    // Another number of workers.
+    std::fs::write(dir.path().join("job.toml"), &short).unwrap();
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["train", "job.toml", "-q", "-w", "1", "--resume", "ckpt"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("run of 2 workers"),
+        "{e}"
+    );
+    // A directory without checkpoints, and one that does not exist.
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    let e = resume(&short, "empty");
+    assert!(e.contains("no complete checkpoint of this job"), "{e}");
+    let e = resume(&short, "missing");
+    assert!(e.contains("missing"), "{e}");
+    // A damaged worker file: the error names it.
+    let last = *complete(&dir.path().join("ckpt"), 1).last().unwrap();
+    let file = dir
+        .path()
+        .join(format!("ckpt/round-{last:012}/worker-0001.bin"));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&file, bytes).unwrap();
+    let e = resume(&short, "ckpt");
+    assert!(
+        e.contains("worker-0001.bin") && e.contains("checksum mismatch"),
+        "{e}"
+    );
+}
