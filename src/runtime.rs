@@ -228,7 +228,11 @@ pub fn run_program(
     program: Program,
 ) -> Result<RunOutcome, String> {
     let started = Instant::now();
-    let wire = WireCounters::new();
+    // Only process 0 writes metrics rows, with their per-round wire bytes.
+    let wire = match cluster.process {
+        0 => WireCounters::new(),
+        _ => WireCounters::totals_only(),
+    };
     let (builders, resume) = start_communication(job, &wire, cluster)?;
     let job_id = job.cluster_id();
     let job = Arc::new(job.clone());

@@ -136,6 +136,12 @@ fn killed_and_resumed_equals_uninterrupted(processes: usize, kill_all: bool) {
         );
     }
     assert!(!run.path().join("model.txt").exists());
+    // The metrics so far survive: streamed, flushed at every epoch end (10 rounds), and the
+    // first complete checkpoint (round 40) comes after three of them.
+    let so_far = std::fs::read_to_string(run.path().join("metrics.csv")).unwrap();
+    let epochs = so_far.lines().filter(|l| l.starts_with("epoch,")).count();
+    assert!(epochs >= 3, "{so_far}");
+    assert!(so_far.starts_with("kind,process,epoch,round,"));
 
     // Resumed: the same model, bit for bit, and the same metrics but for the timings.
     let err = finish(start(run.path(), processes, &["--resume", "ckpt"]));

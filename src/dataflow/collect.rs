@@ -89,9 +89,11 @@ pub fn collect(
     };
     let mut start = Instant::now();
     if let Some(saved) = checkpoints.as_ref().and_then(|c| c.take_restored_metrics()) {
-        // Resumed: the rows and sums of the run before the checkpoint (checked when read).
+        // Resumed: the rows and sums of the run before the checkpoint (checked when read),
+        // handed to the observer again (a streamed metrics file starts with them).
         if let Ok(saved) = crate::snapshot::decode::<Collected>(&saved, "metrics.bin") {
             start -= Duration::from_secs_f64(saved.seconds);
+            saved.rows.iter().for_each(&mut observer);
             rows.borrow_mut().extend(saved.rows.iter().cloned());
             c = Collected {
                 rows: Vec::new(),

@@ -303,6 +303,43 @@ pub fn write_csv(path: &Path, rows: &[MetricsRow]) -> std::io::Result<()> {
     w.flush()
 }
 
+/// The metrics CSV written while a run trains: each row as it completes, flushed at every
+/// epoch end, so that a run that fails leaves the rows so far. Their wire-byte columns are 0
+/// (timely's log of what crossed is complete only at the end); a run that succeeds rewrites
+/// the file with them ([`write_csv`]).
+pub struct CsvStream {
+    path: std::path::PathBuf,
+    writer: Option<csv::Writer<std::fs::File>>,
+}
+
+impl CsvStream {
+    /// A stream into `path` (created, with its directory, when the first row comes).
+    pub fn new(path: &Path) -> Self {
+        CsvStream {
+            path: path.to_path_buf(),
+            writer: None,
+        }
+    }
+
+    /// Appends `row`; an error names the file.
+    pub fn write(&mut self, row: &MetricsRow) -> Result<(), String> {
+        let err = |e: String| format!("{}: {e}", self.path.display());
+        if self.writer.is_none() {
+            if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+            }
+            let w = csv::Writer::from_path(&self.path).map_err(|e| err(e.to_string()))?;
+            self.writer = Some(w);
+        }
+        let w = self.writer.as_mut().expect("opened above");
+        w.serialize(row).map_err(|e| err(e.to_string()))?;
+        if row.kind != "round" {
+            w.flush().map_err(|e| err(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
 /// Formats a byte count for people (B, kB, MB, GB; powers of 1000).
 pub fn human_bytes(b: u64) -> String {
     let b = b as f64;

@@ -9,14 +9,15 @@
 //!
 //! timely buffers log events (about a hundred per batch) and hands them over when a batch fills
 //! or its thread ends, so exact figures are available once the run has finished: [`totals`] and
-//! the per-round split [`per_round`], which bins each message by its timestamp against the round
-//! start times recorded with [`mark_round`].
+//! the per-round split [`per_round`]. Each message is added to its round (by its timestamp
+//! against the round start times recorded with [`mark_round`]) as its batch arrives, so memory
+//! grows with rounds (40 bytes each), not with messages.
 //!
 //! [`totals`]: WireCounters::totals
 //! [`per_round`]: WireCounters::per_round
 //! [`mark_round`]: WireCounters::mark_round
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -35,17 +36,74 @@ pub struct WireBytes {
     pub data_messages: u64,
 }
 
+/// A message whose channel's kind is not known yet.
 struct Sent {
     at: Duration,
     channel: usize,
     bytes: u64,
 }
 
+/// Messages held back at most, waiting for their channel's kind; beyond it a message of an
+/// unknown channel counts as data.
+const MAX_UNCLASSIFIED: usize = 1 << 16;
+
 #[derive(Default)]
 struct Inner {
-    sent: Vec<Sent>,
-    progress_channels: BTreeSet<usize>,
+    /// Channel id to whether it carries progress, from timely's `CommChannels` events.
+    kinds: BTreeMap<usize, bool>,
+    /// Messages of channels whose kind has not arrived yet.
+    unclassified: Vec<Sent>,
+    /// Round start times, increasing.
     round_starts: Vec<(u64, Duration)>,
+    /// Bytes per round (a message counts for the last round that had started when it was
+    /// sent; before round 0, for round 0).
+    per_round: Vec<WireBytes>,
+    totals: WireBytes,
+    /// Keep no per-round figures.
+    totals_only: bool,
+}
+
+impl Inner {
+    /// Counts a message for its round and the totals.
+    fn count(&mut self, at: Duration, progress: bool, bytes: u64) {
+        WireCounters::add(&mut self.totals, progress, bytes);
+        if self.totals_only {
+            return;
+        }
+        let i = self.round_starts.partition_point(|&(_, t)| t <= at);
+        let round = if i == 0 {
+            0
+        } else {
+            self.round_starts[i - 1].0 as usize
+        };
+        if self.per_round.len() <= round {
+            self.per_round.resize(round + 1, WireBytes::default());
+        }
+        WireCounters::add(&mut self.per_round[round], progress, bytes);
+    }
+
+    fn sent(&mut self, s: Sent) {
+        match self.kinds.get(&s.channel) {
+            Some(&progress) => self.count(s.at, progress, s.bytes),
+            None if self.unclassified.len() >= MAX_UNCLASSIFIED => self.count(s.at, false, s.bytes),
+            None => self.unclassified.push(s),
+        }
+    }
+
+    /// At the end: messages of channels never classified count as data.
+    fn settle(&mut self) {
+        for s in std::mem::take(&mut self.unclassified) {
+            self.count(s.at, false, s.bytes);
+        }
+    }
+
+    fn classify(&mut self, channel: usize, progress: bool) {
+        self.kinds.insert(channel, progress);
+        let waiting = std::mem::take(&mut self.unclassified);
+        for s in waiting {
+            self.sent(s);
+        }
+    }
 }
 
 /// Per-process record of bytes sent, fed by timely's communication log.
@@ -70,6 +128,14 @@ impl WireCounters {
         }
     }
 
+    /// Counters that keep totals only ([`WireCounters::per_round`] is all zeros): for a
+    /// process that writes no metrics rows.
+    pub fn totals_only() -> Self {
+        let counters = Self::new();
+        counters.lock().totals_only = true;
+        counters
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -92,11 +158,10 @@ impl WireCounters {
                             for (at, event) in events.iter() {
                                 if let CommunicationEvent::Message(m) = event {
                                     if m.is_send && m.header.length > 0 {
-                                        let bytes = m.header.required_bytes() as u64;
-                                        inner.sent.push(Sent {
+                                        inner.sent(Sent {
                                             at: *at,
                                             channel: m.header.channel,
-                                            bytes,
+                                            bytes: m.header.required_bytes() as u64,
                                         });
                                     }
                                 }
@@ -118,9 +183,8 @@ impl WireCounters {
                 if let Some(events) = batch {
                     for (_, event) in events.iter() {
                         if let TimelyEvent::CommChannels(c) = event {
-                            if c.kind == CommChannelKind::Progress {
-                                counters.lock().progress_channels.insert(c.identifier);
-                            }
+                            let progress = c.kind == CommChannelKind::Progress;
+                            counters.lock().classify(c.identifier, progress);
                         }
                     }
                 }
@@ -131,7 +195,10 @@ impl WireCounters {
     /// Records that `round` starts now (called by one worker per process).
     pub fn mark_round(&self, round: u64) {
         let at = self.start.elapsed();
-        self.lock().round_starts.push((round, at));
+        let mut inner = self.lock();
+        if !inner.totals_only {
+            inner.round_starts.push((round, at));
+        }
     }
 
     fn add(out: &mut WireBytes, progress: bool, bytes: u64) {
@@ -145,35 +212,25 @@ impl WireCounters {
 
     /// Everything this process has sent (complete once its communication threads have ended).
     pub fn totals(&self) -> WireBytes {
-        let inner = self.lock();
-        let mut out = WireBytes::default();
-        for s in &inner.sent {
-            Self::add(
-                &mut out,
-                inner.progress_channels.contains(&s.channel),
-                s.bytes,
-            );
-        }
-        out
+        let mut inner = self.lock();
+        inner.settle();
+        inner.totals
     }
 
     /// Bytes sent during each of `rounds` rounds: a message counts for the last round that had
-    /// started when it was sent (messages before round 0 count for round 0).
+    /// started when it was sent (messages before round 0 count for round 0, after the last
+    /// round for the last).
     pub fn per_round(&self, rounds: usize) -> Vec<WireBytes> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        inner.settle();
         let mut out = vec![WireBytes::default(); rounds];
-        if rounds == 0 {
-            return out;
-        }
-        let starts = &inner.round_starts;
-        for s in &inner.sent {
-            let i = starts.partition_point(|&(_, t)| t <= s.at);
-            let round = if i == 0 { 0 } else { starts[i - 1].0 as usize };
-            Self::add(
-                &mut out[round.min(rounds - 1)],
-                inner.progress_channels.contains(&s.channel),
-                s.bytes,
-            );
+        for (r, b) in inner.per_round.iter().enumerate() {
+            if let Some(last) = rounds.checked_sub(1) {
+                let o = &mut out[r.min(last)];
+                o.data += b.data;
+                o.progress += b.progress;
+                o.data_messages += b.data_messages;
+            }
         }
         out
     }
