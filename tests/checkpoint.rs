@@ -186,9 +186,15 @@ fn a_process_that_loses_its_peer_says_how_to_resume_and_the_resumed_model_is_the
 
 #[test]
 fn a_bad_resume_is_an_error_naming_the_cause() {
-    let short = JOB.replace("epochs = 300", "epochs = 10");
+    let short = JOB
+        .replace("epochs = 300", "epochs = 10")
+        .replace("every_rounds = 40", "every_rounds = 20");
     let (dir, _) = setup(&short);
     finish(start(dir.path(), 1, &[]));
+    // Checkpoints at rounds 20, 40, 60 and 80 of 100: the last two are kept, the others gone.
+    let ckpt = dir.path().join("ckpt");
+    assert_eq!(complete(&ckpt, 1), vec![60, 80]);
+    assert_eq!(std::fs::read_dir(&ckpt).unwrap().count(), 2);
     let resume = |job: &str, d: &str| {
         std::fs::write(dir.path().join("job.toml"), job).unwrap();
         let out = Command::new(BIN)
