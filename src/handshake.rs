@@ -86,7 +86,8 @@ pub fn job_id(canonical: &str) -> [u8; 16] {
     id
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes` (job ids, secrets).
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

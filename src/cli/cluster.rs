@@ -126,7 +126,7 @@ pub fn launch(l: &Launch) -> Result<(), String> {
 fn new_secret() -> String {
     let mut bytes = [0u8; 32];
     rand::fill(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::handshake::hex(&bytes)
 }
 
 /// The command line of process `i`.

@@ -130,8 +130,12 @@ fn marker(process: usize) -> String {
     format!("complete-process-{process}")
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// The text of a completion marker: the job and the round.
+fn marker_text(job: &[u8; 16], round: u64) -> String {
+    format!(
+        "job = \"{}\"\nround = {round}\n",
+        crate::handshake::hex(job)
+    )
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file, synced, renamed, directory synced.
@@ -264,9 +268,10 @@ impl Checkpoints {
         self.complete(&mut p)
     }
 
-    /// Called by the process's first worker when it starts round `r`: every checkpoint before
-    /// `r` is written everywhere.
-    pub fn started(&self, r: u64) -> Result<(), String> {
+    /// Called by the process's first worker when it starts round `r` of `plan`: every
+    /// checkpoint before `r` is written everywhere (but the one a resumed run started from,
+    /// which is complete already).
+    pub fn started(&self, r: u64, plan: &super::TrainPlan) -> Result<(), String> {
         let every = self.every();
         let mut p = self.progress();
         if let Some(e) = &p.error {
@@ -276,7 +281,7 @@ impl Checkpoints {
             return Ok(());
         }
         let last = (r.saturating_sub(1) / every) * every;
-        if last > 0 && r > last && !p.complete.contains(&last) {
+        if last > 0 && last != plan.start_round && r > last && !p.complete.contains(&last) {
             p.written.insert(last);
         }
         self.complete(&mut p)
@@ -294,7 +299,7 @@ impl Checkpoints {
             p.written.remove(&r);
             p.metrics.remove(&r);
             let dir = round_dir(self.dir(), r);
-            let text = format!("job = \"{}\"\nround = {r}\n", hex(&self.0.job));
+            let text = marker_text(&self.0.job, r);
             if let Err(e) = write_atomic(&dir.join(marker(self.0.process)), text.as_bytes()) {
                 p.error.get_or_insert(e.clone());
                 return Err(e);
@@ -368,8 +373,7 @@ pub fn complete_rounds(dir: &Path, job: [u8; 16], process: usize) -> Result<Vec<
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
-        let expected = format!("job = \"{}\"\nround = {round}\n", hex(&job));
-        if text != expected {
+        if text != marker_text(&job, round) {
             return Err(format!(
                 "--resume: {}: a checkpoint of another job (or damaged): resume with the job \
                  file and overrides that wrote it",

@@ -85,7 +85,7 @@ pub fn gradient<'s>(
                     w.mark_round(r);
                 }
                 if let Some(c) = checkpoints.as_ref().filter(|_| leader) {
-                    if let Err(e) = c.started(r) {
+                    if let Err(e) = c.started(r, &worker.plan) {
                         supervisor.fail(e);
                         return;
                     }
