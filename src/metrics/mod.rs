@@ -180,9 +180,10 @@ pub struct MetricsRow {
     /// The most payload bytes one process sent to the others (both directions): the busiest
     /// link. A `process` row: that process's own.
     pub max_process_sent_bytes: u64,
-    /// Bytes timely sent on data channels between processes (all processes).
+    /// Bytes timely sent on data channels to other processes, by process 0 (the process that
+    /// writes the rows; the per-process totals are printed at the end of each process).
     pub wire_data_bytes: u64,
-    /// Bytes timely sent on progress channels between processes (all processes).
+    /// Bytes timely sent on progress channels to other processes, by process 0.
     pub wire_progress_bytes: u64,
     /// Gradient time, ms (mean over workers).
     pub gradient_ms: f64,
