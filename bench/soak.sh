@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Soak: 100,000 rounds of a small job as a 2-process loopback cluster, RSS of each process
-# sampled every second from /proc. Prints the samples and, per process, RSS at 10% of the
-# run (after warm-up) against the end.
+# sampled every second from /proc. Prints the samples and, per process, RSS after warm-up (a
+# third of the run: the allocator's arenas and timely's buffers grow for the first seconds)
+# against the end and the largest sample after warm-up.
 #
-#   bash bench/soak.sh [ROUNDS]        (default 100000; needs a release build)
+#   bash bench/soak.sh [ROUNDS] [EVERY]   (default 100000 rounds; EVERY: also a checkpoint
+#                                        every EVERY rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-100000}
+every=${2:-0}
 cargo build --release -q
 bin=target/release/gradflow
 dir=$(mktemp -d)
@@ -26,6 +29,7 @@ lr = 0.01
 epochs = $epochs
 batch_fraction = 0.01
 compressor = { name = "topk", ratio = 0.5 }
+$( ((every > 0)) && echo "checkpoint = { every_rounds = $every, dir = \"$dir/ckpt\" }" )
 [output]
 metrics = "$dir/metrics.csv"
 JOB
@@ -51,9 +55,11 @@ python3 - "$dir/samples" <<'PY'
 import sys
 s = [list(map(int, l.split())) for l in open(sys.argv[1]) if l.strip()]
 s = [x for x in s if x[1] > 0 and x[2] > 0]
-warm = s[max(1, len(s) // 10)]
-end = s[-1]
+w = max(1, len(s) // 3)
+warm, end = s[w], s[-1]
 for p in (1, 2):
-    print(f"process {p-1}: RSS {warm[p]/1024:.1f} MiB at {warm[0]} s (10% of the run), "
-          f"{end[p]/1024:.1f} MiB at {end[0]} s: {100*(end[p]/warm[p]-1):+.1f}%")
+    peak = max(x[p] for x in s[w:])
+    print(f"process {p-1}: RSS {warm[p]/1024:.1f} MiB at {warm[0]} s (a third of the run), "
+          f"{end[p]/1024:.1f} MiB at {end[0]} s: {100*(end[p]/warm[p]-1):+.1f}% "
+          f"(largest after warm-up {peak/1024:.1f} MiB, {100*(peak/warm[p]-1):+.1f}%)")
 PY

@@ -20,7 +20,7 @@ use crate::dataflow::{
 };
 use crate::handshake::{self, Credentials};
 use crate::job::Job;
-use crate::metrics::{MetricsRow, Traffic, WireBytes, WireCounters};
+use crate::metrics::{MetricsRow, RowOutput, Traffic, WireBytes, WireCounters};
 use crate::model::file::ModelFile;
 
 /// Where this process sits in the computation.
@@ -48,6 +48,10 @@ pub struct ClusterSpec {
     /// Resume from the latest checkpoint in this directory that every process has complete
     /// ([`crate::dataflow::checkpoint`]).
     pub resume: Option<PathBuf>,
+    /// Keep every metrics row in memory for [`RunOutcome::rows`] (the default). The CLI turns
+    /// it off: its rows go to the metrics CSV as they are final, so memory stays flat however
+    /// long the run.
+    pub keep_rows: bool,
 }
 
 /// The environment variable that carries the cluster secret (the `cluster` launcher sets it
@@ -66,6 +70,7 @@ impl Default for ClusterSpec {
             peer_timeout: Duration::from_secs(60),
             secret: None,
             resume: None,
+            keep_rows: true,
         }
     }
 }
@@ -138,7 +143,9 @@ impl ClusterSpec {
 pub struct RunOutcome {
     /// The plan that ran.
     pub plan: Option<TrainPlan>,
-    /// Metrics rows (process 0 only; wire columns are the bytes process 0 sent).
+    /// Metrics rows (process 0 only, with [`ClusterSpec::keep_rows`]; wire columns are the
+    /// bytes process 0 sent). The job's `output.metrics` CSV, when it has one, is written
+    /// while the run trains.
     pub rows: Vec<MetricsRow>,
     /// Final model (process 0 only).
     pub weights: Option<Vec<f32>>,
@@ -173,8 +180,9 @@ struct WorkerReport {
     index: u32,
     traffic: Traffic,
     digest: u64,
-    /// Worker 0 only: metrics rows, final model, plan.
-    first: Option<(Vec<MetricsRow>, Vec<f32>, TrainPlan)>,
+    /// Worker 0 only: its metrics rows (to finish once the wire counts are complete), final
+    /// model, plan.
+    first: Option<(RowOutput, Vec<f32>, TrainPlan)>,
     /// Notes about the data (every worker reads the same files, so worker 0's stand for all).
     notes: Vec<String>,
     /// The feature map (TOML) of a table job.
@@ -238,6 +246,7 @@ pub fn run_program(
     let job = Arc::new(job.clone());
     let (threads, processes, peer_timeout) =
         (cluster.workers, cluster.processes, cluster.peer_timeout);
+    let (process, keep_rows) = (cluster.process, cluster.keep_rows);
     let checkpoints = match (&job.train.checkpoint, &resume) {
         (None, None) => None,
         (spec, _) => Some(Checkpoints::new(
@@ -248,9 +257,15 @@ pub fn run_program(
             threads * processes,
         )?),
     };
+    if let Some(c) = &checkpoints {
+        let resumed = resume.as_ref().map(|(dir, round)| (dir.as_path(), *round));
+        if let Some(note) = c.discard_stale(resumed) {
+            eprintln!("note: process {}: {note}", cluster.process);
+        }
+    }
     if let (Some((dir, round)), Some(c)) = (&resume, &checkpoints) {
         if cluster.process == 0 {
-            c.set_restored_metrics(checkpoint::read_metrics(dir, *round)?);
+            c.set_restored_metrics(dir, checkpoint::read_metrics(dir, *round)?);
         }
         eprintln!(
             "note: process {}: resuming from round {round} of {}",
@@ -316,7 +331,11 @@ pub fn run_program(
             } else {
                 Box::new(|_: &MetricsRow| {})
             };
-            let training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
+            let mut training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
+            if index == 0 && process == 0 {
+                let csv = job.output.metrics.as_deref();
+                training.set_output(RowOutput::new(csv, keep_rows, Some(w.clone())));
+            }
             if let Some((dir, round)) = &resume {
                 let state = training.state();
                 let st = &mut *state.borrow_mut();
@@ -351,12 +370,12 @@ pub fn run_program(
             }
             let st = handle.state.borrow();
             let first = (index == 0).then(|| {
-                let rows = std::mem::take(&mut *handle.rows.borrow_mut());
+                let output = std::mem::take(&mut *handle.output.borrow_mut());
                 let plan = TrainPlan {
                     loss: handle.loss.clone(),
                     ..plan
                 };
-                (rows, st.weights.to_vec(), plan)
+                (output, st.weights.to_vec(), plan)
             });
             Ok(WorkerReport {
                 index: index as u32,
@@ -397,13 +416,14 @@ pub fn run_program(
         }
     };
     let mut outcome = RunOutcome::default();
+    let mut output = None;
     for r in results {
         match r {
             Ok(Ok(report)) => {
                 outcome.traffic.add(&report.traffic);
                 outcome.replica_digests.push((report.index, report.digest));
                 if let Some((rows, weights, plan)) = report.first {
-                    outcome.rows = rows;
+                    output = Some(rows);
                     outcome.weights = Some(weights);
                     outcome.plan = Some(plan);
                     outcome.notes = report.notes;
@@ -418,26 +438,11 @@ pub fn run_program(
     if let Some(m) = supervisor.message() {
         return Err(m);
     }
-    // The communication threads have ended with the guards: the wire counts are complete.
+    // The communication threads have ended with the guards: the wire counts are complete,
+    // and so are the rows that waited for them.
     outcome.wire = wire.totals();
-    if let Some(plan) = &outcome.plan {
-        let per_round = wire.per_round(plan.rounds() as usize);
-        for row in outcome.rows.iter_mut().filter(|r| r.kind == "round") {
-            let b = per_round[row.round as usize];
-            row.wire_data_bytes = b.data;
-            row.wire_progress_bytes = b.progress;
-        }
-        let mut acc = WireBytes::default();
-        for row in outcome.rows.iter_mut() {
-            if row.kind == "round" {
-                acc.data += row.wire_data_bytes;
-                acc.progress += row.wire_progress_bytes;
-            } else if row.kind == "epoch" {
-                row.wire_data_bytes = acc.data;
-                row.wire_progress_bytes = acc.progress;
-                acc = WireBytes::default();
-            }
-        }
+    if let Some(mut output) = output {
+        outcome.rows = output.finish()?;
     }
     outcome.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)

@@ -101,12 +101,17 @@ fn killed_and_resumed_equals_uninterrupted(processes: usize, kill_all: bool) {
     let expected = std::fs::read(full.path().join("model.txt")).unwrap();
     let rows = std::fs::read_to_string(full.path().join("metrics.csv")).unwrap();
 
-    // The same job, every process killed with SIGKILL once a checkpoint is complete.
+    // The same job, every process killed with SIGKILL once a checkpoint is complete and the
+    // metrics file has three epochs.
     let (run, _) = setup(JOB);
     let mut children = start(run.path(), processes, &[]);
     let ckpt = run.path().join("ckpt");
     let started = Instant::now();
-    while complete(&ckpt, processes).is_empty() {
+    let epochs_written = || {
+        let csv = std::fs::read_to_string(run.path().join("metrics.csv")).unwrap_or_default();
+        csv.lines().filter(|l| l.starts_with("epoch,")).count()
+    };
+    while complete(&ckpt, processes).is_empty() || epochs_written() < 3 {
         assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -136,8 +141,7 @@ fn killed_and_resumed_equals_uninterrupted(processes: usize, kill_all: bool) {
         );
     }
     assert!(!run.path().join("model.txt").exists());
-    // The metrics so far survive: streamed, flushed at every epoch end (10 rounds), and the
-    // first complete checkpoint (round 40) comes after three of them.
+    // The metrics so far survive.
     let so_far = std::fs::read_to_string(run.path().join("metrics.csv")).unwrap();
     let epochs = so_far.lines().filter(|l| l.starts_with("epoch,")).count();
     assert!(epochs >= 3, "{so_far}");
@@ -194,38 +198,58 @@ fn a_bad_resume_is_an_error_naming_the_cause() {
     // Checkpoints at rounds 20, 40, 60 and 80 of 100: the last two are kept, the others gone.
     let ckpt = dir.path().join("ckpt");
     assert_eq!(complete(&ckpt, 1), vec![60, 80]);
-    assert_eq!(std::fs::read_dir(&ckpt).unwrap().count(), 2);
-    let resume = |job: &str, d: &str| {
+    let mut names: Vec<String> = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(
+        names[0].starts_with("metrics-rows-"),
+        "the rows log: {names:?}"
+    );
+    let rows_log = ckpt.join(&names[0]);
+    // `train job.toml -q` with `job` and `args`: whether it succeeded, and its stderr.
+    let train = |job: &str, args: &[&str]| {
         std::fs::write(dir.path().join("job.toml"), job).unwrap();
         let out = Command::new(BIN)
             .current_dir(dir.path())
-            .args(["train", "job.toml", "-q", "-w", "2", "--resume", d])
+            .args(["train", "job.toml", "-q"])
+            .args(args)
             .output()
             .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), err)
+    };
+    let resume = |job: &str, d: &str| {
+        let (ok, err) = train(job, &["-w", "2", "--resume", d]);
+        assert!(!ok, "{err}");
+        err
     };
     // Another job (another learning rate).
     let e = resume(&short.replace("lr = 0.02", "lr = 0.03"), "ckpt");
     assert!(e.contains("a checkpoint of another job"), "{e}");
     // Another number of workers.
-    std::fs::write(dir.path().join("job.toml"), &short).unwrap();
-    let out = Command::new(BIN)
-        .current_dir(dir.path())
-        .args(["train", "job.toml", "-q", "-w", "1", "--resume", "ckpt"])
-        .output()
-        .unwrap();
-    let e = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && e.contains("run of 2 workers"),
-        "{e}"
-    );
+    let (ok, e) = train(&short, &["-w", "1", "--resume", "ckpt"]);
+    assert!(!ok && e.contains("run of 2 workers"), "{e}");
     // A directory without checkpoints, and one that does not exist.
     std::fs::create_dir(dir.path().join("empty")).unwrap();
     let e = resume(&short, "empty");
     assert!(e.contains("no complete checkpoint of this job"), "{e}");
     let e = resume(&short, "missing");
     assert!(e.contains("missing"), "{e}");
+    // A rows log cut short or damaged: the error names it, and leaves it as it was.
+    let saved = std::fs::read(&rows_log).unwrap();
+    std::fs::write(&rows_log, &saved[..saved.len() / 2]).unwrap();
+    let e = resume(&short, "ckpt");
+    assert!(e.contains(&names[0]) && e.contains("ends before"), "{e}");
+    let mut flipped = saved.clone();
+    flipped[saved.len() / 3] ^= 0x40;
+    std::fs::write(&rows_log, &flipped).unwrap();
+    let e = resume(&short, "ckpt");
+    assert!(e.contains(&names[0]), "{e}");
+    assert_eq!(std::fs::read(&rows_log).unwrap(), flipped);
+    std::fs::write(&rows_log, &saved).unwrap();
     // A damaged worker file: the error names it.
     let last = *complete(&dir.path().join("ckpt"), 1).last().unwrap();
     let file = dir
@@ -240,6 +264,15 @@ fn a_bad_resume_is_an_error_naming_the_cause() {
         e.contains("worker-0001.bin") && e.contains("checksum mismatch"),
         "{e}"
     );
+    // A fresh run over them says so and replaces them, and they resume.
+    let (ok, e) = train(&short, &["-w", "2"]);
+    assert!(
+        ok && e.contains("held checkpoints of an earlier run"),
+        "{e}"
+    );
+    assert_eq!(complete(&ckpt, 1), vec![60, 80]);
+    let (ok, e) = train(&short, &["-w", "2", "--resume", "ckpt"]);
+    assert!(ok && e.contains("resuming from round 80"), "{e}");
 }
 
 #[test]

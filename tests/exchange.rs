@@ -239,10 +239,7 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
         } else {
             WorkerData::default()
         };
-        let (state, rows) = (
-            WorkerState::shared(&plan),
-            Rc::new(RefCell::new(Vec::new())),
-        );
+        let (state, rows) = (WorkerState::shared(&plan), Rc::new(RefCell::default()));
         let (plan, sup) = (plan.clone(), sup.clone());
         worker.dataflow::<(), _, _>(|scope| {
             scope.iterative::<u64, _, _>(|inner| {
@@ -261,7 +258,7 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
                         e
                     })
                     .connect_loop(handle);
-                collect(stats, &plan, rows.clone(), Box::new(|_| {}));
+                collect(stats, &plan, rows.clone(), Box::new(|_| {}), sup.clone());
             });
         });
         while !sup.is_failed() && worker.step_or_park(Some(std::time::Duration::from_millis(10))) {}

@@ -20,7 +20,7 @@ use crate::codec::{build_codec, CodecSpec, CODEC_NAMES};
 use crate::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use crate::dataflow::Supervisor;
 use crate::job::{Job, SynthKind, SynthSection};
-use crate::metrics::{epoch_line, human_bytes, write_csv, CsvStream, MetricsRow, SilentCodec};
+use crate::metrics::{epoch_line, human_bytes, MetricsRow, SilentCodec};
 use crate::model::file::ModelFile;
 use crate::model::{margin, EvalPart, MarginLoss, SparseGrad};
 use crate::runtime::{run_program, standard, ClusterSpec, ObserverFactory, Program};
@@ -238,6 +238,8 @@ impl ProcessArgs {
             peer_timeout: Duration::from_secs(self.peer_timeout),
             secret: self.cluster_secret.clone().filter(|s| !s.is_empty()),
             resume: None,
+            // The metrics CSV is written as rows are final; nothing needs them in memory.
+            keep_rows: false,
         }
     }
 }
@@ -593,27 +595,6 @@ fn codec_keys(a: GradientSource) -> Result<(), String> {
     print_rows(&measure_keys(&g.keys, dim, a.repeats)?, a.csv)
 }
 
-/// `inner`, and each row also streamed to the metrics CSV at `path` ([`CsvStream`]); a row
-/// that cannot be written stops the run.
-fn streaming(
-    inner: ObserverFactory,
-    path: &std::path::Path,
-    supervisor: &Supervisor,
-) -> ObserverFactory {
-    let (path, supervisor) = (path.to_path_buf(), supervisor.clone());
-    Arc::new(move |plan| {
-        let mut inner = inner(plan);
-        let mut csv = CsvStream::new(&path);
-        let supervisor = supervisor.clone();
-        Box::new(move |row: &MetricsRow| {
-            inner(row);
-            if let Err(e) = csv.write(row) {
-                supervisor.fail(format!("output.metrics: {e}"));
-            }
-        })
-    })
-}
-
 fn printer(quiet: bool) -> ObserverFactory {
     Arc::new(move |plan| {
         let mut silent = SilentCodec::default();
@@ -688,11 +669,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
     if !quiet {
         println!("exchange: {}", job.describe_exchange());
     }
-    let observer = match (&job.output.metrics, spec.process) {
-        (Some(path), 0) => streaming(printer(quiet), path, &supervisor),
-        _ => printer(quiet),
-    };
-    let outcome = match run_program(&job, &spec, &supervisor, observer, program) {
+    let outcome = match run_program(&job, &spec, &supervisor, printer(quiet), program) {
         Ok(o) => o,
         Err(e) => {
             // A process of a broken cluster may have threads stuck on dead peers: exit now.
@@ -732,7 +709,6 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
         }
         let plan = outcome.plan.as_ref().ok_or("worker 0 returned no plan")?;
         if let Some(path) = &job.output.metrics {
-            write_csv(path, &outcome.rows).map_err(|e| format!("{}: {e}", path.display()))?;
             println!("metrics: {}", path.display());
         }
         if let Some(path) = &job.output.model {

@@ -10,7 +10,15 @@
 //! waits for this worker's round-`R` gradient, so nothing of round `R` has run on it. The data
 //! order needs no state: batches are a function of (seed, epoch, worker), replayed on resume.
 //! Worker 0's metrics collector writes `metrics.bin` when it has folded in every report of
-//! round `R - 1`: the rows so far and its partial sums.
+//! round `R - 1`: its partial sums and how much of the rows log belongs to the run so far.
+//!
+//! **The rows log.** The collector (process 0) appends every metrics row to
+//! `DIR/metrics-rows-JOB.bin` as it emits it (a length-prefixed record each), so a checkpoint
+//! records only the log's length, row count and SHA-256 ([`RowsMark`]), not the rows: memory
+//! stays flat however long the run. A run that starts writes a new log (a resumed run copies
+//! the rows up to its checkpoint into it first, checking length, count and checksum) and
+//! renames it over the old one, whose prefix it repeats byte for byte, so every checkpoint
+//! left in the directory still describes it.
 //!
 //! **When a round is complete.** A process writes `complete-process-P` into `round-R` once its
 //! first worker starts round `R + 1` (which implies that every worker of every process has
@@ -25,7 +33,7 @@
 //! round, worker, worker count and dimension, and names the file in every error.
 
 use std::collections::BTreeSet;
-use std::io::Write;
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -33,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::WorkerState;
-use crate::metrics::Traffic;
+use crate::metrics::{MetricsRow, Traffic};
 use crate::snapshot::NonZero;
 
 const MAGIC: &[u8; 8] = b"GFCKPT\x00\x01";
@@ -104,8 +112,9 @@ struct Progress {
     metrics: BTreeSet<u64>,
     /// Complete rounds, oldest first.
     complete: Vec<u64>,
-    /// Resuming: worker 0's metrics state, taken by the collector.
-    restored_metrics: Option<Vec<u8>>,
+    /// Resuming: the checkpoint's directory and worker 0's metrics state, taken by the
+    /// collector.
+    restored_metrics: Option<(PathBuf, Vec<u8>)>,
     /// The first error, reported by the next caller.
     error: Option<String>,
 }
@@ -344,15 +353,207 @@ impl Checkpoints {
         self.progress().error.get_or_insert(e);
     }
 
-    /// Resuming: hands worker 0's restored metrics state to the collector.
-    pub fn set_restored_metrics(&self, state: Vec<u8>) {
-        self.progress().restored_metrics = Some(state);
+    /// Resuming: hands worker 0's restored metrics state, read from the checkpoint in `dir`,
+    /// to the collector.
+    pub fn set_restored_metrics(&self, dir: &Path, state: Vec<u8>) {
+        self.progress().restored_metrics = Some((dir.to_path_buf(), state));
     }
 
-    /// Resuming: worker 0's metrics state, once.
-    pub fn take_restored_metrics(&self) -> Option<Vec<u8>> {
+    /// Resuming: the checkpoint's directory and worker 0's metrics state, once.
+    pub fn take_restored_metrics(&self) -> Option<(PathBuf, Vec<u8>)> {
         self.progress().restored_metrics.take()
     }
+
+    /// The directory checkpoints are written to (`None` when the job has none).
+    pub fn dir_if_any(&self) -> Option<&Path> {
+        self.0.spec.as_ref().map(|s| s.dir.as_path())
+    }
+
+    /// The job's id.
+    pub fn job(&self) -> [u8; 16] {
+        self.0.job
+    }
+
+    /// Before the run starts: removes this process's checkpoints in the directory it writes to
+    /// that do not describe this run: those newer than the round it resumes from (`resumed`:
+    /// the directory and round), or all of them when it starts afresh or resumed from another
+    /// directory. Returns a note for a run that starts afresh over earlier checkpoints.
+    pub fn discard_stale(&self, resumed: Option<(&Path, u64)>) -> Option<String> {
+        let dir = self.dir_if_any()?;
+        let same = |a: &Path| a.canonicalize().ok() == dir.canonicalize().ok();
+        let keep_to = resumed.and_then(|(from, round)| same(from).then_some(round));
+        let rounds = complete_rounds(dir, self.0.job, self.0.process).unwrap_or_default();
+        let stale: Vec<u64> = rounds
+            .into_iter()
+            .filter(|&r| keep_to.is_none_or(|to| r > to))
+            .collect();
+        stale.iter().for_each(|&r| self.remove_own(r));
+        (resumed.is_none() && !stale.is_empty()).then(|| {
+            format!(
+                "train.checkpoint.dir {} held checkpoints of an earlier run of this job (rounds \
+                 {stale:?}); this run starts afresh and replaced them (--resume DIR continues \
+                 a run)",
+                dir.display()
+            )
+        })
+    }
+}
+
+/// How much of the rows log a checkpoint's run had written.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RowsMark {
+    /// Bytes.
+    pub len: u64,
+    /// Rows.
+    pub rows: u64,
+    /// SHA-256 of those bytes.
+    pub sha256: [u8; 32],
+}
+
+/// The largest record of the rows log (a row is about 300 bytes).
+const MAX_ROW_RECORD: usize = 1 << 16;
+
+/// The metrics rows of a run so far (see the module docs), appended by the collector.
+pub struct RowsLog {
+    path: PathBuf,
+    file: BufWriter<std::fs::File>,
+    len: u64,
+    rows: u64,
+    sha: Sha256,
+}
+
+fn rows_log_path(dir: &Path, job: &[u8; 16]) -> PathBuf {
+    dir.join(format!("metrics-rows-{}.bin", crate::handshake::hex(job)))
+}
+
+impl RowsLog {
+    /// Starts the rows log of a run of job `job` in `dir` (`None`: keep no log). A resumed
+    /// run (`resumed`: the checkpoint's directory and mark) first reads the rows up to the
+    /// mark, checking them, hands each to `each` and copies it into the new log.
+    pub fn begin(
+        dir: Option<&Path>,
+        job: &[u8; 16],
+        resumed: Option<(&Path, &RowsMark)>,
+        each: &mut dyn FnMut(MetricsRow),
+    ) -> Result<Option<RowsLog>, String> {
+        let mut log = match dir {
+            Some(dir) => {
+                let path = rows_log_path(dir, job);
+                let tmp = path.with_extension("new");
+                let file = std::fs::File::create(&tmp)
+                    .map_err(|e| format!("checkpoint: {}: {e}", tmp.display()))?;
+                Some(RowsLog {
+                    path,
+                    file: BufWriter::new(file),
+                    len: 0,
+                    rows: 0,
+                    sha: Sha256::new(),
+                })
+            }
+            None => None,
+        };
+        if let Some((from, mark)) = resumed {
+            let replayed = replay(&rows_log_path(from, job), mark, |record, row| {
+                if let Some(log) = &mut log {
+                    log.write_record(record)?;
+                }
+                each(row);
+                Ok(())
+            });
+            if let (Err(_), Some(log)) = (&replayed, &log) {
+                let _ = std::fs::remove_file(log.path.with_extension("new"));
+            }
+            replayed?;
+        }
+        if let Some(log) = &mut log {
+            log.sync()?;
+            let tmp = log.path.with_extension("new");
+            std::fs::rename(&tmp, &log.path).map_err(|e| log.err(e))?;
+        }
+        Ok(log)
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> String {
+        format!("checkpoint: {}: {e}", self.path.display())
+    }
+
+    fn write_record(&mut self, record: &[u8]) -> Result<(), String> {
+        let head = (record.len() as u32).to_le_bytes();
+        for part in [&head[..], record] {
+            self.file.write_all(part).map_err(|e| self.err(e))?;
+            self.sha.update(part);
+        }
+        self.len += (head.len() + record.len()) as u64;
+        self.rows += 1;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), String> {
+        self.file.flush().map_err(|e| self.err(e))?;
+        self.file.get_ref().sync_data().map_err(|e| self.err(e))
+    }
+
+    /// Appends `row`.
+    pub fn append(&mut self, row: &MetricsRow) -> Result<(), String> {
+        self.write_record(&crate::snapshot::encode(row))
+    }
+
+    /// The log so far, written through to the disk: what a checkpoint records.
+    pub fn mark(&mut self) -> Result<RowsMark, String> {
+        self.sync()?;
+        Ok(RowsMark {
+            len: self.len,
+            rows: self.rows,
+            sha256: self.sha.clone().finalize().into(),
+        })
+    }
+}
+
+/// Reads the rows log at `path` up to `mark`, handing each record and its row to `each`;
+/// checks every record's length, the row count and the checksum, and names the file and the
+/// record in errors.
+fn replay(
+    path: &Path,
+    mark: &RowsMark,
+    mut each: impl FnMut(&[u8], MetricsRow) -> Result<(), String>,
+) -> Result<(), String> {
+    let name = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("--resume: {name}: {e}"))?;
+    let mut input = std::io::BufReader::new(file).take(mark.len);
+    let (mut sha, mut read, mut record) = (Sha256::new(), 0u64, Vec::new());
+    for n in 0..mark.rows {
+        let bad = |why: String| format!("--resume: {name}: row {n}: {why}");
+        let mut head = [0u8; 4];
+        input.read_exact(&mut head).map_err(|_| {
+            bad(format!(
+                "the log ends before the checkpoint's {} bytes",
+                mark.len
+            ))
+        })?;
+        let len = u32::from_le_bytes(head) as usize;
+        if len > MAX_ROW_RECORD {
+            return Err(bad(format!("a record of {len} bytes (damaged)")));
+        }
+        record.resize(len, 0);
+        input.read_exact(&mut record).map_err(|_| {
+            bad(format!(
+                "the log ends before the checkpoint's {} bytes",
+                mark.len
+            ))
+        })?;
+        sha.update(head);
+        sha.update(&record);
+        read += 4 + len as u64;
+        let row: MetricsRow = crate::snapshot::decode(&record, &format!("{name}: row {n}"))?;
+        each(&record, row)?;
+    }
+    if read != mark.len || sha.finalize().as_slice() != mark.sha256 {
+        return Err(format!(
+            "--resume: {name}: the rows log does not match the checkpoint (damaged, or replaced \
+             by another run)"
+        ));
+    }
+    Ok(())
 }
 
 /// The rounds that process `process` has complete in `dir`, increasing. A marker of another

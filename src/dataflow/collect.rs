@@ -11,9 +11,9 @@ use timely::dataflow::Stream;
 
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::Checkpoints;
-use super::{round_of, RoundStats, RoundTime, TrainPlan};
-use crate::metrics::{MetricsRow, StageTimes, Traffic};
+use super::checkpoint::{Checkpoints, RowsLog, RowsMark};
+use super::{round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
+use crate::metrics::{MetricsRow, RowOutput, StageTimes, Traffic};
 use crate::model::EvalPart;
 
 /// Per-round accumulation on worker 0.
@@ -49,8 +49,8 @@ impl RoundAcc {
 /// What the collector keeps between rounds, and what a checkpoint saves of it.
 #[derive(Default, Serialize, Deserialize)]
 struct Collected {
-    /// Rows so far.
-    rows: Vec<MetricsRow>,
+    /// The rows so far, in the rows log.
+    rows: RowsMark,
     /// Rounds folded in but not yet complete.
     pending: BTreeMap<u64, RoundAcc>,
     /// The epoch so far.
@@ -62,8 +62,10 @@ struct Collected {
 }
 
 /// The metrics collector: round statistics from every worker go to worker 0, which turns them
-/// into one row per round and per epoch and hands each to `observer`; when the run ends it adds
-/// one `process` row per process with that process's traffic.
+/// into one row per round and per epoch and hands each to `observer` and to `output` (the
+/// metrics CSV); when the run ends it adds one `process` row per process with that process's
+/// traffic. With checkpoints it also appends each row to the rows log
+/// ([`super::checkpoint`]). A row that cannot be written stops the run through `supervisor`.
 ///
 /// Reports are folded in round by round once every report of the round is in (the input
 /// frontier has passed it), so the collector's state after round `q` does not depend on how
@@ -73,8 +75,9 @@ struct Collected {
 pub fn collect(
     stats: Stream<'_, RoundTime, Vec<RoundStats>>,
     plan: &TrainPlan,
-    rows: Rc<RefCell<Vec<MetricsRow>>>,
+    output: Rc<RefCell<RowOutput>>,
     mut observer: Box<dyn FnMut(&MetricsRow)>,
+    supervisor: Supervisor,
 ) {
     let plan = plan.clone();
     let workers = stats.scope().peers();
@@ -88,17 +91,36 @@ pub fn collect(
         ..Default::default()
     };
     let mut start = Instant::now();
-    if let Some(saved) = checkpoints.as_ref().and_then(|c| c.take_restored_metrics()) {
-        // Resumed: the rows and sums of the run before the checkpoint (checked when read),
-        // handed to the observer again (a streamed metrics file starts with them).
-        if let Ok(saved) = crate::snapshot::decode::<Collected>(&saved, "metrics.bin") {
-            start -= Duration::from_secs_f64(saved.seconds);
-            saved.rows.iter().for_each(&mut observer);
-            rows.borrow_mut().extend(saved.rows.iter().cloned());
-            c = Collected {
-                rows: Vec::new(),
-                ..saved
-            };
+    let mut log = None;
+    if let Some(ck) = &checkpoints {
+        // Resumed: the sums of the run before the checkpoint, and its rows, handed to the
+        // observer and the output again (the metrics file starts with them).
+        let restored = ck.take_restored_metrics().map(|(dir, bytes)| {
+            let saved = crate::snapshot::decode::<Collected>(&bytes, "metrics.bin");
+            saved.map(|saved| (dir, saved))
+        });
+        let begun = restored.transpose().and_then(|restored| {
+            let mark = restored
+                .as_ref()
+                .map(|(dir, saved)| (dir.as_path(), &saved.rows));
+            let mut replayed = Ok(());
+            let log = RowsLog::begin(ck.dir_if_any(), &ck.job(), mark, &mut |row| {
+                observer(&row);
+                if replayed.is_ok() {
+                    replayed = output.borrow_mut().push_restored(row);
+                }
+            })?;
+            replayed.map(|_| (log, restored))
+        });
+        match begun {
+            Ok((l, restored)) => {
+                log = l;
+                if let Some((_, saved)) = restored {
+                    start -= Duration::from_secs_f64(saved.seconds);
+                    c = saved;
+                }
+            }
+            Err(e) => supervisor.fail(e),
         }
     }
     let mut stash: BTreeMap<u64, Vec<RoundStats>> = BTreeMap::new();
@@ -123,16 +145,20 @@ pub fn collect(
                 if r > 0 {
                     let mut emit = |row: MetricsRow| {
                         observer(&row);
-                        rows.borrow_mut().push(row);
+                        let logged = log.as_mut().map_or(Ok(()), |l| l.append(&row));
+                        if let Err(e) = logged.and_then(|_| output.borrow_mut().push(row)) {
+                            supervisor.fail(e);
+                        }
                     };
                     complete(&mut c, r - 1, &plan, workers, processes, start, &mut emit);
                 }
                 let due = |k: &&Checkpoints| k.due(r + 1, &plan);
-                if let Some(ck) = checkpoints.as_ref().filter(due) {
+                if let (Some(ck), Some(log)) = (checkpoints.as_ref().filter(due), log.as_mut()) {
                     c.seconds = start.elapsed().as_secs_f64();
-                    c.rows.clone_from(&rows.borrow());
-                    let saved = ck.save_metrics(r + 1, &crate::snapshot::encode(&c));
-                    c.rows.clear();
+                    let saved = log.mark().and_then(|mark| {
+                        c.rows = mark;
+                        ck.save_metrics(r + 1, &crate::snapshot::encode(&c))
+                    });
                     if let Err(e) = saved {
                         ck.fail(e);
                     }
@@ -149,7 +175,9 @@ pub fn collect(
                         ..Default::default()
                     };
                     row.set_traffic(t, t.total_sent());
-                    rows.borrow_mut().push(row);
+                    if let Err(e) = output.borrow_mut().push(row) {
+                        supervisor.fail(e);
+                    }
                 }
             }
         },

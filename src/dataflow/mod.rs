@@ -60,7 +60,7 @@ use timely::order::Product;
 use crate::codec::none::NoneCodec;
 use crate::codec::{build_codec, Codec, CodecSpec};
 use crate::exchange::{Envelope, ExchangeKind};
-use crate::metrics::{MetricsRow, WireCounters};
+use crate::metrics::{MetricsRow, RowOutput, WireCounters};
 use crate::model::{LossFn, MarginLoss};
 use crate::optim::UpdateRule;
 use crate::sparse::SparseGrad;
@@ -80,7 +80,7 @@ pub struct Training {
     plan: TrainPlan,
     data: Option<WorkerData>,
     state: Rc<RefCell<WorkerState>>,
-    rows: Rc<RefCell<Vec<MetricsRow>>>,
+    output: Rc<RefCell<RowOutput>>,
     supervisor: Supervisor,
     wire: Option<WireCounters>,
     observer: Option<Observer>,
@@ -100,11 +100,17 @@ impl Training {
             plan: plan.clone(),
             data: Some(data),
             state: WorkerState::shared(plan),
-            rows: Rc::new(RefCell::new(Vec::new())),
+            output: Rc::default(),
             supervisor,
             wire,
             observer: Some(observer),
         }
+    }
+
+    /// Where worker 0's metrics rows go (the metrics CSV, a copy in memory); by default
+    /// nowhere but the observer.
+    pub fn set_output(&mut self, output: RowOutput) {
+        self.output = Rc::new(RefCell::new(output));
     }
 
     /// The plan every worker shares.
@@ -203,20 +209,21 @@ impl Training {
     }
 
     /// The metrics ([`collect`]): round statistics to rows, handed to the observer on worker 0
-    /// and kept for the metrics CSV.
+    /// and to the output (the metrics CSV).
     ///
     /// # Panics
     /// When called twice on the same context.
     pub fn collect(&mut self, stats: Stream<'_, RoundTime, Vec<RoundStats>>) {
         let observer = self.observer.take().expect("one collect per training loop");
-        collect(stats, &self.plan, self.rows.clone(), observer);
+        let sup = self.supervisor.clone();
+        collect(stats, &self.plan, self.output.clone(), observer, sup);
     }
 
     /// What the runtime reads once the dataflow is done: the model and the metrics rows.
     pub fn handle(&self) -> TrainHandle {
         TrainHandle {
             state: self.state.clone(),
-            rows: self.rows.clone(),
+            output: self.output.clone(),
             loss: self.plan.loss.clone(),
         }
     }

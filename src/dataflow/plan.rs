@@ -12,7 +12,7 @@ use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::residual::Residual;
 use crate::memory::{Memory, MemorySpec};
-use crate::metrics::{MetricsRow, Traffic};
+use crate::metrics::{RowOutput, Traffic};
 use crate::model::{EvalPart, LossFn};
 use std::sync::Arc;
 
@@ -232,8 +232,8 @@ pub struct RoundStats {
 pub struct TrainHandle {
     /// This worker's model state (the final model once the dataflow is done).
     pub state: Rc<RefCell<WorkerState>>,
-    /// Metrics rows (filled on worker 0 only).
-    pub rows: Rc<RefCell<Vec<MetricsRow>>>,
+    /// Where worker 0's metrics rows go (the runtime finishes it once the run is over).
+    pub output: Rc<RefCell<RowOutput>>,
     /// The loss the loop trained with (the model file records its name).
     pub loss: LossFn,
 }

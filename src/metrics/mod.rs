@@ -2,13 +2,14 @@
 //! per-epoch rows, and the metrics CSV. Observes the other layers; none of them depends on it
 //! except through plain numbers.
 
+pub mod output;
 pub mod wire;
 
+pub use output::RowOutput;
 pub use wire::{WireBytes, WireCounters};
 
 use serde::Serialize;
 use std::io::Write;
-use std::path::Path;
 
 /// Time spent per stage of a round, in milliseconds (mean over workers).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
@@ -287,57 +288,6 @@ impl SilentCodec {
                 Self::ROUNDS
             )
         })
-    }
-}
-
-/// Writes rows as CSV with a header line.
-pub fn write_csv(path: &Path, rows: &[MetricsRow]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)?;
-        }
-    }
-    let mut w = csv::Writer::from_path(path)?;
-    for r in rows {
-        w.serialize(r).map_err(std::io::Error::other)?;
-    }
-    w.flush()
-}
-
-/// The metrics CSV written while a run trains: each row as it completes, flushed at every
-/// epoch end, so that a run that fails leaves the rows so far. Their wire-byte columns are 0
-/// (timely's log of what crossed is complete only at the end); a run that succeeds rewrites
-/// the file with them ([`write_csv`]).
-pub struct CsvStream {
-    path: std::path::PathBuf,
-    writer: Option<csv::Writer<std::fs::File>>,
-}
-
-impl CsvStream {
-    /// A stream into `path` (created, with its directory, when the first row comes).
-    pub fn new(path: &Path) -> Self {
-        CsvStream {
-            path: path.to_path_buf(),
-            writer: None,
-        }
-    }
-
-    /// Appends `row`; an error names the file.
-    pub fn write(&mut self, row: &MetricsRow) -> Result<(), String> {
-        let err = |e: String| format!("{}: {e}", self.path.display());
-        if self.writer.is_none() {
-            if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-            }
-            let w = csv::Writer::from_path(&self.path).map_err(|e| err(e.to_string()))?;
-            self.writer = Some(w);
-        }
-        let w = self.writer.as_mut().expect("opened above");
-        w.serialize(row).map_err(|e| err(e.to_string()))?;
-        if row.kind != "round" {
-            w.flush().map_err(|e| err(e.to_string()))?;
-        }
-        Ok(())
     }
 }
 

@@ -7,17 +7,22 @@
 //! ([`WireCounters::register_worker`]). Only bytes that cross processes exist here: within a
 //! process nothing is serialized.
 //!
-//! timely buffers log events (about a hundred per batch) and hands them over when a batch fills
-//! or its thread ends, so exact figures are available once the run has finished: [`totals`] and
-//! the per-round split [`per_round`]. Each message is added to its round (by its timestamp
-//! against the round start times recorded with [`mark_round`]) as its batch arrives, so memory
-//! grows with rounds (40 bytes each), not with messages.
+//! timely buffers log events (about a hundred per batch) and hands a batch over when it fills
+//! or its thread ends, with a time before which that thread logs nothing more. Each message is
+//! added to its round (by its timestamp against the round start times recorded with
+//! [`mark_round`]) as its batch arrives. A round's count is complete once every send thread
+//! has handed over events past the next round's start: [`take_round`] hands it out then and
+//! forgets it, so memory holds only the rounds whose batches are still on their way (tens of
+//! rounds), not one entry per round or per message. A round can also be taken before it is
+//! complete (a row that cannot wait longer): bytes logged for it later count for the next
+//! round taken, so the rounds always add up to the total. [`totals`] is exact once the run
+//! has finished.
 //!
 //! [`totals`]: WireCounters::totals
-//! [`per_round`]: WireCounters::per_round
+//! [`take_round`]: WireCounters::take_round
 //! [`mark_round`]: WireCounters::mark_round
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -53,11 +58,15 @@ struct Inner {
     kinds: BTreeMap<usize, bool>,
     /// Messages of channels whose kind has not arrived yet.
     unclassified: Vec<Sent>,
-    /// Round start times, increasing.
-    round_starts: Vec<(u64, Duration)>,
-    /// Bytes per round (a message counts for the last round that had started when it was
-    /// sent; before round 0, for round 0).
-    per_round: Vec<WireBytes>,
+    /// The rounds not yet taken: start time and bytes so far, rounds increasing (a message
+    /// counts for the last round that had started when it was sent).
+    rounds: VecDeque<(u64, Duration, WireBytes)>,
+    /// Bytes sent before the first round started or during rounds already taken: they count
+    /// for the next round taken.
+    carry: WireBytes,
+    /// Per send thread, a time before which it logs nothing more (`Duration::MAX` once it has
+    /// ended).
+    senders: Vec<Duration>,
     totals: WireBytes,
     /// Keep no per-round figures.
     totals_only: bool,
@@ -70,16 +79,17 @@ impl Inner {
         if self.totals_only {
             return;
         }
-        let i = self.round_starts.partition_point(|&(_, t)| t <= at);
-        let round = if i == 0 {
-            0
-        } else {
-            self.round_starts[i - 1].0 as usize
+        let i = self.rounds.partition_point(|&(_, t, _)| t <= at);
+        let bucket = match i.checked_sub(1) {
+            Some(i) => &mut self.rounds[i].2,
+            None => &mut self.carry,
         };
-        if self.per_round.len() <= round {
-            self.per_round.resize(round + 1, WireBytes::default());
-        }
-        WireCounters::add(&mut self.per_round[round], progress, bytes);
+        WireCounters::add(bucket, progress, bytes);
+    }
+
+    /// Whether every message sent before `t` has been counted.
+    fn counted_until(&self, t: Duration) -> bool {
+        self.unclassified.is_empty() && self.senders.iter().all(|&w| w >= t)
     }
 
     fn sent(&mut self, s: Sent) {
@@ -149,12 +159,23 @@ impl WireCounters {
                     return None; // each byte is counted once, by its sender
                 }
                 let counters = counters.clone();
+                let sender = {
+                    let mut inner = counters.lock();
+                    inner.senders.push(Duration::ZERO);
+                    inner.senders.len() - 1
+                };
                 Some(timely::logging_core::Logger::new(
                     counters.start,
                     Duration::ZERO,
-                    move |_time, batch: &mut Option<Vec<(Duration, CommunicationEvent)>>| {
+                    move |time, batch: &mut Option<Vec<(Duration, CommunicationEvent)>>| {
+                        let mut inner = counters.lock();
+                        // Later events of this thread come at `time` or after; no batch: the
+                        // thread has flushed its last (it ends).
+                        inner.senders[sender] = match batch {
+                            Some(_) => *time,
+                            None => Duration::MAX,
+                        };
                         if let Some(events) = batch {
-                            let mut inner = counters.lock();
                             for (at, event) in events.iter() {
                                 if let CommunicationEvent::Message(m) = event {
                                     if m.is_send && m.header.length > 0 {
@@ -192,12 +213,12 @@ impl WireCounters {
         }
     }
 
-    /// Records that `round` starts now (called by one worker per process).
+    /// Records that `round` starts now (called by one worker per process, rounds increasing).
     pub fn mark_round(&self, round: u64) {
         let at = self.start.elapsed();
         let mut inner = self.lock();
         if !inner.totals_only {
-            inner.round_starts.push((round, at));
+            inner.rounds.push_back((round, at, WireBytes::default()));
         }
     }
 
@@ -217,21 +238,109 @@ impl WireCounters {
         inner.totals
     }
 
-    /// Bytes sent during each of `rounds` rounds: a message counts for the last round that had
-    /// started when it was sent (messages before round 0 count for round 0, after the last
-    /// round for the last).
-    pub fn per_round(&self, rounds: usize) -> Vec<WireBytes> {
+    /// The bytes sent during `round`, once they are all counted: the next round has started
+    /// and every send thread has logged past its start. `None` while the count may still
+    /// grow, unless `now`: then what is counted so far (bytes logged for it later count for
+    /// the next round taken). Forgets `round` and every round before it; the bytes of rounds
+    /// never taken, before the first round, or logged after their round was taken are added to
+    /// the round taken next. A round never marked, or already taken, has only those.
+    pub fn take_round(&self, round: u64, now: bool) -> Option<WireBytes> {
         let mut inner = self.lock();
-        inner.settle();
-        let mut out = vec![WireBytes::default(); rounds];
-        for (r, b) in inner.per_round.iter().enumerate() {
-            if let Some(last) = rounds.checked_sub(1) {
-                let o = &mut out[r.min(last)];
-                o.data += b.data;
-                o.progress += b.progress;
-                o.data_messages += b.data_messages;
+        if !now {
+            let next = inner.rounds.iter().find(|&&(r, _, _)| r > round);
+            let next_start = next.map(|&(_, t, _)| t)?;
+            if !inner.counted_until(next_start) {
+                return None;
             }
         }
-        out
+        let mut out = std::mem::take(&mut inner.carry);
+        while let Some(&(r, _, b)) = inner.rounds.front() {
+            if r > round {
+                break;
+            }
+            out.data += b.data;
+            out.progress += b.progress;
+            out.data_messages += b.data_messages;
+            inner.rounds.pop_front();
+        }
+        Some(out)
+    }
+
+    /// Once the run is over: messages of channels never classified count as data (call it
+    /// before taking the last rounds).
+    pub fn settle(&self) {
+        self.lock().settle();
+    }
+
+    /// Rounds whose bytes are still held (for tests of the memory bound).
+    pub fn held_rounds(&self) -> usize {
+        self.lock().rounds.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use timely::communication::logging::{CommunicationSetup, MessageEvent};
+    use timely::communication::networking::MessageHeader;
+
+    fn message(channel: usize, length: usize) -> CommunicationEvent {
+        let header = MessageHeader {
+            channel,
+            source: 0,
+            target_lower: 1,
+            target_upper: 2,
+            length,
+            seqno: 0,
+        };
+        CommunicationEvent::Message(MessageEvent {
+            is_send: true,
+            header,
+        })
+    }
+
+    #[test]
+    fn a_round_is_handed_out_once_every_send_thread_has_logged_past_it() {
+        let counters = WireCounters::new();
+        let setup = |remote| CommunicationSetup {
+            sender: true,
+            process: 0,
+            remote: Some(remote),
+        };
+        let (one, two) = (
+            (counters.hooks().log_fn)(setup(1)).unwrap(),
+            (counters.hooks().log_fn)(setup(2)).unwrap(),
+        );
+        counters.lock().classify(7, false);
+        let header = 48; // timely's message header: six u64 fields
+        one.log(message(7, 100)); // before round 0: counts for the first round taken
+        counters.mark_round(0);
+        one.log(message(7, 200));
+        counters.mark_round(1);
+        two.log(message(7, 300));
+        assert_eq!(
+            counters.take_round(0, false),
+            None,
+            "no batch handed over yet"
+        );
+        one.flush();
+        assert_eq!(
+            counters.take_round(0, false),
+            None,
+            "the second thread may still log round 0"
+        );
+        two.flush();
+        let round0 = counters
+            .take_round(0, false)
+            .expect("both threads are past round 1");
+        assert_eq!(round0.data, (100 + 200 + 2 * header) as u64);
+        assert_eq!(round0.data_messages, 2);
+        assert_eq!(counters.held_rounds(), 1, "round 0 is forgotten");
+        // Round 1 has no next round yet: it waits, unless taken now.
+        assert_eq!(counters.take_round(1, false), None);
+        let round1 = counters.take_round(1, true).unwrap();
+        assert_eq!(round1.data, (300 + header) as u64);
+        assert_eq!(round0.data + round1.data, counters.totals().data);
+        assert_eq!(counters.held_rounds(), 0);
     }
 }
