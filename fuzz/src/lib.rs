@@ -237,6 +237,69 @@ pub fn handshake(data: &[u8]) {
     }
 }
 
+/// The job of the checkpoint target: a 64-feature model with Adam, `topk` and its residual,
+/// and a lossy `sharded` downlink, so that every part of a worker file has state to restore.
+pub const CHECKPOINT_JOB: &str = r#"
+[data.synth]
+rows = 100
+dim = 64
+nnz = 4
+[optimizer]
+kind = "adam"
+lr = 0.01
+[train]
+compressor = { name = "topk", ratio = 0.5 }
+memory = "residual"
+downlink = { name = "topk", ratio = 0.5 }
+"#;
+
+/// The job id, round, worker and worker count of the checkpoint target's files.
+pub const CHECKPOINT_FILE: ([u8; 16], u64, u32, usize) = ([5; 16], 40, 1, 2);
+
+/// The plan of [`CHECKPOINT_JOB`].
+pub fn checkpoint_plan() -> gradflow::dataflow::TrainPlan {
+    let job = Job::parse(CHECKPOINT_JOB, Path::new("fuzz.toml"), &[]).expect("the job parses");
+    job.plan(64, 1)
+}
+
+thread_local! {
+    static CHECKPOINT_PLAN: gradflow::dataflow::TrainPlan = checkpoint_plan();
+}
+
+/// What a checkpoint directory holds, with a correct checksum (what someone who can write
+/// there could make): the first byte picks a worker file (even; the rest is its state, sealed
+/// here) or the rows log (odd; the next two bytes are the row count, the rest the log, its
+/// mark covering all of it). Restoring must fail with an error or leave a state of the plan's
+/// shape.
+pub fn checkpoint(data: &[u8]) {
+    use gradflow::dataflow::checkpoint::{read_rows, restore_worker_from, seal, RowsMark};
+    use gradflow::dataflow::WorkerState;
+    let Some((&kind, rest)) = data.split_first() else {
+        return;
+    };
+    if kind % 2 == 0 {
+        CHECKPOINT_PLAN.with(|plan| {
+            let state = WorkerState::shared(plan);
+            let st = &mut *state.borrow_mut();
+            let (job, round, worker, workers) = CHECKPOINT_FILE;
+            let path = Path::new("worker-0001.bin");
+            if restore_worker_from(&seal(rest), path, round, worker, workers, job, st).is_ok() {
+                assert_eq!(st.weights.len(), 64);
+            }
+        })
+    } else if rest.len() >= 2 {
+        let rows = u16::from_le_bytes([rest[0], rest[1]]) as u64;
+        let log = &rest[2..];
+        let mut seen = 0u64;
+        let read = read_rows(log, "rows.bin", &RowsMark::covering(log, rows), |_| {
+            seen += 1
+        });
+        if read.is_ok() {
+            assert_eq!(seen, rows);
+        }
+    }
+}
+
 /// A connection that reads from the input and keeps what is written to it.
 struct Peer<'a> {
     input: &'a [u8],

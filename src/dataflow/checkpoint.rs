@@ -162,8 +162,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Magic, state and checksum.
-fn seal(state: &[u8]) -> Vec<u8> {
+/// What a checkpoint file holds: magic, `state` and a SHA-256 of both.
+pub fn seal(state: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(MAGIC.len() + state.len() + 32);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(state);
@@ -453,7 +453,11 @@ impl RowsLog {
             None => None,
         };
         if let Some((from, mark)) = resumed {
-            let replayed = replay(&rows_log_path(from, job), mark, |record, row| {
+            let path = rows_log_path(from, job);
+            let name = path.display().to_string();
+            let file = std::fs::File::open(&path).map_err(|e| format!("--resume: {name}: {e}"));
+            let input = std::io::BufReader::new(file?);
+            let replayed = replay(input, &name, mark, |record, row| {
                 if let Some(log) = &mut log {
                     log.write_record(record)?;
                 }
@@ -509,17 +513,42 @@ impl RowsLog {
     }
 }
 
-/// Reads the rows log at `path` up to `mark`, handing each record and its row to `each`;
-/// checks every record's length, the row count and the checksum, and names the file and the
-/// record in errors.
+impl RowsMark {
+    /// The mark of all of `log`, a rows log of `rows` rows.
+    pub fn covering(log: &[u8], rows: u64) -> RowsMark {
+        RowsMark {
+            len: log.len() as u64,
+            rows,
+            sha256: Sha256::digest(log).into(),
+        }
+    }
+}
+
+/// The rows of a rows log (`input`, named `name` in errors) up to `mark`, each handed to
+/// `each`, checked as on resume.
+pub fn read_rows(
+    input: &[u8],
+    name: &str,
+    mark: &RowsMark,
+    mut each: impl FnMut(MetricsRow),
+) -> Result<(), String> {
+    replay(input, name, mark, |_, row| {
+        each(row);
+        Ok(())
+    })
+}
+
+/// Reads the rows log `input` (named `name`) up to `mark`, handing each record and its row to
+/// `each`; checks every record's length, the row count and the checksum, and names the file
+/// and the record in errors. Reads no more than the mark's length, and allocates no more than
+/// one record's bound.
 fn replay(
-    path: &Path,
+    input: impl Read,
+    name: &str,
     mark: &RowsMark,
     mut each: impl FnMut(&[u8], MetricsRow) -> Result<(), String>,
 ) -> Result<(), String> {
-    let name = path.display();
-    let file = std::fs::File::open(path).map_err(|e| format!("--resume: {name}: {e}"))?;
-    let mut input = std::io::BufReader::new(file).take(mark.len);
+    let mut input = input.take(mark.len);
     let (mut sha, mut read, mut record) = (Sha256::new(), 0u64, Vec::new());
     for n in 0..mark.rows {
         let bad = |why: String| format!("--resume: {name}: row {n}: {why}");
@@ -598,9 +627,21 @@ pub fn restore_worker(
     st: &mut WorkerState,
 ) -> Result<Carried, String> {
     let path = round_dir(dir, round).join(format!("worker-{worker:04}.bin"));
-    let bytes = read(&path)?;
+    restore_worker_from(&read(&path)?, &path, round, worker, workers, job, st)
+}
+
+/// [`restore_worker`] from the bytes of the file at `path` (named in errors).
+pub fn restore_worker_from(
+    bytes: &[u8],
+    path: &Path,
+    round: u64,
+    worker: u32,
+    workers: usize,
+    job: [u8; 16],
+    st: &mut WorkerState,
+) -> Result<Carried, String> {
     let name = path.display().to_string();
-    let f: WorkerFile = crate::snapshot::decode(unseal(&bytes, &path)?, &name)?;
+    let f: WorkerFile = crate::snapshot::decode(unseal(bytes, path)?, &name)?;
     let mismatch = |what: String| Err(format!("{name}: {what}"));
     if f.job != job {
         return mismatch(

@@ -255,5 +255,54 @@ fn main() {
     connector.extend_from_slice(&hello(0, 1));
     connector.extend_from_slice(&[5; TAG_LEN + 1]);
     write(&root.join("handshake"), "connector", &connector);
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 4 model files, 1 rows file, 2 handshakes", CODEC_NAMES.len());
+    checkpoint_seeds(&root.join("checkpoint"));
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 4 model files, 1 rows file, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
+}
+
+/// A worker file of the checkpoint target's job (its state, unsealed: the target seals it)
+/// and a rows log of three rows.
+fn checkpoint_seeds(dir: &Path) {
+    use gradflow::dataflow::checkpoint::{CheckpointSpec, Checkpoints, RowsLog};
+    use gradflow::dataflow::WorkerState;
+    use gradflow::metrics::MetricsRow;
+    let tmp = tempfile::tempdir().unwrap();
+    let (job, round, worker, workers) = gradflow_fuzz::CHECKPOINT_FILE;
+    let spec = CheckpointSpec {
+        every_rounds: round,
+        dir: tmp.path().to_path_buf(),
+    };
+    let ck = Checkpoints::new(Some(spec), job, 0, workers, workers).unwrap();
+    let state = WorkerState::shared(&gradflow_fuzz::checkpoint_plan());
+    state.borrow_mut().weights[3] = 0.25;
+    ck.save_worker(round, worker, &state.borrow(), Default::default())
+        .unwrap();
+    let file = tmp
+        .path()
+        .join(format!("round-{round:012}/worker-{worker:04}.bin"));
+    let sealed = fs::read(file).unwrap();
+    let mut seed = vec![0u8];
+    seed.extend_from_slice(&sealed[8..sealed.len() - 32]); // without magic and checksum
+    write(dir, "worker", &seed);
+    let mut log = RowsLog::begin(Some(tmp.path()), &job, None, &mut |_| {})
+        .unwrap()
+        .unwrap();
+    for (kind, round) in [("round", 0), ("round", 1), ("epoch", 1)] {
+        let row = MetricsRow {
+            kind,
+            round,
+            test_loss: Some(0.5),
+            ..Default::default()
+        };
+        log.append(&row).unwrap();
+    }
+    log.mark().unwrap();
+    let path = fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("metrics-rows-"))
+        .unwrap()
+        .path();
+    let mut seed = vec![1u8, 3, 0];
+    seed.extend_from_slice(&fs::read(path).unwrap());
+    write(dir, "rows-log", &seed);
 }
