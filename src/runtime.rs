@@ -158,6 +158,9 @@ pub struct RunOutcome {
     pub replica_digests: Vec<(u32, u64)>,
     /// Wall-clock seconds of the run (start-up included).
     pub seconds: f64,
+    /// Whether a program's loop stopped early ([`crate::dataflow::Training::gradient_until`]):
+    /// the round training ended at (the rounds before it were trained) and why.
+    pub stopped: Option<(u64, String)>,
     /// What a user should know about the data (e.g. test features beyond the training
     /// dimension, which were ignored).
     pub notes: Vec<String>,
@@ -175,14 +178,22 @@ pub fn quiet() -> ObserverFactory {
     Arc::new(|_| Box::new(|_| {}))
 }
 
+/// What worker 0 alone hands back: its metrics rows (to finish once the wire counts are
+/// complete), the final model, the plan and an early stop.
+struct FirstWorker {
+    output: RowOutput,
+    weights: Vec<f32>,
+    plan: TrainPlan,
+    stopped: Option<(u64, String)>,
+}
+
 /// What one worker thread hands back.
 struct WorkerReport {
     index: u32,
     traffic: Traffic,
     digest: u64,
-    /// Worker 0 only: its metrics rows (to finish once the wire counts are complete), final
-    /// model, plan.
-    first: Option<(RowOutput, Vec<f32>, TrainPlan)>,
+    /// Worker 0 only.
+    first: Option<FirstWorker>,
     /// Notes about the data (every worker reads the same files, so worker 0's stand for all).
     notes: Vec<String>,
     /// The feature map (TOML) of a table job.
@@ -375,7 +386,12 @@ pub fn run_program(
                     loss: handle.loss.clone(),
                     ..plan
                 };
-                (output, st.weights.to_vec(), plan)
+                FirstWorker {
+                    output,
+                    weights: st.weights.to_vec(),
+                    plan,
+                    stopped: st.stopped.clone(),
+                }
             });
             Ok(WorkerReport {
                 index: index as u32,
@@ -422,10 +438,11 @@ pub fn run_program(
             Ok(Ok(report)) => {
                 outcome.traffic.add(&report.traffic);
                 outcome.replica_digests.push((report.index, report.digest));
-                if let Some((rows, weights, plan)) = report.first {
-                    output = Some(rows);
-                    outcome.weights = Some(weights);
-                    outcome.plan = Some(plan);
+                if let Some(first) = report.first {
+                    output = Some(first.output);
+                    outcome.stopped = first.stopped;
+                    outcome.weights = Some(first.weights);
+                    outcome.plan = Some(first.plan);
                     outcome.notes = report.notes;
                     outcome.features = report.features;
                     outcome.loaded = report.loaded;

@@ -245,7 +245,7 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
             scope.iterative::<u64, _, _>(|inner| {
                 let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(1);
                 let (grads, stats) =
-                    gradient(changes, &plan, data, state.clone(), sup.clone(), None);
+                    gradient(changes, None, &plan, data, state.clone(), sup.clone(), None);
                 aggregate(grads, &plan, state.clone(), sup.clone())
                     // The fault: every change claims a key its sender does not own.
                     .map(move |mut e: Envelope| {

@@ -230,3 +230,85 @@ fn a_programs_own_codec_and_optimizer_replace_the_jobs() {
         "{own_auc} {job_opt_auc}"
     );
 }
+
+/// `jobs/early_stopping.rs` as a 2-process cluster: it stops both processes at the round its
+/// patience rule names (the rule recomputed here from the metrics CSV's evaluations), writes
+/// nothing after it, and, when the rule never fires, trains the standard loop's model bit for
+/// bit (the stop input changes nothing but the end).
+#[test]
+fn early_stopping_ends_every_process_at_the_round_its_rule_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Duration::from_secs(120);
+    let args = |name: &str| {
+        let mut a = cluster_args(QUICKSTART, dir.path(), name);
+        let epochs = a.iter().position(|x| x == "--epochs").unwrap() + 1;
+        a[epochs] = "20".into();
+        a.extend(["--set", "train.eval_every=25"].map(String::from));
+        a
+    };
+    let run_ok = |exe: &Path, name: &str, env: &[(&str, &str)]| {
+        let out = run(exe, &args(name), env, limit);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        stdout
+    };
+    let stdout = run_ok(&program("early_stopping"), "stopped", &[]);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("stopped early: trained "))
+        .unwrap_or_else(|| panic!("no early stop: {stdout}"));
+    let trained: u64 = line
+        .split("stopped early: trained ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+
+    // The evaluations in the CSV (`eval` and `epoch` rows), and where patience 2 fires.
+    let metrics = std::fs::read_to_string(dir.path().join("stopped-metrics.csv")).unwrap();
+    let mut evals: Vec<(u64, f64)> = Vec::new();
+    let mut last_round = 0;
+    for line in metrics.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if f[0] == "process" {
+            continue;
+        }
+        let round: u64 = f[3].parse().unwrap();
+        last_round = last_round.max(round);
+        if (f[0] == "eval" || f[0] == "epoch") && !f[6].is_empty() {
+            evals.push((round, f[6].parse().unwrap()));
+        }
+    }
+    let (mut best, mut without, mut fired) = (f64::INFINITY, 0, None);
+    for &(round, loss) in &evals {
+        if loss < best {
+            (best, without) = (loss, 0);
+        } else {
+            without += 1;
+            if without == 2 {
+                fired = Some(round);
+                break;
+            }
+        }
+    }
+    let fired = fired.unwrap_or_else(|| panic!("the rule never fires: {evals:?}"));
+    // Decided from the evaluation after round q at round q + 1, in effect one round later.
+    assert_eq!(trained, fired + 2, "{line}");
+    assert!(trained < 2000, "{line}");
+    // Nothing trained after the stop; the model of the last round is evaluated once more.
+    assert_eq!(last_round, trained - 1, "{metrics}");
+    assert_eq!(evals.last().unwrap().0, trained - 1, "{evals:?}");
+
+    // A rule that never fires: the standard loop's model, bit for bit.
+    let patient = [("EARLY_STOP_PATIENCE", "100000")];
+    let stdout = run_ok(&program("early_stopping"), "patient", &patient);
+    assert!(
+        stdout.contains("trained 20 epochs (2000 rounds)"),
+        "{stdout}"
+    );
+    run_ok(Path::new(env!("CARGO_BIN_EXE_gradflow")), "standard", &[]);
+    let load = |name: &str| ModelFile::load(&dir.path().join(format!("{name}-model.txt"))).unwrap();
+    assert_eq!(load("patient").weights, load("standard").weights);
+    assert_ne!(load("stopped").weights, load("standard").weights);
+}

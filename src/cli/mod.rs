@@ -723,13 +723,23 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             println!("model: {}", path.display());
         }
-        println!(
-            "trained {} epochs ({} rounds) on {} worker(s) in {:.2} s",
-            plan.epochs,
-            plan.rounds(),
-            spec.workers * spec.processes,
-            outcome.seconds
-        );
+        let workers = spec.workers * spec.processes;
+        match &outcome.stopped {
+            Some((round, why)) => println!(
+                "stopped early: trained {round} of {} rounds (into epoch {} of {}) on {workers} \
+                 worker(s) in {:.2} s: {why}",
+                plan.rounds(),
+                (round - 1) / plan.rounds_per_epoch + 1,
+                plan.epochs,
+                outcome.seconds
+            ),
+            None => println!(
+                "trained {} epochs ({} rounds) on {workers} worker(s) in {:.2} s",
+                plan.epochs,
+                plan.rounds(),
+                outcome.seconds
+            ),
+        }
     }
     Ok(())
 }

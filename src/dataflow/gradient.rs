@@ -9,7 +9,7 @@ use rand::rngs::Xoshiro256PlusPlus;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use timely::container::CapacityContainerBuilder;
-use timely::dataflow::channels::pact::Exchange;
+use timely::dataflow::channels::pact::{Exchange, Pipeline};
 use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::Stream;
@@ -35,8 +35,15 @@ use crate::sparse::SparseGrad;
 /// gradient, pass it through the memory, encode and send it; then hold the capability for round
 /// `r + 1`. After the last round it only applies the final changes, evaluates, and releases its
 /// capabilities.
+///
+/// With a `stop` input (decisions to end training, each with its reason; see
+/// [`super::Training::gradient_until`]), round `r` also waits until every decision that can
+/// arrive at round `r` is in, and a round at which one arrives is the last: the worker applies
+/// the changes, evaluates and releases its capabilities there. Every worker receives the same
+/// decisions at the same rounds (a program broadcasts them), so all of them stop together.
 pub fn gradient<'s>(
     changes: Stream<'s, RoundTime, Vec<Envelope>>,
+    stop: Option<Stream<'s, RoundTime, Vec<String>>>,
     plan: &TrainPlan,
     data: WorkerData,
     state: Rc<RefCell<WorkerState>>,
@@ -51,6 +58,7 @@ pub fn gradient<'s>(
     let peers = scope.peers() as u32;
     let mut builder = OperatorBuilder::new("Gradient".to_owned(), scope);
     let mut input = builder.new_input(changes, Exchange::new(|e: &Envelope| e.dest as u64));
+    let mut stop_input = stop.map(|s| builder.new_input(s, Pipeline));
     let (grad_out, grad_stream) = builder.new_output::<Vec<Envelope>>();
     let (stats_out, stats_stream) = builder.new_output::<Vec<RoundStats>>();
     let mut grad_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<Envelope>>> =
@@ -69,6 +77,7 @@ pub fn gradient<'s>(
         let mut stats_cap = caps.pop();
         let mut grad_cap = caps.pop();
         let mut stash: BTreeMap<u64, Vec<Envelope>> = BTreeMap::new();
+        let mut stops: BTreeMap<u64, String> = BTreeMap::new();
         let mut envelopes = Vec::new();
         move |frontiers| {
             input.for_each(|cap, batch| {
@@ -76,11 +85,28 @@ pub fn gradient<'s>(
                     stash.entry(round_of(t)).or_default().append(batch);
                 }
             });
+            if let Some(stop_input) = stop_input.as_mut() {
+                stop_input.for_each(|cap, reasons| {
+                    if let (Some(t), Some(reason)) = (cap.least(), reasons.first()) {
+                        stops.entry(round_of(t)).or_insert_with(|| reason.clone());
+                    }
+                });
+            }
             while let Some(cap) = grad_cap.as_mut() {
-                if frontiers[0].less_equal(cap.time()) || supervisor.is_failed() {
+                let waiting = |f: &timely::progress::frontier::MutableAntichain<RoundTime>| {
+                    f.less_equal(cap.time())
+                };
+                if frontiers.iter().any(waiting) || supervisor.is_failed() {
                     break;
                 }
                 let r = round_of(cap.time());
+                if let Some((&at_round, reason)) = stops.first_key_value() {
+                    if at_round <= r && worker.rounds > r {
+                        // Every worker has the same decisions: this is everyone's last round.
+                        state.borrow_mut().stopped = Some((r, reason.clone()));
+                        worker.rounds = r;
+                    }
+                }
                 if let Some(w) = &wire {
                     w.mark_round(r);
                 }
@@ -241,7 +267,7 @@ impl GradientStep {
                 c.save_worker(r, self.me, st, carried)?;
             }
         }
-        if self.plan.evaluates_after(r) {
+        if self.plan.evaluates_after(r) || (r == self.rounds && r > 0) {
             let t_eval = Instant::now();
             stats.eval = Some(EvalPart::evaluate(
                 &self.data.test,

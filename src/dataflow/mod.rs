@@ -32,6 +32,7 @@
 mod aggregate;
 pub mod checkpoint;
 mod collect;
+mod evaluations;
 mod gradient;
 pub mod heartbeat;
 mod plan;
@@ -40,6 +41,7 @@ pub mod supervisor;
 
 pub use aggregate::aggregate;
 pub use collect::collect;
+pub use evaluations::{evaluations, Evaluation};
 pub use gradient::gradient;
 pub use plan::{InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState};
 pub use sketch::sketch_exchange;
@@ -187,12 +189,63 @@ impl Training {
         Stream<'s, RoundTime, Vec<Envelope>>,
         Stream<'s, RoundTime, Vec<RoundStats>>,
     ) {
+        self.gradient_step(changes, None)
+    }
+
+    /// [`Self::gradient`] with decisions to end training early: a reason arriving on `stop` at
+    /// round `r` makes `r` the last round on every worker (the changes of round `r - 1` are
+    /// applied and the model is evaluated, as after the last round of the job). Every worker
+    /// must receive the same decisions, so a decision made on one worker is broadcast
+    /// (timely's `broadcast`). Round `r` waits until no decision can still arrive at `r`: a
+    /// decision made at round `d` from round `d`'s statistics and sent around a loop variable
+    /// of `lag` rounds ends training at `d + lag`, and each round waits for the decisions made
+    /// `lag` rounds before it. `jobs/early_stopping.rs` stops when the test loss stops
+    /// improving.
+    ///
+    /// # Panics
+    /// When called twice on the same context.
+    #[allow(clippy::type_complexity)]
+    pub fn gradient_until<'s>(
+        &mut self,
+        changes: Stream<'s, RoundTime, Vec<Envelope>>,
+        stop: Stream<'s, RoundTime, Vec<String>>,
+    ) -> (
+        Stream<'s, RoundTime, Vec<Envelope>>,
+        Stream<'s, RoundTime, Vec<RoundStats>>,
+    ) {
+        if self.plan.pull {
+            self.supervisor.fail(
+                "train.pull: a loop that can stop early (gradient_until) cannot pull the \
+                 weights: worker 0 asks for the whole model the round before the last, and an \
+                 early stop is known only at its round",
+            );
+        }
+        self.gradient_step(changes, Some(stop))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn gradient_step<'s>(
+        &mut self,
+        changes: Stream<'s, RoundTime, Vec<Envelope>>,
+        stop: Option<Stream<'s, RoundTime, Vec<String>>>,
+    ) -> (
+        Stream<'s, RoundTime, Vec<Envelope>>,
+        Stream<'s, RoundTime, Vec<RoundStats>>,
+    ) {
         let data = self
             .data
             .take()
             .expect("one gradient step per training loop");
         let (state, sup) = (self.state.clone(), self.supervisor.clone());
-        gradient(changes, &self.plan, data, state, sup, self.wire.clone())
+        gradient(
+            changes,
+            stop,
+            &self.plan,
+            data,
+            state,
+            sup,
+            self.wire.clone(),
+        )
     }
 
     /// The exchange the plan names: [`aggregate`] for `sharded` and `allgather`,
@@ -217,6 +270,15 @@ impl Training {
         let observer = self.observer.take().expect("one collect per training loop");
         let sup = self.supervisor.clone();
         collect(stats, &self.plan, self.output.clone(), observer, sup);
+    }
+
+    /// The test evaluations in the round statistics, on worker 0 ([`evaluations`]): what an
+    /// early-stopping rule or a custom log reads.
+    pub fn evaluations<'s>(
+        &self,
+        stats: &Stream<'s, RoundTime, Vec<RoundStats>>,
+    ) -> Stream<'s, RoundTime, Vec<Evaluation>> {
+        evaluations(stats, &self.plan)
     }
 
     /// What the runtime reads once the dataflow is done: the model and the metrics rows.

@@ -143,6 +143,9 @@ pub struct WorkerState {
     pub traffic: Traffic,
     /// Traffic of the whole run.
     pub traffic_total: Traffic,
+    /// An early stop ([`super::Training::gradient_until`]): the round training ended at, and
+    /// the decision's reason.
+    pub stopped: Option<(u64, String)>,
     pub(crate) aggregate_ms: f64,
     pub(crate) update_ms: f64,
     /// Resuming: the statistics of the round before the checkpoint, for the first report.
@@ -173,6 +176,7 @@ impl WorkerState {
             update_ms: 0.0,
             carried: None,
             restored_optimizer: None,
+            stopped: None,
         }))
     }
 
