@@ -5,7 +5,9 @@
 //! cut: every worker decompresses it and parses every `W`-th record. Either way,
 //! a record's id is its byte offset in the (decompressed) file: unique, in file order, and the
 //! same for any number of workers. Quoted fields may not contain line breaks in a plain file
-//! read by several workers (a cut could fall inside one).
+//! read by several workers (a cut could fall inside one): such a field is an error naming its
+//! line, raised by the worker whose range holds the record's start (the lowest part that sees
+//! anything wrong, so its error is the one every worker reports), never a misread record.
 //!
 //! Cells are kept in one text arena per part: no allocation per cell.
 
@@ -220,6 +222,22 @@ pub fn read_cells(
         if id >= end {
             break;
         }
+        let line_break = |f: &[u8]| f.iter().any(|&b| b == b'\n' || b == b'\r');
+        if let Some(i) = rec.iter().position(line_break) {
+            let name = head.get(i).map_or("?", String::as_str);
+            return Err(DataError {
+                file: path.to_path_buf(),
+                line: line_of(path, id).unwrap_or(0),
+                column: i + 1,
+                message: format!(
+                    "column '{name}': a quoted field holds a line break: a plain CSV file read \
+                     by {} workers is cut at line breaks, so its fields cannot hold them; \
+                     compress it (gzip or zstd: every worker then reads the whole stream) or \
+                     read it with one worker",
+                    part.count
+                ),
+            });
+        }
         if id > 0 && !is_blank(&rec) {
             keep(&mut cells, &rec, id)?;
         }
@@ -230,4 +248,45 @@ pub fn read_cells(
 /// A record that is one empty field: a blank line.
 fn is_blank(rec: &csv::ByteRecord) -> bool {
     rec.len() == 1 && rec[0].iter().all(|b| b.is_ascii_whitespace())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quoted_line_break_is_an_error_of_the_part_holding_its_record_not_a_misread() {
+        // 50 rows, a record whose quoted field holds a line break across the file's middle
+        // (the cut between 2 parts falls inside it), 50 rows.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        let mut text = String::from("a,b\n");
+        text += &"1,x\n".repeat(50);
+        text += &format!("2,\"{}\n{}\"\n", "p".repeat(100), "q".repeat(100));
+        text += &"3,y\n".repeat(50);
+        std::fs::write(&path, &text).unwrap();
+        let (start, _) = Part { index: 1, count: 2 }.range(text.len() as u64);
+        let field = text.find('"').unwrap() as u64;
+        assert!(
+            field < start && start < field + 200,
+            "the cut falls inside the field"
+        );
+
+        let names = ["a".to_string(), "b".to_string()];
+        let read = |part| read_cells(&path, &names, part, b',', &[]);
+        let e = read(Part { index: 0, count: 2 }).unwrap_err();
+        assert_eq!((e.line, e.column), (52, 2), "{e}");
+        assert!(e.message.starts_with("column 'b': "), "{e}");
+        assert!(e.message.contains("holds a line break"), "{e}");
+        // The part that starts inside the field fails too, rather than reading a shifted record;
+        // the pipeline reports the lowest part's error.
+        assert!(read(Part { index: 1, count: 2 }).is_err());
+        // One reader (or a compressed file) reads the field whole.
+        let whole = read(Part::WHOLE).unwrap();
+        assert_eq!(whole.len(), 101);
+        assert_eq!(
+            whole.get(50, 1),
+            format!("{}\n{}", "p".repeat(100), "q".repeat(100))
+        );
+    }
 }
