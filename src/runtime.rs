@@ -351,7 +351,13 @@ pub fn run_program(
                 let state = training.state();
                 let st = &mut *state.borrow_mut();
                 let peers = threads * processes;
-                match checkpoint::restore_worker(dir, *round, index as u32, peers, job_id, st) {
+                let at = checkpoint::WorkerSlot {
+                    job: job_id,
+                    round: *round,
+                    worker: index as u32,
+                    workers: peers,
+                };
+                match checkpoint::restore_worker(dir, at, st) {
                     Ok(carried) => st.carried = Some(carried),
                     Err(e) => {
                         sup.fail(e.clone());

@@ -254,7 +254,13 @@ downlink = { name = "topk", ratio = 0.5 }
 "#;
 
 /// The job id, round, worker and worker count of the checkpoint target's files.
-pub const CHECKPOINT_FILE: ([u8; 16], u64, u32, usize) = ([5; 16], 40, 1, 2);
+pub const CHECKPOINT_FILE: gradflow::dataflow::checkpoint::WorkerSlot =
+    gradflow::dataflow::checkpoint::WorkerSlot {
+        job: [5; 16],
+        round: 40,
+        worker: 1,
+        workers: 2,
+    };
 
 /// The plan of [`CHECKPOINT_JOB`].
 pub fn checkpoint_plan() -> gradflow::dataflow::TrainPlan {
@@ -281,9 +287,8 @@ pub fn checkpoint(data: &[u8]) {
         CHECKPOINT_PLAN.with(|plan| {
             let state = WorkerState::shared(plan);
             let st = &mut *state.borrow_mut();
-            let (job, round, worker, workers) = CHECKPOINT_FILE;
             let path = Path::new("worker-0001.bin");
-            if restore_worker_from(&seal(rest), path, round, worker, workers, job, st).is_ok() {
+            if restore_worker_from(&seal(rest), path, CHECKPOINT_FILE, st).is_ok() {
                 assert_eq!(st.weights.len(), 64);
             }
         })

@@ -729,7 +729,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
                 "stopped early: trained {round} of {} rounds (into epoch {} of {}) on {workers} \
                  worker(s) in {:.2} s: {why}",
                 plan.rounds(),
-                (round - 1) / plan.rounds_per_epoch + 1,
+                round.saturating_sub(1) / plan.rounds_per_epoch + 1,
                 plan.epochs,
                 outcome.seconds
             ),

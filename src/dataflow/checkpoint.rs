@@ -616,30 +616,39 @@ pub fn complete_rounds(dir: &Path, job: [u8; 16], process: usize) -> Result<Vec<
     Ok(rounds)
 }
 
-/// Restores worker `worker`'s state (of `workers`) from round `round` of `dir` into `st`, a
-/// fresh state for the job `job`; returns what the worker carries into its first report.
-pub fn restore_worker(
-    dir: &Path,
-    round: u64,
-    worker: u32,
-    workers: usize,
-    job: [u8; 16],
-    st: &mut WorkerState,
-) -> Result<Carried, String> {
-    let path = round_dir(dir, round).join(format!("worker-{worker:04}.bin"));
-    restore_worker_from(&read(&path)?, &path, round, worker, workers, job, st)
+/// Which worker file a worker restores, and what the file must match.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerSlot {
+    /// The job id.
+    pub job: [u8; 16],
+    /// The checkpoint's round.
+    pub round: u64,
+    /// The restoring worker.
+    pub worker: u32,
+    /// The run's number of workers.
+    pub workers: usize,
+}
+
+/// Restores the state of `at.worker` from round `at.round` of `dir` into `st`, a fresh state
+/// for the job; returns what the worker carries into its first report.
+pub fn restore_worker(dir: &Path, at: WorkerSlot, st: &mut WorkerState) -> Result<Carried, String> {
+    let path = round_dir(dir, at.round).join(format!("worker-{:04}.bin", at.worker));
+    restore_worker_from(&read(&path)?, &path, at, st)
 }
 
 /// [`restore_worker`] from the bytes of the file at `path` (named in errors).
 pub fn restore_worker_from(
     bytes: &[u8],
     path: &Path,
-    round: u64,
-    worker: u32,
-    workers: usize,
-    job: [u8; 16],
+    at: WorkerSlot,
     st: &mut WorkerState,
 ) -> Result<Carried, String> {
+    let WorkerSlot {
+        job,
+        round,
+        worker,
+        workers,
+    } = at;
     let name = path.display().to_string();
     let f: WorkerFile = crate::snapshot::decode(unseal(bytes, path)?, &name)?;
     let mismatch = |what: String| Err(format!("{name}: {what}"));

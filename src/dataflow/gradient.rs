@@ -93,10 +93,7 @@ pub fn gradient<'s>(
                 });
             }
             while let Some(cap) = grad_cap.as_mut() {
-                let waiting = |f: &timely::progress::frontier::MutableAntichain<RoundTime>| {
-                    f.less_equal(cap.time())
-                };
-                if frontiers.iter().any(waiting) || supervisor.is_failed() {
+                if frontiers.iter().any(|f| f.less_equal(cap.time())) || supervisor.is_failed() {
                     break;
                 }
                 let r = round_of(cap.time());

@@ -266,7 +266,12 @@ fn checkpoint_seeds(dir: &Path) {
     use gradflow::dataflow::WorkerState;
     use gradflow::metrics::MetricsRow;
     let tmp = tempfile::tempdir().unwrap();
-    let (job, round, worker, workers) = gradflow_fuzz::CHECKPOINT_FILE;
+    let gradflow::dataflow::checkpoint::WorkerSlot {
+        job,
+        round,
+        worker,
+        workers,
+    } = gradflow_fuzz::CHECKPOINT_FILE;
     let spec = CheckpointSpec {
         every_rounds: round,
         dir: tmp.path().to_path_buf(),
