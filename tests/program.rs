@@ -312,3 +312,27 @@ fn early_stopping_ends_every_process_at_the_round_its_rule_names() {
     assert_eq!(load("patient").weights, load("standard").weights);
     assert_ne!(load("stopped").weights, load("standard").weights);
 }
+
+/// A loop that can stop early cannot pull the weights (worker 0 asks for the whole model the
+/// round before the last): an error naming the field, not a model missing its last weights.
+#[test]
+fn early_stopping_with_pull_is_an_error_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = cluster_args(QUICKSTART, dir.path(), "pull");
+    args[0] = "train".into();
+    let n = args.iter().position(|a| a == "-n").unwrap();
+    args.splice(n..n + 2, ["-w".to_string(), "2".to_string()]);
+    args.extend(["--set", "train.pull=true"].map(String::from));
+    let out = run(
+        &program("early_stopping"),
+        &args,
+        &[],
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("train.pull: a loop that can stop early"),
+        "{stderr}"
+    );
+}
