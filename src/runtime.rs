@@ -334,7 +334,7 @@ pub fn run_program(
                     "the test file has {} features beyond the training data's dimension {}; \
                      they have no weight and were ignored",
                     data.ignored_test_features,
-                    plan.intercept.unwrap_or(dim)
+                    plan.intercept.unwrap_or(dim) / plan.loss.outputs()
                 ));
             }
             let observer = if index == 0 {

@@ -1116,6 +1116,7 @@ fn a_warm_start_continues_from_the_model_and_refuses_one_that_does_not_fit() {
         loss: "logistic".into(),
         weights: first.weights.clone().unwrap(),
         intercept: first.plan.as_ref().unwrap().intercept,
+        classes: None,
         features: None,
     }
     .save(&saved)

@@ -641,7 +641,7 @@ loss = "squared"
             ["hinge,lambda=0.001,optimizer={kind=sgd,lr=0.5}", "lin"]
         );
         let job: Job = toml::from_str(&cells[0].job_text(&s.job, &[]).unwrap()).unwrap();
-        assert_eq!(job.model.loss, crate::model::Loss::Hinge);
+        assert_eq!(job.model.loss, crate::model::LossName::Hinge);
         assert_eq!(job.model.lambda, 0.001);
         let sgd: Job = toml::from_str("[optimizer]\nkind = \"sgd\"\nlr = 0.5\n").unwrap();
         assert_eq!(job.optimizer, sgd.optimizer);

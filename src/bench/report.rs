@@ -26,7 +26,10 @@ pub struct MetricsRecord {
     pub seconds: f64,
     /// Test loss (evaluations).
     pub test_loss: Option<f64>,
-    /// Test AUC (classification evaluations).
+    /// Test accuracy (classification evaluations; absent in CSVs written before it).
+    #[serde(default)]
+    pub test_accuracy: Option<f64>,
+    /// Test AUC (two-class evaluations).
     pub test_auc: Option<f64>,
     /// Uplink payload bytes sent to other processes.
     pub uplink_bytes: u64,
@@ -94,6 +97,8 @@ pub struct ResultRow {
     pub seconds: f64,
     /// Test loss.
     pub test_loss: Option<f64>,
+    /// Test accuracy.
+    pub test_accuracy: Option<f64>,
     /// Test AUC.
     pub test_auc: Option<f64>,
     /// Uplink bytes sent to other processes so far, per process.
@@ -169,6 +174,7 @@ pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
                 rounds: r.round + 1,
                 seconds: r.seconds,
                 test_loss: r.test_loss,
+                test_accuracy: r.test_accuracy,
                 test_auc: r.test_auc,
                 up_bytes_per_process: up as f64 / per,
                 down_bytes_per_process: down as f64 / per,
@@ -196,8 +202,10 @@ pub struct Summary {
     pub up_bytes: f64,
     /// Downlink bytes per process.
     pub down_bytes: f64,
-    /// Final test loss and AUC.
+    /// Final test loss.
     pub final_loss: Option<f64>,
+    /// Final accuracy.
+    pub final_accuracy: Option<f64>,
     /// Final AUC.
     pub final_auc: Option<f64>,
     /// The lowest test loss of any evaluation and when it came (SketchML Table 2's and FastSGD
@@ -247,6 +255,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                 up_bytes: last.map_or(0.0, |r| r.up_bytes_per_process),
                 down_bytes: last.map_or(0.0, |r| r.down_bytes_per_process),
                 final_loss: final_loss(i),
+                final_accuracy: last.and_then(|r| r.test_accuracy),
                 final_auc: last.and_then(|r| r.test_auc),
                 min_loss: results[i]
                     .iter()
@@ -284,9 +293,12 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
         let _ = writeln!(
             md,
             "| W | model | exchange | compressor | runs | s/epoch | up MB/proc | down MB/proc | \
-             final loss | final AUC | min loss @ s | time to target s | speed-up |"
+             final loss | final acc | final AUC | min loss @ s | time to target s | speed-up |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            md,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
         // One line per cell with its repeats folded in: medians, and how many runs reached
         // the target when not all did.
         let of_link: Vec<&Summary> = summaries
@@ -333,7 +345,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 .map_or("–".into(), |(l, t)| format!("{l:.4} @ {t:.2}"));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
                 c.processes,
                 c.model,
                 c.exchange,
@@ -343,6 +355,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 med(&|r| Some(r.up_bytes)).unwrap_or(0.0) / 1e6,
                 med(&|r| Some(r.down_bytes)).unwrap_or(0.0) / 1e6,
                 fmt(med(&|r| r.final_loss), 4),
+                fmt(med(&|r| r.final_accuracy), 4),
                 fmt(med(&|r| r.final_auc), 4),
                 min_loss,
                 ttt,

@@ -22,7 +22,7 @@ use crate::dataflow::Supervisor;
 use crate::job::{Job, SynthKind, SynthSection};
 use crate::metrics::{epoch_line, human_bytes, MetricsRow, SilentCodec};
 use crate::model::file::ModelFile;
-use crate::model::{margin, EvalPart, MarginLoss, SparseGrad};
+use crate::model::{margins, EvalPart, SparseGrad};
 use crate::runtime::{run_program, standard, ClusterSpec, ObserverFactory, Program};
 use serde::Deserialize;
 
@@ -716,6 +716,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
                 loss: plan.loss.name().to_string(),
                 weights: outcome.weights.clone().unwrap_or_default(),
                 intercept: plan.intercept,
+                classes: (plan.loss.outputs() > 1).then(|| plan.loss.outputs()),
                 features: outcome.features.clone(),
             };
             model
@@ -750,8 +751,9 @@ fn predict(a: PredictArgs) -> Result<(), String> {
         .builtin_loss()
         .map_err(|e| format!("{}: {e}", a.model.display()))?;
     let dim = model.weights.len() as u32;
-    // The data's own features lie below the intercept's key (the model's last).
-    let data_dim = model.intercept.unwrap_or(dim);
+    // The data's own features lie below the intercept's (the model's last); a softmax model
+    // has `classes` keys per feature.
+    let data_dim = model.intercept.unwrap_or(dim) / model.outputs();
     let (mut data, ids, labelled, ignored) = match &model.features {
         Some(text) => {
             let map: crate::data::table::FeatureMap = toml::from_str(text)
@@ -785,6 +787,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                 zero_based: a.zero_based,
                 dim: Some(data_dim),
                 ignore_beyond_dim: true,
+                classes: model.classes,
                 ..LibsvmOptions::default()
             };
             let split =
@@ -812,15 +815,18 @@ fn predict(a: PredictArgs) -> Result<(), String> {
             let (k, v) = data.row(i as usize);
             with_labels.push_row(k, v, data.labels[i as usize]);
         }
-        let part = EvalPart::evaluate(&with_labels, &model.weights, &loss);
-        let s = part.summary(&loss);
+        let part = EvalPart::evaluate(&with_labels, &model.weights, &*loss);
+        let s = part.summary(&*loss);
         line += &format!(
             "  scored {}  loss {:.4}",
             part.count,
             s.loss.unwrap_or(f64::NAN)
         );
-        if let (Some(acc), Some(auc)) = (s.accuracy, s.auc) {
-            line += &format!("  accuracy {acc:.4}  auc {auc:.4}");
+        if let Some(acc) = s.accuracy {
+            line += &format!("  accuracy {acc:.4}");
+        }
+        if let Some(auc) = s.auc {
+            line += &format!("  auc {auc:.4}");
         }
         if let Some(r) = s.rmse {
             line += &format!("  rmse {r:.4}");
@@ -838,10 +844,11 @@ fn predict(a: PredictArgs) -> Result<(), String> {
         if a.format == PredictFormat::Csv {
             writeln!(w, "{},prediction", a.id.as_deref().unwrap_or("row")).map_err(io)?;
         }
+        let mut m = vec![0.0f32; model.outputs() as usize];
         for i in 0..data.rows() {
             let (k, v) = data.row(i);
-            let m = margin(&model.weights, k, v);
-            let p = loss.prediction(m);
+            margins(&model.weights, k, v, &mut m);
+            let p = loss.predict(&m);
             let id = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
             match a.format {
                 PredictFormat::Lines => writeln!(w, "{p}"),

@@ -62,6 +62,8 @@ pub struct LibsvmOptions {
     /// Without a declared `dim`: the largest dimension the file may imply (an index at or
     /// beyond it is an error naming its place); the job's `data.max_dim`.
     pub max_dim: u32,
+    /// Labels are classes `0..classes` (softmax): any other label is an error naming its place.
+    pub classes: Option<u32>,
 }
 
 impl Default for LibsvmOptions {
@@ -71,6 +73,7 @@ impl Default for LibsvmOptions {
             dim: None,
             ignore_beyond_dim: false,
             max_dim: super::MAX_DIM,
+            classes: None,
         }
     }
 }
@@ -315,6 +318,19 @@ impl<'o> LineParser<'o> {
             .ok_or_else(|| (col, format!("bad label '{}'", show(label_tok))))?;
         if !label.is_finite() {
             return Err((col, format!("label '{}' is not finite", show(label_tok))));
+        }
+        if let Some(k) = self.opts.classes {
+            if !(label >= 0.0 && label < k as f32 && label.fract() == 0.0) {
+                return Err((
+                    col,
+                    format!(
+                        "label '{}' is not a class: softmax with model.classes = {k} reads \
+                         labels 0 to {}",
+                        show(label_tok),
+                        k - 1
+                    ),
+                ));
+            }
         }
         self.keys.clear();
         self.vals.clear();

@@ -2,6 +2,7 @@
 //! synthetic generators. Knows nothing of models, codecs or the dataflow.
 
 pub mod gather;
+pub mod idx;
 pub mod libsvm;
 pub mod partition;
 pub mod source;

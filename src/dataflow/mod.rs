@@ -63,7 +63,7 @@ use crate::codec::none::NoneCodec;
 use crate::codec::{build_codec, Codec, CodecSpec};
 use crate::exchange::{Envelope, ExchangeKind};
 use crate::metrics::{MetricsRow, RowOutput, WireCounters};
-use crate::model::{LossFn, MarginLoss};
+use crate::model::{LossFn, ModelLoss};
 use crate::optim::UpdateRule;
 use crate::sparse::SparseGrad;
 
@@ -134,8 +134,18 @@ impl Training {
 
     /// Trains with `loss` instead of the job's `model.loss` (call it before [`Self::gradient`]
     /// and [`Self::collect`], which use the loss: the gradient, the test metrics). The model
-    /// file records its name.
-    pub fn set_loss(&mut self, loss: impl MarginLoss + 'static) {
+    /// file records its name. Its number of outputs must be the job's (one, or softmax's
+    /// `model.classes`), which sized the model: another is an error.
+    pub fn set_loss(&mut self, loss: impl ModelLoss + 'static) {
+        let (job, own) = (self.plan.loss.outputs(), loss.outputs());
+        if own != job {
+            self.supervisor.fail(format!(
+                "set_loss: the loss '{}' has {own} outputs per row, the job's model {job} \
+                 (model.loss, model.classes)",
+                loss.name()
+            ));
+            return;
+        }
         self.plan.loss = LossFn::new(loss);
     }
 

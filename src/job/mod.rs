@@ -19,7 +19,7 @@ use crate::dataflow::{TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
-use crate::model::Loss;
+use crate::model::{LossFn, LossName, Task};
 use crate::optim::OptimizerConfig;
 
 /// The most rounds a job may run (epochs x rounds per epoch): a billion rounds take days at the
@@ -58,19 +58,26 @@ pub enum Format {
     /// CSV with a header (plain, gzip or zstd), turned into features by `[data.label]`,
     /// `[data.features]` and `[[data.join]]`.
     Csv,
+    /// IDX images and labels (MNIST's format; plain, gzip or zstd): `train` and `test` name
+    /// the images files, `train_labels` and `test_labels` their labels.
+    Idx,
 }
 
 /// `[data]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
-    /// `libsvm` (default) or `csv`.
+    /// `libsvm` (default), `csv` or `idx`.
     pub format: Format,
     /// Training file. Absent: the generated dataset of `[data.synth]` (by default the embedded
     /// CTR-like set).
     pub train: Option<PathBuf>,
     /// Test file. Absent: `test_fraction` of the rows are held out.
     pub test: Option<PathBuf>,
+    /// IDX: the labels of `train`'s images.
+    pub train_labels: Option<PathBuf>,
+    /// IDX: the labels of `test`'s images.
+    pub test_labels: Option<PathBuf>,
     /// Fraction held out for testing when there is no test file.
     pub test_fraction: f64,
     /// How rows are held out: `hash` (a seeded hash of the row number, the default) or `tail`
@@ -115,6 +122,8 @@ impl Default for DataSection {
         DataSection {
             train: None,
             test: None,
+            train_labels: None,
+            test_labels: None,
             test_fraction: 0.25,
             test_split: TestSplit::Hash,
             zero_based: false,
@@ -220,12 +229,18 @@ pub enum TestSplit {
     Tail,
 }
 
+/// The most classes `model.classes` allows.
+pub const MAX_CLASSES: u32 = 1 << 16;
+
 /// `[model]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// `logistic`, `hinge` or `squared`.
-    pub loss: Loss,
+    /// `logistic`, `hinge`, `squared` or `softmax` (with `classes`).
+    pub loss: LossName,
+    /// Softmax: the number of classes `K` (labels `0..K`); the model has `K` weights per
+    /// feature.
+    pub classes: Option<u32>,
     /// L2 regularisation λ (not applied to the intercept).
     pub lambda: f32,
     /// Add an intercept: a feature of value 1 in every row, the model's last key, exempt from λ.
@@ -235,7 +250,8 @@ pub struct ModelSection {
 impl Default for ModelSection {
     fn default() -> Self {
         ModelSection {
-            loss: Loss::Logistic,
+            loss: LossName::Logistic,
+            classes: None,
             lambda: 0.01,
             intercept: true,
         }
@@ -475,6 +491,22 @@ impl Job {
                     .into(),
             );
         }
+        let idx = d.format == Format::Idx;
+        if idx {
+            if d.train.is_none() || d.train_labels.is_none() {
+                return Err("data.train, data.train_labels: an idx job needs both".into());
+            }
+            if d.test.is_some() != d.test_labels.is_some() {
+                return Err("data.test, data.test_labels: an idx test set needs both".into());
+            }
+            if d.dim.is_some() || d.zero_based {
+                return Err("data.dim, data.zero_based: LibSVM settings, not used with idx".into());
+            }
+        } else if d.train_labels.is_some() || d.test_labels.is_some() {
+            return Err(
+                "data.train_labels, data.test_labels: set data.format = \"idx\" to use them".into(),
+            );
+        }
         if d.train.is_none() {
             let s = &d.synth;
             if s.rows == 0 || s.dim == 0 || (s.kind == SynthKind::Ctr && s.nnz == 0) {
@@ -487,6 +519,23 @@ impl Job {
             return Err(
                 "data.test_fraction: not used when data.test names a test file; remove one".into(),
             );
+        }
+        match (self.model.loss, self.model.classes) {
+            (LossName::Softmax, None) => {
+                return Err("model.classes: softmax needs the number of classes".into())
+            }
+            (LossName::Softmax, Some(k)) if !(2..=MAX_CLASSES).contains(&k) => {
+                return Err(format!(
+                    "model.classes: must be 2 to {MAX_CLASSES}, got {k}"
+                ))
+            }
+            (LossName::Softmax, _) | (_, None) => {}
+            (loss, Some(_)) => {
+                return Err(format!(
+                    "model.classes: only softmax has classes, not {}",
+                    loss.as_str()
+                ))
+            }
         }
         if !(self.model.lambda.is_finite() && self.model.lambda >= 0.0) {
             return Err(format!(
@@ -618,6 +667,18 @@ impl Job {
                 self.data.max_dim
             ));
         }
+        let outputs = self.outputs() as u64;
+        let keys = (dim as u64 + self.model.intercept as u64) * outputs;
+        if outputs > 1 && keys > self.data.max_dim as u64 + outputs {
+            return Err(format!(
+                "the data has {dim} features: with model.classes = {outputs} the model has \
+                 {keys} weights, more than data.max_dim = {} (plus an intercept per class): \
+                 raise data.max_dim in [data] if every worker has the memory (4-16 bytes per \
+                 weight), or hash the features (data.features.hash_bits)",
+                self.data.max_dim
+            ));
+        }
+        self.check_labels(&data)?;
         if !self.model.intercept {
             return Ok((data, dim));
         }
@@ -636,7 +697,7 @@ impl Job {
             test_fraction: d.test_fraction,
             tail: d.test_split == TestSplit::Tail,
             seed: self.train.seed,
-            classification: crate::model::MarginLoss::is_classification(&self.model.loss),
+            classification: self.loss().task() == Task::Binary,
         }
     }
 
@@ -652,7 +713,7 @@ impl Job {
                 index: worker.index(),
                 count: worker.peers(),
             };
-            if self.data.train.is_none() {
+            if self.data.train.is_none() || self.data.format == Format::Idx {
                 let (data, dim) = self.load_worker_data(part.index, part.count)?;
                 return Ok((data, dim, None, vec![]));
             }
@@ -704,6 +765,7 @@ impl Job {
                     dim: d.dim,
                     ignore_beyond_dim: false,
                     max_dim: d.max_dim,
+                    classes: self.classes(),
                 },
             ),
             Some(dim) => (
@@ -713,6 +775,7 @@ impl Job {
                     dim: Some(dim),
                     ignore_beyond_dim: true,
                     max_dim: d.max_dim,
+                    classes: self.classes(),
                 },
             ),
         };
@@ -776,9 +839,56 @@ impl Job {
         ))
     }
 
-    /// The intercept's key in a model of dimension `dim` (its last), if the job has one.
-    pub fn intercept_key(&self, dim: u32) -> Option<u32> {
-        self.model.intercept.then(|| dim - 1)
+    /// The intercept's first key in a model of `features` features (the intercept is the last
+    /// feature; its keys are the model's last `outputs`), if the job has one.
+    pub fn intercept_key(&self, features: u32) -> Option<u32> {
+        self.model
+            .intercept
+            .then(|| (features - 1) * self.outputs())
+    }
+
+    /// The job's loss.
+    pub fn loss(&self) -> LossFn {
+        self.model.loss.build(self.model.classes.unwrap_or(2))
+    }
+
+    /// The number of classes labels must name, for softmax.
+    fn classes(&self) -> Option<u32> {
+        (self.model.loss == LossName::Softmax).then(|| self.outputs())
+    }
+
+    /// Outputs per row of the job's model: `model.classes` for softmax, 1 otherwise.
+    pub fn outputs(&self) -> u32 {
+        match self.model.loss {
+            LossName::Softmax => self.model.classes.unwrap_or(2),
+            _ => 1,
+        }
+    }
+
+    /// An error naming the first label of `data` the loss cannot train or test on (a class
+    /// outside `0..model.classes`), and where it is.
+    fn check_labels(&self, data: &WorkerData) -> Result<(), String> {
+        let loss = self.loss();
+        let sides = [
+            (&data.train, self.data.train.as_deref(), "training"),
+            (&data.test, self.data.test.as_deref(), "test"),
+        ];
+        for (rows, file, side) in sides {
+            if let Some((i, e)) = rows
+                .labels
+                .iter()
+                .enumerate()
+                .find_map(|(i, &l)| loss.check_label(l).err().map(|e| (i, e)))
+            {
+                let file = file.or(self.data.train.as_deref());
+                let file = file.map_or("the generated data".into(), |f| f.display().to_string());
+                return Err(format!(
+                    "{file}: {side} row {} of this worker's share: {e}",
+                    i + 1
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// [`Job::load_worker_data`] before the intercept.
@@ -787,17 +897,10 @@ impl Job {
             return Err("a csv job's rows are prepared on timely workers: use Job::load_on".into());
         }
         let d = &self.data;
-        let mut filter = RowFilter {
-            worker,
-            workers,
-            test_fraction: if d.test.is_some() {
-                0.0
-            } else {
-                d.test_fraction
-            },
-            seed: self.train.seed,
-            tail_from: None,
-        };
+        if d.format == Format::Idx {
+            return self.load_idx(worker, workers);
+        }
+        let mut filter = self.row_filter(worker, workers);
         // An ordered split needs the number of rows first.
         let tail = d.test_split == TestSplit::Tail && filter.test_fraction > 0.0;
         match &d.train {
@@ -856,11 +959,81 @@ impl Job {
         }
     }
 
-    /// The plan all workers share, given the data dimension and threads per process.
+    /// Which rows worker `worker` of `workers` keeps and holds out: `data.test_fraction` of
+    /// them unless a test file is named (an ordered split's first test row is set once the
+    /// rows are counted).
+    fn row_filter(&self, worker: usize, workers: usize) -> RowFilter {
+        let d = &self.data;
+        RowFilter {
+            worker,
+            workers,
+            test_fraction: if d.test.is_some() {
+                0.0
+            } else {
+                d.test_fraction
+            },
+            seed: self.train.seed,
+            tail_from: None,
+        }
+    }
+
+    /// An IDX job's rows of worker `worker` of `workers`: every worker reads the (small,
+    /// compressed) files whole and keeps its rows, as with generated data.
+    fn load_idx(&self, worker: usize, workers: usize) -> Result<(WorkerData, u32), String> {
+        let d = &self.data;
+        let read = |images: &Option<PathBuf>, labels: &Option<PathBuf>| {
+            let (images, labels) = (images.as_deref(), labels.as_deref());
+            let (images, labels) = images.zip(labels).ok_or("no file to read")?;
+            crate::data::idx::read_idx(images, labels, d.max_dim, self.classes())
+                .map_err(|e| e.to_string())
+        };
+        let all = read(&d.train, &d.train_labels)?;
+        let name = |p: &Option<PathBuf>| p.as_deref().map(|p| p.display().to_string());
+        if all.rows() == 0 {
+            return Err(format!(
+                "{}: no images to train on",
+                name(&d.train).unwrap_or_default()
+            ));
+        }
+        let mut filter = self.row_filter(worker, workers);
+        if d.test_split == TestSplit::Tail && filter.test_fraction > 0.0 {
+            filter.tail_from = Some(RowFilter::tail_start(all.rows(), filter.test_fraction));
+        }
+        let (train, mut test) = all.split(&filter);
+        if d.test.is_some() {
+            let all_test = read(&d.test, &d.test_labels)?;
+            if all_test.rows() == 0 {
+                return Err(format!(
+                    "{}: no images to test on",
+                    name(&d.test).unwrap_or_default()
+                ));
+            }
+            if all_test.dim != all.dim {
+                return Err(format!(
+                    "{}: images of {} pixels, the training images have {}",
+                    name(&d.test).unwrap_or_default(),
+                    all_test.dim,
+                    all.dim
+                ));
+            }
+            filter.test_fraction = 0.0;
+            filter.tail_from = None;
+            test = all_test.split(&filter).0;
+        }
+        let data = WorkerData {
+            train,
+            test,
+            ignored_test_features: 0,
+        };
+        Ok((data, all.dim))
+    }
+
+    /// The plan all workers share, given the data's features (the intercept included) and
+    /// threads per process: the model has `features × outputs` keys.
     pub fn plan(&self, dim: u32, threads_per_process: usize) -> TrainPlan {
         TrainPlan {
-            dim,
-            loss: self.model.loss.into(),
+            dim: dim * self.outputs(),
+            loss: self.loss(),
             lambda: self.model.lambda,
             intercept: self.intercept_key(dim),
             optimizer: self.optimizer.clone(),

@@ -4,7 +4,8 @@
 //! # gradflow model v2
 //! loss logistic
 //! dim 100001
-//! intercept 100000      (the intercept's key, or `none`)
+//! intercept 100000      (the intercept's first key, or `none`)
+//! classes 10            (optional: softmax's classes; the weights are features × classes)
 //! features 42           (optional: the number of lines of the feature map that follow, TOML)
 //! ...
 //! weights
@@ -17,7 +18,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::Loss;
+use super::{LossFn, LossName};
 
 /// A trained linear model.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,9 +28,11 @@ pub struct ModelFile {
     pub loss: String,
     /// Dense weights.
     pub weights: Vec<f32>,
-    /// The intercept's key: its feature is 1 in every row, and raw data read for this model
-    /// gets it added.
+    /// The intercept's first key: its feature is 1 in every row, and raw data read for this
+    /// model gets it added.
     pub intercept: Option<u32>,
+    /// Softmax's number of classes (the model has `classes` weights per feature).
+    pub classes: Option<u32>,
     /// How raw rows become features (TOML text of the data layer's feature map), when the
     /// model was trained on a table.
     pub features: Option<String>,
@@ -46,14 +49,25 @@ fn is_loss_name(name: &str) -> bool {
 impl ModelFile {
     /// The built-in loss the model was trained with; an error for a program's own loss, whose
     /// predictions only that program can compute.
-    pub fn builtin_loss(&self) -> Result<Loss, String> {
-        Loss::from_name(&self.loss).ok_or_else(|| {
+    pub fn builtin_loss(&self) -> Result<LossFn, String> {
+        let name = LossName::from_name(&self.loss).ok_or_else(|| {
             format!(
                 "the model was trained with the loss '{}', which is not one of gradflow's \
-                 (logistic, hinge, squared): score it with the program that trained it",
+                 (logistic, hinge, squared, softmax): score it with the program that trained it",
                 self.loss
             )
-        })
+        })?;
+        match (name, self.classes) {
+            (LossName::Softmax, Some(k)) => Ok(name.build(k)),
+            (LossName::Softmax, None) => Err("a softmax model without 'classes'".into()),
+            (_, None) => Ok(name.build(1)),
+            (_, Some(_)) => Err(format!("a {} model with 'classes'", self.loss)),
+        }
+    }
+
+    /// Outputs per feature (`classes`, or 1).
+    pub fn outputs(&self) -> u32 {
+        self.classes.unwrap_or(1)
     }
 }
 
@@ -70,6 +84,9 @@ impl ModelFile {
             None => writeln!(s, "intercept none"),
         }
         .ok();
+        if let Some(k) = self.classes {
+            let _ = writeln!(s, "classes {k}");
+        }
         if let Some(f) = &self.features {
             let _ = writeln!(s, "features {}\n{}", f.lines().count(), f.trim_end());
         }
@@ -143,7 +160,7 @@ impl ModelFile {
             );
             return Err(err(i, &m));
         }
-        let (mut intercept, mut features) = (None, None);
+        let (mut intercept, mut features, mut classes) = (None, None, None);
         if v2 {
             let (i, line) = next("intercept")?;
             intercept = match line.strip_prefix("intercept ").map(str::trim) {
@@ -155,6 +172,22 @@ impl ModelFile {
                 None => return Err(err(i, "expected 'intercept KEY' or 'intercept none'")),
             };
             let (mut i, mut line) = next("weights")?;
+            if let Some(k) = line.strip_prefix("classes ") {
+                let k = k.trim();
+                classes = match k.parse::<u32>() {
+                    Ok(k) if k >= 2 && dim % k == 0 && intercept.is_none_or(|i| i % k == 0) => {
+                        Some(k)
+                    }
+                    _ => {
+                        let m = format!(
+                            "bad classes '{k}' for dim {dim} (at least 2, dividing the dim and \
+                             the intercept key)"
+                        );
+                        return Err(err(i, &m));
+                    }
+                };
+                (i, line) = next("weights")?;
+            }
             if let Some(n) = line.strip_prefix("features ") {
                 let n: usize = n
                     .trim()
@@ -195,6 +228,7 @@ impl ModelFile {
             loss,
             weights,
             intercept,
+            classes,
             features,
         })
     }
@@ -212,6 +246,7 @@ mod tests {
             loss: "hinge".into(),
             weights: vec![0.0, 1.5e-7, -3.25, 0.0, 1.0 / 3.0],
             intercept: Some(4),
+            classes: None,
             features: None,
         };
         m.save(&p).unwrap();
@@ -220,6 +255,13 @@ mod tests {
         m.intercept = None;
         m.save(&p).unwrap();
         assert_eq!(ModelFile::load(&p).unwrap(), m);
+        m.loss = "softmax".into();
+        m.weights.push(0.25);
+        m.classes = Some(3);
+        m.intercept = Some(3);
+        m.save(&p).unwrap();
+        assert_eq!(ModelFile::load(&p).unwrap(), m);
+        assert_eq!(m.builtin_loss().unwrap().outputs(), 3);
         std::fs::write(&p, "# gradflow model v1\nloss hinge\ndim 2\n5 1.0\n").unwrap();
         assert!(ModelFile::load(&p).unwrap_err().contains(":4:"));
         std::fs::write(&p, "# gradflow model v1\nloss hinge\ndim 2\n1 1.5\n").unwrap();
@@ -243,6 +285,14 @@ mod tests {
             (
                 "# gradflow model v2\nloss hinge\ndim 2\nintercept 1\nfeatures 9\na\n",
                 ":0:",
+            ),
+            (
+                "# gradflow model v2\nloss softmax\ndim 6\nintercept 3\nclasses 4\nweights\n",
+                ":5:",
+            ),
+            (
+                "# gradflow model v2\nloss softmax\ndim 6\nintercept none\nclasses 1\n",
+                ":5:",
             ),
         ] {
             std::fs::write(&p, bad).unwrap();

@@ -6,7 +6,7 @@
 
 pub use crate::sparse::SparseGrad;
 
-use super::{margin, MarginLoss};
+use super::{margin, margins, ModelLoss};
 use crate::data::Dataset;
 
 /// Loss statistics of one mini-batch, computed alongside its gradient.
@@ -22,55 +22,43 @@ pub struct BatchStats {
 pub struct GradientWorkspace {
     acc: crate::mem::ZeroedArray<f32>,
     touched: Vec<u64>,
+    /// A row's margins and their derivatives (one per output).
+    margins: Vec<f32>,
+    derivatives: Vec<f32>,
 }
 
 impl GradientWorkspace {
-    /// Buffers for a model of dimension `dim`.
+    /// Buffers for a model of dimension `dim` (keys: features × outputs).
     pub fn new(dim: u32) -> Self {
         GradientWorkspace {
             acc: crate::mem::ZeroedArray::new(dim as usize),
             touched: vec![0; (dim as usize).div_ceil(64)],
+            margins: Vec::new(),
+            derivatives: Vec::new(),
         }
     }
 
     /// The gradient of the mean loss over `rows` of `data` plus `λ w_k` on every touched key `k`
     /// but the intercept's, written into `out` (sorted keys). Returns the batch loss statistics.
+    /// A loss of `K` outputs touches keys `f·K .. f·K + K` of every feature `f` a row holds.
     pub fn minibatch(
         &mut self,
         data: &Dataset,
         rows: &[u32],
         weights: &[f32],
-        loss: &dyn MarginLoss,
+        loss: &dyn ModelLoss,
         l2: L2,
         out: &mut SparseGrad,
     ) -> BatchStats {
         out.clear();
-        let mut loss_sum = 0.0;
         if rows.is_empty() {
             return BatchStats::default();
         }
         let scale = 1.0 / rows.len() as f32;
-        for (i, &r) in rows.iter().enumerate() {
-            // Prefetch the next row's weights and accumulator cells: they are scattered over the
-            // model and dominate the cost of this loop.
-            if let Some(&next) = rows.get(i + PREFETCH_ROWS) {
-                for &k in data.row(next as usize).0 {
-                    prefetch(&weights[k as usize]);
-                    prefetch(&self.acc[k as usize]);
-                }
-            }
-            let r = r as usize;
-            let (keys, vals) = data.row(r);
-            let m = margin(weights, keys, vals);
-            let y = loss.target(data.labels[r]);
-            loss_sum += loss.value(m, y);
-            let d = loss.derivative(m, y) * scale;
-            for (&k, &v) in keys.iter().zip(vals) {
-                let k = k as usize;
-                self.acc[k] += d * v;
-                self.touched[k >> 6] |= 1u64 << (k & 63);
-            }
-        }
+        let loss_sum = match loss.outputs() {
+            1 => self.accumulate_one(data, rows, weights, loss, scale),
+            k => self.accumulate_many(data, rows, weights, loss, scale, k as usize),
+        };
         for (w, word) in self.touched.iter_mut().enumerate() {
             let mut bits = *word;
             if bits == 0 {
@@ -90,15 +78,85 @@ impl GradientWorkspace {
             rows: rows.len(),
         }
     }
+
+    /// Adds `scale` times the loss's gradient over `rows` into the accumulator, for a model of
+    /// one output; returns the loss sum.
+    fn accumulate_one(
+        &mut self,
+        data: &Dataset,
+        rows: &[u32],
+        weights: &[f32],
+        loss: &dyn ModelLoss,
+        scale: f32,
+    ) -> f64 {
+        let mut loss_sum = 0.0;
+        let mut d = 0.0f32;
+        for (i, &r) in rows.iter().enumerate() {
+            // Prefetch the next row's weights and accumulator cells: they are scattered over the
+            // model and dominate the cost of this loop.
+            if let Some(&next) = rows.get(i + PREFETCH_ROWS) {
+                for &k in data.row(next as usize).0 {
+                    prefetch(&weights[k as usize]);
+                    prefetch(&self.acc[k as usize]);
+                }
+            }
+            let r = r as usize;
+            let (keys, vals) = data.row(r);
+            let m = margin(weights, keys, vals);
+            loss_sum += loss.row(&[m], data.labels[r], std::slice::from_mut(&mut d));
+            let d = d * scale;
+            for (&k, &v) in keys.iter().zip(vals) {
+                let k = k as usize;
+                self.acc[k] += d * v;
+                self.touched[k >> 6] |= 1u64 << (k & 63);
+            }
+        }
+        loss_sum
+    }
+
+    /// As [`Self::accumulate_one`] for a model of `outputs` outputs: feature `f`'s weights
+    /// and accumulator cells are the `outputs` consecutive keys from `f·outputs`.
+    fn accumulate_many(
+        &mut self,
+        data: &Dataset,
+        rows: &[u32],
+        weights: &[f32],
+        loss: &dyn ModelLoss,
+        scale: f32,
+        outputs: usize,
+    ) -> f64 {
+        self.margins.resize(outputs, 0.0);
+        self.derivatives.resize(outputs, 0.0);
+        let mut loss_sum = 0.0;
+        for &r in rows {
+            let r = r as usize;
+            let (keys, vals) = data.row(r);
+            margins(weights, keys, vals, &mut self.margins);
+            loss_sum += loss.row(&self.margins, data.labels[r], &mut self.derivatives);
+            for d in &mut self.derivatives {
+                *d *= scale;
+            }
+            for (&f, &v) in keys.iter().zip(vals) {
+                let base = f as usize * outputs;
+                for (c, &d) in self.derivatives.iter().enumerate() {
+                    let k = base + c;
+                    self.acc[k] += d * v;
+                    self.touched[k >> 6] |= 1u64 << (k & 63);
+                }
+            }
+        }
+        loss_sum
+    }
 }
 
-/// L2 regularisation `λ/2 · Σ w_k²` over every weight but the intercept's, which is left free
+/// L2 regularisation `λ/2 · Σ w_k²` over every weight but the intercept's, which are left free
 /// (an unregularised bias, as in LIBLINEAR's `-B` and scikit-learn's `fit_intercept`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct L2 {
     /// λ.
     pub lambda: f32,
-    /// The intercept's key, exempt from the penalty.
+    /// The intercept's first key, exempt from the penalty with every key after it: the
+    /// intercept is the model's last feature, with one key per output.
     pub intercept: Option<u32>,
 }
 
@@ -106,7 +164,7 @@ impl L2 {
     /// The penalty's derivative at weight `w` of key `k`.
     #[inline]
     pub fn derivative(self, k: usize, w: f32) -> f32 {
-        if self.intercept == Some(k as u32) {
+        if self.intercept.is_some_and(|i| k as u32 >= i) {
             0.0
         } else {
             self.lambda * w
@@ -134,7 +192,7 @@ fn prefetch<T>(x: &T) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Loss;
+    use crate::model::{Loss, MarginLoss};
 
     fn toy() -> Dataset {
         let mut d = Dataset::new(6);
@@ -150,7 +208,8 @@ mod tests {
             .iter()
             .map(|&r| {
                 let (k, v) = d.row(r as usize);
-                loss.value(margin(w, k, v), loss.target(d.labels[r as usize]))
+                let y = MarginLoss::target(&loss, d.labels[r as usize]);
+                loss.value(margin(w, k, v), y)
             })
             .sum::<f64>()
             / rows.len() as f64;
@@ -166,9 +225,9 @@ mod tests {
         let d = toy();
         let rows = [0u32, 1, 2, 3];
         let w = [0.1f32, -0.2, 0.3, 0.05, -0.4, 0.25];
-        // The intercept (key 2 here) is exempt from λ: a penalty on it would move its
-        // derivative by λ·w_2 = 0.03, far above the tolerance.
-        let l2s = [None, Some(2)].map(|intercept| L2 {
+        // The intercept (the last key, 5) is exempt from λ: a penalty on it would move its
+        // derivative by λ·w_5 = 0.025, far above the tolerance.
+        let l2s = [None, Some(5)].map(|intercept| L2 {
             lambda: 0.1,
             intercept,
         });
@@ -196,6 +255,64 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn softmax_gradient_matches_finite_differences_with_k_keys_per_feature() {
+        use crate::model::{margins, ModelLoss, Softmax};
+        const K: usize = 3;
+        let mut d = Dataset::new(4);
+        d.push_row(&[0, 2, 3], &[1.0, -0.5, 1.0], 2.0);
+        d.push_row(&[1, 3], &[0.3, 1.0], 0.0);
+        d.push_row(&[0, 1, 3], &[0.7, 1.0, 1.0], 1.0);
+        let loss = Softmax::new(K as u32);
+        let rows = [0u32, 1, 2];
+        // Feature 3 is the intercept: keys 9, 10, 11 are exempt from λ.
+        let l2 = L2 {
+            lambda: 0.1,
+            intercept: Some(9),
+        };
+        let w: Vec<f32> = (0..4 * K)
+            .map(|k| ((k * 7 % 11) as f32 - 5.0) / 10.0)
+            .collect();
+        let objective = |w: &[f32]| {
+            let mut m = [0.0f32; K];
+            let mut scratch = [0.0f32; K];
+            let data: f64 = rows
+                .iter()
+                .map(|&r| {
+                    let (k, v) = d.row(r as usize);
+                    margins(w, k, v, &mut m);
+                    loss.row(&m, d.labels[r as usize], &mut scratch)
+                })
+                .sum::<f64>()
+                / rows.len() as f64;
+            data + (0..9)
+                .map(|k| 0.5 * l2.lambda as f64 * (w[k] as f64).powi(2))
+                .sum::<f64>()
+        };
+        let mut ws = GradientWorkspace::new(4 * K as u32);
+        let mut g = SparseGrad::default();
+        ws.minibatch(&d, &rows, &w, &loss, l2, &mut g);
+        assert_eq!(
+            g.keys,
+            (0..12).collect::<Vec<u32>>(),
+            "every feature × class"
+        );
+        for (&k, &value) in g.keys.iter().zip(&g.values) {
+            let h = 1e-3f32;
+            let (mut up, mut down) = (w.clone(), w.clone());
+            up[k as usize] += h;
+            down[k as usize] -= h;
+            let numeric = (objective(&up) - objective(&down)) / (2.0 * h as f64);
+            assert!(
+                (numeric - value as f64).abs() < 2e-3,
+                "key {k}: {numeric} vs {value}"
+            );
+        }
+        // One row touches only its features' K keys each.
+        ws.minibatch(&d, &[1], &w, &loss, l2, &mut g);
+        assert_eq!(g.keys, vec![3, 4, 5, 9, 10, 11]);
     }
 
     #[test]

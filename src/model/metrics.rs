@@ -1,9 +1,11 @@
-//! Test metrics: loss, accuracy and AUC for classification, RMSE for regression. Each worker
-//! evaluates its share of the test rows into an [`EvalPart`]; parts merge into an [`EvalSummary`].
+//! Test metrics: loss, accuracy and AUC for two classes, log loss and accuracy for several,
+//! RMSE for regression. Each worker evaluates its share of the test rows into an [`EvalPart`];
+//! parts merge into an [`EvalSummary`].
 
 use serde::{Deserialize, Serialize};
 
-use super::{margin, MarginLoss};
+use super::softmax::argmax;
+use super::{margins, ModelLoss, Task};
 use crate::data::Dataset;
 
 /// One worker's share of a test evaluation. Scores are kept (one pair per row) so that the AUC
@@ -18,25 +20,30 @@ pub struct EvalPart {
     pub correct: u64,
     /// Sum of squared errors (regression).
     pub sq_err: f64,
-    /// (margin, target) per row, for the AUC (classification only).
+    /// (margin, target) per row, for the AUC (two classes only).
     pub scores: Vec<(f32, f32)>,
 }
 
 impl EvalPart {
     /// Evaluates `weights` on every row of `data`.
-    pub fn evaluate(data: &Dataset, weights: &[f32], loss: &dyn MarginLoss) -> Self {
+    pub fn evaluate(data: &Dataset, weights: &[f32], loss: &dyn ModelLoss) -> Self {
         let mut part = EvalPart::default();
+        let outputs = loss.outputs() as usize;
+        let (mut m, mut scratch) = (vec![0.0f32; outputs], vec![0.0f32; outputs]);
         for i in 0..data.rows() {
             let (k, v) = data.row(i);
-            let m = margin(weights, k, v);
-            let y = loss.target(data.labels[i]);
-            part.loss_sum += loss.value(m, y);
+            margins(weights, k, v, &mut m);
+            let label = data.labels[i];
+            part.loss_sum += loss.row(&m, label, &mut scratch);
             part.count += 1;
-            if loss.is_classification() {
-                part.correct += ((m >= 0.0) == (y > 0.0)) as u64;
-                part.scores.push((m, y));
-            } else {
-                part.sq_err += ((m - y) as f64).powi(2);
+            let y = loss.target(label);
+            match loss.task() {
+                Task::Binary => {
+                    part.correct += ((m[0] >= 0.0) == (y > 0.0)) as u64;
+                    part.scores.push((m[0], y));
+                }
+                Task::Multiclass => part.correct += (argmax(&m) as f32 == y) as u64,
+                Task::Regression => part.sq_err += ((m[0] - y) as f64).powi(2),
             }
         }
         part
@@ -53,25 +60,17 @@ impl EvalPart {
 
     /// The metrics of the merged parts.
     /// With no rows evaluated every metric is absent.
-    pub fn summary(&self, loss: &dyn MarginLoss) -> EvalSummary {
+    pub fn summary(&self, loss: &dyn ModelLoss) -> EvalSummary {
         if self.count == 0 {
             return EvalSummary::default();
         }
         let n = self.count as f64;
-        if loss.is_classification() {
-            EvalSummary {
-                loss: Some(self.loss_sum / n),
-                accuracy: Some(self.correct as f64 / n),
-                auc: Some(auc(&self.scores)),
-                rmse: None,
-            }
-        } else {
-            EvalSummary {
-                loss: Some(self.loss_sum / n),
-                accuracy: None,
-                auc: None,
-                rmse: Some((self.sq_err / n).sqrt()),
-            }
+        let task = loss.task();
+        EvalSummary {
+            loss: Some(self.loss_sum / n),
+            accuracy: (task != Task::Regression).then(|| self.correct as f64 / n),
+            auc: (task == Task::Binary).then(|| auc(&self.scores)),
+            rmse: (task == Task::Regression).then(|| (self.sq_err / n).sqrt()),
         }
     }
 }

@@ -2,23 +2,100 @@
 //! the test metrics. Knows the data layer only.
 //!
 //! Losses follow the papers (`shared/papers/NOTES.md`): logistic regression, SVM (hinge) and linear
-//! regression (squared), each with L2 regularisation `λ/2 ‖w‖²` (λ = 0.01 in the papers).
+//! regression (squared), each with L2 regularisation `λ/2 ‖w‖²` (λ = 0.01 in the papers); and
+//! multiclass softmax regression ([`softmax`]), whose model has one weight per feature and class.
 
 pub mod file;
 pub mod gradient;
 pub mod metrics;
+pub mod softmax;
 
 pub use gradient::{GradientWorkspace, SparseGrad};
 pub use metrics::{auc, EvalPart, EvalSummary};
+pub use softmax::Softmax;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-/// A loss of a linear model's margin `m = w·x` against a target `y`: everything the mini-batch
-/// gradient, the test metrics and predictions need. The built-in [`Loss`] implements it; a
-/// program plugs in its own through [`crate::dataflow::Training::set_loss`] (`jobs/huber.rs`),
-/// without copying an operator.
+/// What a model predicts, which decides its test metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    /// Two classes (labels above 0 are positive): loss, accuracy and AUC.
+    Binary,
+    /// `K` classes (labels `0..K`): log loss and accuracy.
+    Multiclass,
+    /// A real target: loss and RMSE.
+    Regression,
+}
+
+/// The loss of a linear model's outputs for one row: everything the mini-batch gradient, the
+/// test metrics and predictions need. A model with `K = outputs()` outputs has `K` weights per
+/// feature, feature `f`'s weight for output `c` at key `f·K + c`, and row `x` has the margins
+/// `m_c = Σ_f w[f·K + c] x_f`.
+///
+/// Every [`MarginLoss`] (one output) is one; [`Softmax`] is the multiclass one. A program plugs
+/// in its own through [`crate::dataflow::Training::set_loss`] without copying an operator.
+pub trait ModelLoss: Send + Sync + std::fmt::Debug {
+    /// The name the model file records.
+    fn name(&self) -> &str;
+    /// Outputs (margins) per row: `K` weights per feature.
+    fn outputs(&self) -> u32;
+    /// What the model predicts (the test metrics follow from it).
+    fn task(&self) -> Task;
+    /// The target the metrics compare with, of a stored label (±1 for [`Task::Binary`], the
+    /// class for [`Task::Multiclass`], the value for [`Task::Regression`]).
+    fn target(&self, label: f32) -> f32;
+    /// The loss of a row with `margins` (`outputs()` of them) and stored `label`, writing the
+    /// loss's derivative with respect to each margin into `derivatives`. Never panics: a label
+    /// the loss cannot read gives a NaN loss ([`ModelLoss::check_label`] keeps those out).
+    fn row(&self, margins: &[f32], label: f32, derivatives: &mut [f32]) -> f64;
+    /// What a prediction reports for a row's margins (for one output, the margin or a
+    /// probability; for classes, the most likely class).
+    fn predict(&self, margins: &[f32]) -> f32;
+    /// Why the loss cannot train on `label`, if it cannot (a class outside `0..K`).
+    fn check_label(&self, label: f32) -> Result<(), String> {
+        let _ = label;
+        Ok(())
+    }
+}
+
+impl<L: MarginLoss + ?Sized> ModelLoss for L {
+    fn name(&self) -> &str {
+        MarginLoss::name(self)
+    }
+
+    fn outputs(&self) -> u32 {
+        1
+    }
+
+    fn task(&self) -> Task {
+        if self.is_classification() {
+            Task::Binary
+        } else {
+            Task::Regression
+        }
+    }
+
+    #[inline]
+    fn target(&self, label: f32) -> f32 {
+        MarginLoss::target(self, label)
+    }
+
+    #[inline]
+    fn row(&self, margins: &[f32], label: f32, derivatives: &mut [f32]) -> f64 {
+        let (m, y) = (margins[0], MarginLoss::target(self, label));
+        derivatives[0] = self.derivative(m, y);
+        self.value(m, y)
+    }
+
+    fn predict(&self, margins: &[f32]) -> f32 {
+        self.prediction(margins[0])
+    }
+}
+
+/// A loss of a linear model's margin `m = w·x` against a target `y` (one output). The built-in
+/// [`Loss`] implements it; a program's own (`jobs/huber.rs`) needs only these few methods.
 pub trait MarginLoss: Send + Sync + std::fmt::Debug {
     /// The name the model file records.
     fn name(&self) -> &str;
@@ -44,19 +121,19 @@ pub trait MarginLoss: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// A loss as a plan holds it: shared by every worker's operators, compared by name.
+/// A loss as a plan holds it: shared by every worker's operators, compared by name and outputs.
 #[derive(Clone, Debug)]
-pub struct LossFn(pub Arc<dyn MarginLoss>);
+pub struct LossFn(pub Arc<dyn ModelLoss>);
 
 impl LossFn {
     /// Wraps a loss.
-    pub fn new(loss: impl MarginLoss + 'static) -> LossFn {
+    pub fn new(loss: impl ModelLoss + 'static) -> LossFn {
         LossFn(Arc::new(loss))
     }
 }
 
 impl std::ops::Deref for LossFn {
-    type Target = dyn MarginLoss;
+    type Target = dyn ModelLoss;
     fn deref(&self) -> &Self::Target {
         &*self.0
     }
@@ -64,7 +141,7 @@ impl std::ops::Deref for LossFn {
 
 impl PartialEq for LossFn {
     fn eq(&self, other: &LossFn) -> bool {
-        self.name() == other.name()
+        self.name() == other.name() && self.outputs() == other.outputs()
     }
 }
 
@@ -91,7 +168,56 @@ impl Loss {
     pub fn from_name(name: &str) -> Option<Loss> {
         [Loss::Logistic, Loss::Hinge, Loss::Squared]
             .into_iter()
-            .find(|l| l.name() == name)
+            .find(|l| MarginLoss::name(l) == name)
+    }
+}
+
+/// A built-in loss as a job names it (`model.loss`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossName {
+    /// [`Loss::Logistic`].
+    Logistic,
+    /// [`Loss::Hinge`].
+    Hinge,
+    /// [`Loss::Squared`].
+    Squared,
+    /// [`Softmax`] over `model.classes` classes.
+    Softmax,
+}
+
+impl LossName {
+    /// Every built-in loss.
+    pub const ALL: [LossName; 4] = [
+        LossName::Logistic,
+        LossName::Hinge,
+        LossName::Squared,
+        LossName::Softmax,
+    ];
+
+    /// The name job and model files write.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossName::Logistic => "logistic",
+            LossName::Hinge => "hinge",
+            LossName::Squared => "squared",
+            LossName::Softmax => "softmax",
+        }
+    }
+
+    /// The built-in loss named `name`.
+    pub fn from_name(name: &str) -> Option<LossName> {
+        LossName::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+
+    /// The loss, for `classes` classes (softmax; the others have one output and ignore it).
+    pub fn build(self, classes: u32) -> LossFn {
+        match self {
+            LossName::Logistic => LossFn::new(Loss::Logistic),
+            LossName::Hinge => LossFn::new(Loss::Hinge),
+            LossName::Squared => LossFn::new(Loss::Squared),
+            LossName::Softmax => LossFn::new(Softmax::new(classes)),
+        }
     }
 }
 
@@ -150,6 +276,24 @@ impl MarginLoss for Loss {
     }
 }
 
+/// The margins of a sparse row under a model of `margins.len()` outputs (keys `f·K + c`):
+/// `margins[c] = Σ w[k·K + c] v`.
+#[inline]
+pub fn margins(weights: &[f32], keys: &[u32], vals: &[f32], margins: &mut [f32]) {
+    let outputs = margins.len();
+    if outputs == 1 {
+        margins[0] = margin(weights, keys, vals);
+        return;
+    }
+    margins.fill(0.0);
+    for (&k, &v) in keys.iter().zip(vals) {
+        let base = k as usize * outputs;
+        for (m, &w) in margins.iter_mut().zip(&weights[base..base + outputs]) {
+            *m += w * v;
+        }
+    }
+}
+
 /// `w · x` for a sparse row.
 #[inline]
 pub fn margin(weights: &[f32], keys: &[u32], vals: &[f32]) -> f32 {
@@ -168,7 +312,7 @@ mod tests {
         for loss in [Loss::Logistic, Loss::Hinge, Loss::Squared] {
             for &y in &[1.0f32, -1.0, 0.7] {
                 let y = if loss.is_classification() {
-                    loss.target(y)
+                    MarginLoss::target(&loss, y)
                 } else {
                     y
                 };

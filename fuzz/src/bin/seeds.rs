@@ -200,6 +200,7 @@ fn main() {
             loss: "logistic".into(),
             weights: vec![0.5, -1.0, 0.0, 2.0],
             intercept,
+            classes: None,
             features: features.map(|f| toml::to_string(&f).unwrap()),
         };
         let p = dir.path().join("m.txt");
