@@ -120,6 +120,29 @@ pub fn libsvm(data: &[u8]) {
     }
 }
 
+/// An IDX pair: the first byte is the length of the labels file, which follows; the images
+/// file is the rest. A dataset read has labels among the classes, indices below its dimension
+/// and pixel values in (0, 1].
+pub fn idx(data: &[u8]) {
+    let Some((&cut, rest)) = data.split_first() else {
+        return;
+    };
+    let (labels, images) = rest.split_at((cut as usize).min(rest.len()));
+    let (mut images, mut labels) = (images, labels);
+    let read = gradflow::data::idx::parse_idx(
+        (&mut images, Path::new("fuzz-images")),
+        (&mut labels, Path::new("fuzz-labels")),
+        4096,
+        Some(10),
+    );
+    if let Ok(d) = read {
+        assert_eq!(d.row_ptr.len(), d.labels.len() + 1);
+        assert!(d.labels.iter().all(|&l| (0.0..10.0).contains(&l)));
+        assert!(d.indices.iter().all(|&i| i < d.dim) && d.dim <= 4096);
+        assert!(d.values.iter().all(|&v| v > 0.0 && v <= 1.0));
+    }
+}
+
 /// A job file, then what the CLI derives from it before training.
 pub fn job(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -23,8 +23,25 @@ pub fn read_idx(
     max_dim: u32,
     classes: Option<u32>,
 ) -> Result<Dataset, DataError> {
-    let (mut image_bytes, image_dims) = open(images, 3)?;
-    let (mut label_bytes, label_dims) = open(labels, 1)?;
+    let (mut image_bytes, mut label_bytes) = (open_stream(images)?, open_stream(labels)?);
+    parse_idx(
+        (&mut image_bytes, images),
+        (&mut label_bytes, labels),
+        max_dim,
+        classes,
+    )
+}
+
+/// As [`read_idx`], from the images' and labels' bytes (decompressed), each with the path its
+/// errors name.
+pub fn parse_idx(
+    (image_bytes, images): (&mut dyn Read, &Path),
+    (label_bytes, labels): (&mut dyn Read, &Path),
+    max_dim: u32,
+    classes: Option<u32>,
+) -> Result<Dataset, DataError> {
+    let image_dims = header(image_bytes, images, 3)?;
+    let label_dims = header(label_bytes, labels, 1)?;
     let error = |path: &Path, offset: u64, message: String| DataError {
         file: path.to_path_buf(),
         line: 0,
@@ -62,7 +79,7 @@ pub fn read_idx(
     for i in 0..n as u64 {
         let at = header.0 + i * features;
         pixels.clear();
-        let got = (&mut image_bytes)
+        let got = (&mut *image_bytes)
             .take(features)
             .read_to_end(&mut pixels)
             .map_err(|e| {
@@ -112,15 +129,18 @@ pub fn read_idx(
         }
         data.push_row(&keys, &vals, label[0] as f32);
     }
-    for (path, mut rest) in [(images, image_bytes), (labels, label_bytes)] {
-        if rest.read(&mut [0u8; 1]).map_err(|e| open_error(path, e))? != 0 {
-            return Err(error(
-                path,
-                0,
-                format!("more bytes than the {n} items its header declares"),
-            ));
-        }
-    }
+    let ends = |rest: &mut dyn Read, path: &Path| match rest.read(&mut [0u8; 1]) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(DataError {
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            message: format!("more bytes than the {n} items its header declares"),
+        }),
+        Err(e) => Err(open_error(path, e)),
+    };
+    ends(image_bytes, images)?;
+    ends(label_bytes, labels)?;
     Ok(data)
 }
 
@@ -129,10 +149,9 @@ fn values_offset(dims: u64) -> u64 {
     4 + 4 * dims
 }
 
-/// Opens an IDX file of unsigned bytes with `dims` dimensions, returning its values' stream
-/// and its dimensions.
-fn open(path: &Path, dims: usize) -> Result<(Box<dyn std::io::BufRead>, Vec<u32>), DataError> {
-    let mut stream = open_stream(path)?;
+/// Reads the header of an IDX file of unsigned bytes with `dims` dimensions from `stream`,
+/// returning its dimensions.
+fn header(stream: &mut dyn Read, path: &Path, dims: usize) -> Result<Vec<u32>, DataError> {
     let bad = |column: usize, message: String| DataError {
         file: path.to_path_buf(),
         line: 0,
@@ -162,7 +181,7 @@ fn open(path: &Path, dims: usize) -> Result<(Box<dyn std::io::BufRead>, Vec<u32>
             .map_err(|_| bad(4 + 4 * d, "the header ends before its dimensions".into()))?;
         shape.push(u32::from_be_bytes(b));
     }
-    Ok((stream, shape))
+    Ok(shape)
 }
 
 /// Writes `images` (each `rows × cols` bytes) and `labels` as two plain IDX files (tests).

@@ -165,6 +165,13 @@ fn main() {
     for (i, text) in svm.iter().enumerate() {
         write(&root.join("libsvm"), &format!("s{i}"), text.as_bytes());
     }
+    // IDX: the labels file's length, the labels, then the images (2 images of 2 × 2 pixels).
+    let labels = [0u8, 0, 8, 1, 0, 0, 0, 2, 3, 9];
+    let mut idx = vec![labels.len() as u8];
+    idx.extend_from_slice(&labels);
+    idx.extend_from_slice(&[0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2]);
+    idx.extend_from_slice(&[0, 255, 7, 0, 1, 2, 3, 4]);
+    write(&root.join("idx"), "s0", &idx);
     let mut jobs = 0;
     for dir in ["jobs", "bench", "tests/jobs"] {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
