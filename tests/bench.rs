@@ -135,9 +135,16 @@ fn a_suite_runs_every_cell_as_a_cluster_and_reports_bytes_losses_and_time_to_tar
         last_up(&topk),
         last_up(&none)
     );
+    // Every evaluation's test accuracy reaches the results (a logistic job: 0 to 1).
+    let accuracy = col("test_accuracy");
+    assert!(rows.iter().all(|r| r[accuracy]
+        .parse::<f64>()
+        .is_ok_and(|a| a > 0.0 && a <= 1.0)));
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(
-        summary.contains("| 2 | job | sharded | none | 1 |") && summary.contains("1.00x"),
+        summary.contains("| 2 | job | sharded | none | 1 |")
+            && summary.contains("1.00x")
+            && summary.contains("| final loss | final acc | final AUC |"),
         "{summary}"
     );
     assert!(

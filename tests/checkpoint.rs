@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::free_ports;
+use common::{file_names, free_ports};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
 
@@ -198,11 +198,7 @@ fn a_bad_resume_is_an_error_naming_the_cause() {
     // Checkpoints at rounds 20, 40, 60 and 80 of 100: the last two are kept, the others gone.
     let ckpt = dir.path().join("ckpt");
     assert_eq!(complete(&ckpt, 1), vec![60, 80]);
-    let mut names: Vec<String> = std::fs::read_dir(&ckpt)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let names = file_names(&ckpt);
     assert_eq!(names.len(), 3, "{names:?}");
     assert!(
         names[0].starts_with("metrics-rows-"),

@@ -365,6 +365,66 @@ fn labels_that_are_not_classes_and_bad_settings_are_errors_naming_their_place() 
     let text = text.replace("classes = 3\n", "");
     let e = fails(&text, &[]);
     assert!(e.contains("model.classes: softmax needs"), "{e}");
+    // K weights per feature: 65 features × 4 classes do not fit data.max_dim = 100.
+    let e = fails(&job_text(dir.path()), &["data.max_dim=100"]);
+    assert!(
+        e.contains(
+            "with model.classes = 4 the model has 260 weights, more than data.max_dim = 100"
+        ),
+        "{e}"
+    );
+    // Generated data has labels ±1: -1 is not a class (the check after any reader).
+    let e = fails(
+        "[model]\nloss = \"softmax\"\nclasses = 2\n[data.synth]\nrows = 200\n",
+        &[],
+    );
+    assert!(
+        e.contains("the generated data: training row")
+            && e.contains("of this worker's share: label -1 is not a class"),
+        "{e}"
+    );
+    let e = fails(
+        &text,
+        &[&format!(
+            "data.train_labels={:?}",
+            svm.display().to_string()
+        )],
+    );
+    assert!(e.contains("set data.format = \"idx\" to use them"), "{e}");
+    // Test images of another size than the training images.
+    let (small, labels) = (vec![vec![1u8; 16]; 3], [0u8, 1, 2]);
+    write_idx(
+        &dir.path().join("small-images"),
+        &dir.path().join("small-labels"),
+        4,
+        4,
+        &small,
+        &labels,
+    )
+    .unwrap();
+    let other = job_text(dir.path())
+        .replace("test-images", "small-images")
+        .replace("test-labels", "small-labels");
+    let e = fails(&other, &[]);
+    assert!(
+        e.contains("small-images: images of 16 pixels, the training images have 64"),
+        "{e}"
+    );
+    // No images at all.
+    write_idx(
+        &dir.path().join("none-images"),
+        &dir.path().join("none-labels"),
+        8,
+        8,
+        &[],
+        &[],
+    )
+    .unwrap();
+    let empty = job_text(dir.path())
+        .replace("train-images", "none-images")
+        .replace("train-labels", "none-labels");
+    let e = fails(&empty, &[]);
+    assert!(e.contains("none-images: no images to train on"), "{e}");
     let no_test_labels: String = job_text(dir.path())
         .lines()
         .filter(|l| !l.starts_with("test_labels"))
@@ -375,6 +435,41 @@ fn labels_that_are_not_classes_and_bad_settings_are_errors_naming_their_place() 
         e.contains("data.test, data.test_labels: an idx test set needs both"),
         "{e}"
     );
+}
+
+#[test]
+fn a_programs_loss_must_have_the_jobs_number_of_outputs() {
+    use gradflow::dataflow::{Supervisor, Training, WorkerData};
+    use gradflow::model::{Loss, Softmax};
+    let training = |job: &str| {
+        let job = job_from(job, "job.toml", &[]);
+        let supervisor = Supervisor::new();
+        let t = Training::new(
+            &job.plan(65, 1),
+            WorkerData::default(),
+            supervisor.clone(),
+            None,
+            Box::new(|_| {}),
+        );
+        (t, supervisor)
+    };
+    // The job sized its model for one output: a 3-class loss would index past it.
+    let (mut t, supervisor) = training("[model]\nloss = \"logistic\"\n");
+    t.set_loss(Softmax::new(3));
+    let e = supervisor.message().expect("a failure");
+    assert!(
+        e.contains("set_loss: the loss 'softmax' has 3 outputs per row, the job's model 1"),
+        "{e}"
+    );
+    assert_eq!(t.plan().loss.name(), "logistic", "the job's loss stays");
+    let (mut t, supervisor) = training("[model]\nloss = \"softmax\"\nclasses = 3\n");
+    assert_eq!(t.plan().dim, 65 * 3);
+    t.set_loss(Loss::Hinge);
+    assert!(supervisor.message().is_some());
+    let (mut t, supervisor) = training("[model]\nloss = \"softmax\"\nclasses = 3\n");
+    t.set_loss(Softmax::new(3));
+    assert_eq!(supervisor.message(), None);
+    assert_eq!(t.plan().loss.outputs(), 3);
 }
 
 /// Fashion-MNIST as Debian's `dataset-fashion-mnist` installs it.

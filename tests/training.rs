@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{epoch_losses, free_ports, gradflow, gradflow_ok, job_from, run_local};
+use common::{epoch_losses, file_names, free_ports, gradflow, gradflow_ok, job_from, run_local};
 use gradflow::dataflow::Supervisor;
 use gradflow::exchange::ExchangeKind;
 use gradflow::job::Job;
@@ -993,11 +993,7 @@ fn training_gradients_can_be_dumped_and_compared() {
         gradflow(args)
     };
     assert!(train(&dump).status.success());
-    let mut files: Vec<String> = std::fs::read_dir(&dump)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
+    let files = file_names(&dump);
     assert_eq!(files.len(), 20, "10 rounds x 2 workers: {files:?}");
     assert_eq!(files[0], "round00000-worker0.bin");
     let file = dump.join("round00003-worker1.bin");

@@ -215,6 +215,11 @@ pub fn model_file(data: &[u8]) {
     };
     if let Ok(m) = ModelFile::parse(text) {
         assert!(m.intercept.is_none_or(|k| (k as usize) < m.weights.len()));
+        // Softmax's classes divide the weights and the intercept's first key.
+        if let Some(k) = m.classes {
+            assert!(m.weights.len() % k as usize == 0 && m.intercept.is_none_or(|i| i % k == 0));
+        }
+        let _ = m.builtin_loss();
         if let Some(f) = &m.features {
             let _ = toml::from_str::<FeatureMap>(f);
         }

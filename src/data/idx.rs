@@ -11,7 +11,7 @@ use std::io::Read;
 use std::path::Path;
 
 use super::source::{open_error, open_stream};
-use super::{DataError, Dataset};
+use super::{not_a_class, DataError, Dataset};
 
 /// Reads the images in `images` with their labels in `labels` into one dataset: `features =
 /// rows × cols` at most `max_dim`. With `classes`, a label outside `0..classes` is an error
@@ -42,12 +42,6 @@ pub fn parse_idx(
 ) -> Result<Dataset, DataError> {
     let image_dims = header(image_bytes, images, 3)?;
     let label_dims = header(label_bytes, labels, 1)?;
-    let error = |path: &Path, offset: u64, message: String| DataError {
-        file: path.to_path_buf(),
-        line: 0,
-        column: 0,
-        message: format!("byte {offset}: {message}"),
-    };
     let n = image_dims[0];
     if label_dims[0] != n {
         return Err(error(
@@ -109,17 +103,8 @@ pub fn parse_idx(
             )
         })?;
         if let Some(k) = classes.filter(|&k| label[0] as u32 >= k) {
-            return Err(error(
-                labels,
-                header.1 + i,
-                format!(
-                    "label {} of image {} is not a class: softmax with model.classes = {k} \
-                     reads labels 0 to {}",
-                    label[0],
-                    i + 1,
-                    k - 1
-                ),
-            ));
+            let what = format!("{} of image {}", label[0], i + 1);
+            return Err(error(labels, header.1 + i, not_a_class(&what, k)));
         }
         keys.clear();
         vals.clear();
@@ -129,19 +114,28 @@ pub fn parse_idx(
         }
         data.push_row(&keys, &vals, label[0] as f32);
     }
-    let ends = |rest: &mut dyn Read, path: &Path| match rest.read(&mut [0u8; 1]) {
+    let ends = |rest: &mut dyn Read, path: &Path, at: u64| match rest.read(&mut [0u8; 1]) {
         Ok(0) => Ok(()),
-        Ok(_) => Err(DataError {
-            file: path.to_path_buf(),
-            line: 0,
-            column: 0,
-            message: format!("more bytes than the {n} items its header declares"),
-        }),
+        Ok(_) => Err(error(
+            path,
+            at,
+            format!("more bytes than the {n} items its header declares"),
+        )),
         Err(e) => Err(open_error(path, e)),
     };
-    ends(image_bytes, images)?;
-    ends(label_bytes, labels)?;
+    ends(image_bytes, images, header.0 + n as u64 * features)?;
+    ends(label_bytes, labels, header.1 + n as u64)?;
     Ok(data)
+}
+
+/// An error at byte `offset` of `path`.
+fn error(path: &Path, offset: u64, message: String) -> DataError {
+    DataError {
+        file: path.to_path_buf(),
+        line: 0,
+        column: 0,
+        message: format!("byte {offset}: {message}"),
+    }
 }
 
 /// The byte offset of an IDX file's values after a header of `dims` dimensions.
@@ -152,12 +146,7 @@ fn values_offset(dims: u64) -> u64 {
 /// Reads the header of an IDX file of unsigned bytes with `dims` dimensions from `stream`,
 /// returning its dimensions.
 fn header(stream: &mut dyn Read, path: &Path, dims: usize) -> Result<Vec<u32>, DataError> {
-    let bad = |column: usize, message: String| DataError {
-        file: path.to_path_buf(),
-        line: 0,
-        column,
-        message,
-    };
+    let bad = |offset: usize, message: String| error(path, offset as u64, message);
     let mut magic = [0u8; 4];
     stream
         .read_exact(&mut magic)

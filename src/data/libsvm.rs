@@ -319,18 +319,9 @@ impl<'o> LineParser<'o> {
         if !label.is_finite() {
             return Err((col, format!("label '{}' is not finite", show(label_tok))));
         }
-        if let Some(k) = self.opts.classes {
-            if !(label >= 0.0 && label < k as f32 && label.fract() == 0.0) {
-                return Err((
-                    col,
-                    format!(
-                        "label '{}' is not a class: softmax with model.classes = {k} reads \
-                         labels 0 to {}",
-                        show(label_tok),
-                        k - 1
-                    ),
-                ));
-            }
+        if let Some(k) = self.opts.classes.filter(|&k| !super::is_class(label, k)) {
+            let shown = format!("'{}'", show(label_tok));
+            return Err((col, super::not_a_class(&shown, k)));
         }
         self.keys.clear();
         self.vals.clear();

@@ -19,6 +19,19 @@ pub use source::Part;
 /// default costs up to ~2 GiB per worker; a file's one stray index must not cost more.
 pub const MAX_DIM: u32 = 1 << 27;
 
+/// Whether `label` names one of the classes `0..classes` (a multiclass model's labels).
+pub fn is_class(label: f32, classes: u32) -> bool {
+    label >= 0.0 && label < classes as f32 && label.fract() == 0.0
+}
+
+/// The error for a label (`label`, as the message shows it) that is not one of `0..classes`.
+pub fn not_a_class(label: &str, classes: u32) -> String {
+    format!(
+        "label {label} is not a class: softmax with model.classes = {classes} reads labels 0 to {}",
+        classes - 1
+    )
+}
+
 /// A sparse dataset in compressed sparse row form: row `i` has the features
 /// `indices[row_ptr[i]..row_ptr[i+1]]` (strictly increasing, `< dim`) with the matching `values`,
 /// and label `labels[i]`.

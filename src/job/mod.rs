@@ -849,7 +849,7 @@ impl Job {
 
     /// The job's loss.
     pub fn loss(&self) -> LossFn {
-        self.model.loss.build(self.model.classes.unwrap_or(2))
+        self.model.loss.build(self.outputs())
     }
 
     /// The number of classes labels must name, for softmax.
@@ -866,8 +866,12 @@ impl Job {
     }
 
     /// An error naming the first label of `data` the loss cannot train or test on (a class
-    /// outside `0..model.classes`), and where it is.
+    /// outside `0..model.classes`), and where it is. The LibSVM and IDX readers check labels
+    /// as they read them; this covers every source.
     fn check_labels(&self, data: &WorkerData) -> Result<(), String> {
+        if self.classes().is_none() {
+            return Ok(()); // every finite label is one the loss reads
+        }
         let loss = self.loss();
         let sides = [
             (&data.train, self.data.train.as_deref(), "training"),
@@ -981,37 +985,30 @@ impl Job {
     /// compressed) files whole and keeps its rows, as with generated data.
     fn load_idx(&self, worker: usize, workers: usize) -> Result<(WorkerData, u32), String> {
         let d = &self.data;
-        let read = |images: &Option<PathBuf>, labels: &Option<PathBuf>| {
-            let (images, labels) = (images.as_deref(), labels.as_deref());
-            let (images, labels) = images.zip(labels).ok_or("no file to read")?;
-            crate::data::idx::read_idx(images, labels, d.max_dim, self.classes())
-                .map_err(|e| e.to_string())
+        // The images of `side` ("train" or "test"), at least one.
+        let read = |images: &Option<PathBuf>, labels: &Option<PathBuf>, side: &str| {
+            let (Some(images), Some(labels)) = (images, labels) else {
+                return Err(format!("data.{side}, data.{side}_labels: no file to read"));
+            };
+            let data = crate::data::idx::read_idx(images, labels, d.max_dim, self.classes())
+                .map_err(|e| e.to_string())?;
+            if data.rows() == 0 {
+                return Err(format!("{}: no images to {side} on", images.display()));
+            }
+            Ok(data)
         };
-        let all = read(&d.train, &d.train_labels)?;
-        let name = |p: &Option<PathBuf>| p.as_deref().map(|p| p.display().to_string());
-        if all.rows() == 0 {
-            return Err(format!(
-                "{}: no images to train on",
-                name(&d.train).unwrap_or_default()
-            ));
-        }
+        let all = read(&d.train, &d.train_labels, "train")?;
         let mut filter = self.row_filter(worker, workers);
         if d.test_split == TestSplit::Tail && filter.test_fraction > 0.0 {
             filter.tail_from = Some(RowFilter::tail_start(all.rows(), filter.test_fraction));
         }
         let (train, mut test) = all.split(&filter);
-        if d.test.is_some() {
-            let all_test = read(&d.test, &d.test_labels)?;
-            if all_test.rows() == 0 {
-                return Err(format!(
-                    "{}: no images to test on",
-                    name(&d.test).unwrap_or_default()
-                ));
-            }
+        if let Some(path) = &d.test {
+            let all_test = read(&d.test, &d.test_labels, "test")?;
             if all_test.dim != all.dim {
                 return Err(format!(
                     "{}: images of {} pixels, the training images have {}",
-                    name(&d.test).unwrap_or_default(),
+                    path.display(),
                     all_test.dim,
                     all.dim
                 ));

@@ -262,6 +262,23 @@ mod tests {
         m.save(&p).unwrap();
         assert_eq!(ModelFile::load(&p).unwrap(), m);
         assert_eq!(m.builtin_loss().unwrap().outputs(), 3);
+        // The loss and its classes must agree.
+        let without = ModelFile {
+            classes: None,
+            ..m.clone()
+        };
+        assert!(without
+            .builtin_loss()
+            .unwrap_err()
+            .contains("without 'classes'"));
+        let hinge = ModelFile {
+            loss: "hinge".into(),
+            ..m.clone()
+        };
+        assert!(hinge
+            .builtin_loss()
+            .unwrap_err()
+            .contains("a hinge model with 'classes'"));
         std::fs::write(&p, "# gradflow model v1\nloss hinge\ndim 2\n5 1.0\n").unwrap();
         assert!(ModelFile::load(&p).unwrap_err().contains(":4:"));
         std::fs::write(&p, "# gradflow model v1\nloss hinge\ndim 2\n1 1.5\n").unwrap();

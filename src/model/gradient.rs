@@ -54,10 +54,16 @@ impl GradientWorkspace {
         if rows.is_empty() {
             return BatchStats::default();
         }
-        let scale = 1.0 / rows.len() as f32;
+        let batch = Batch {
+            data,
+            rows,
+            weights,
+            loss,
+            scale: 1.0 / rows.len() as f32,
+        };
         let loss_sum = match loss.outputs() {
-            1 => self.accumulate_one(data, rows, weights, loss, scale),
-            k => self.accumulate_many(data, rows, weights, loss, scale, k as usize),
+            1 => self.accumulate_one(&batch),
+            k => self.accumulate_many(&batch, k as usize),
         };
         for (w, word) in self.touched.iter_mut().enumerate() {
             let mut bits = *word;
@@ -79,32 +85,27 @@ impl GradientWorkspace {
         }
     }
 
-    /// Adds `scale` times the loss's gradient over `rows` into the accumulator, for a model of
-    /// one output; returns the loss sum.
-    fn accumulate_one(
-        &mut self,
-        data: &Dataset,
-        rows: &[u32],
-        weights: &[f32],
-        loss: &dyn ModelLoss,
-        scale: f32,
-    ) -> f64 {
+    /// Adds the batch's `scale` times the loss's gradient over the batch's rows into the accumulator, for a
+    /// model of one output; returns the loss sum.
+    fn accumulate_one(&mut self, batch: &Batch) -> f64 {
         let mut loss_sum = 0.0;
         let mut d = 0.0f32;
-        for (i, &r) in rows.iter().enumerate() {
+        for (i, &r) in batch.rows.iter().enumerate() {
             // Prefetch the next row's weights and accumulator cells: they are scattered over the
             // model and dominate the cost of this loop.
-            if let Some(&next) = rows.get(i + PREFETCH_ROWS) {
-                for &k in data.row(next as usize).0 {
-                    prefetch(&weights[k as usize]);
+            if let Some(&next) = batch.rows.get(i + PREFETCH_ROWS) {
+                for &k in batch.data.row(next as usize).0 {
+                    prefetch(&batch.weights[k as usize]);
                     prefetch(&self.acc[k as usize]);
                 }
             }
             let r = r as usize;
-            let (keys, vals) = data.row(r);
-            let m = margin(weights, keys, vals);
-            loss_sum += loss.row(&[m], data.labels[r], std::slice::from_mut(&mut d));
-            let d = d * scale;
+            let (keys, vals) = batch.data.row(r);
+            let m = margin(batch.weights, keys, vals);
+            loss_sum += batch
+                .loss
+                .row(&[m], batch.data.labels[r], std::slice::from_mut(&mut d));
+            let d = d * batch.scale;
             for (&k, &v) in keys.iter().zip(vals) {
                 let k = k as usize;
                 self.acc[k] += d * v;
@@ -116,25 +117,19 @@ impl GradientWorkspace {
 
     /// As [`Self::accumulate_one`] for a model of `outputs` outputs: feature `f`'s weights
     /// and accumulator cells are the `outputs` consecutive keys from `f·outputs`.
-    fn accumulate_many(
-        &mut self,
-        data: &Dataset,
-        rows: &[u32],
-        weights: &[f32],
-        loss: &dyn ModelLoss,
-        scale: f32,
-        outputs: usize,
-    ) -> f64 {
+    fn accumulate_many(&mut self, batch: &Batch, outputs: usize) -> f64 {
         self.margins.resize(outputs, 0.0);
         self.derivatives.resize(outputs, 0.0);
         let mut loss_sum = 0.0;
-        for &r in rows {
+        for &r in batch.rows {
             let r = r as usize;
-            let (keys, vals) = data.row(r);
-            margins(weights, keys, vals, &mut self.margins);
-            loss_sum += loss.row(&self.margins, data.labels[r], &mut self.derivatives);
+            let (keys, vals) = batch.data.row(r);
+            margins(batch.weights, keys, vals, &mut self.margins);
+            loss_sum += batch
+                .loss
+                .row(&self.margins, batch.data.labels[r], &mut self.derivatives);
             for d in &mut self.derivatives {
-                *d *= scale;
+                *d *= batch.scale;
             }
             for (&f, &v) in keys.iter().zip(vals) {
                 let base = f as usize * outputs;
@@ -147,6 +142,16 @@ impl GradientWorkspace {
         }
         loss_sum
     }
+}
+
+/// What the accumulation of one mini-batch reads: its rows of `data`, the weights, the loss, and
+/// `1 / rows`, the mean's scale.
+struct Batch<'a> {
+    data: &'a Dataset,
+    rows: &'a [u32],
+    weights: &'a [f32],
+    loss: &'a dyn ModelLoss,
+    scale: f32,
 }
 
 /// L2 regularisation `λ/2 · Σ w_k²` over every weight but the intercept's, which are left free

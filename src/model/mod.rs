@@ -163,15 +163,6 @@ pub enum Loss {
     Squared,
 }
 
-impl Loss {
-    /// The built-in loss named `name` (as job and model files write it).
-    pub fn from_name(name: &str) -> Option<Loss> {
-        [Loss::Logistic, Loss::Hinge, Loss::Squared]
-            .into_iter()
-            .find(|l| MarginLoss::name(l) == name)
-    }
-}
-
 /// A built-in loss as a job names it (`model.loss`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -8,6 +8,7 @@
 //! keys of a binary model over the same rows, laid out feature by feature.
 
 use super::{ModelLoss, Task};
+use crate::data::{is_class, not_a_class};
 
 /// Softmax regression over `classes` classes; labels are the classes `0..classes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,8 +33,7 @@ impl Softmax {
 
     /// The class a label names, if it is one (an integer in `0..classes`).
     fn class(&self, label: f32) -> Option<usize> {
-        (label >= 0.0 && label < self.classes as f32 && label.fract() == 0.0)
-            .then_some(label as usize)
+        is_class(label, self.classes).then_some(label as usize)
     }
 }
 
@@ -83,12 +83,7 @@ impl ModelLoss for Softmax {
     fn check_label(&self, label: f32) -> Result<(), String> {
         match self.class(label) {
             Some(_) => Ok(()),
-            None => Err(format!(
-                "label {label} is not a class of softmax with model.classes = {} (labels are \
-                 0 to {})",
-                self.classes,
-                self.classes - 1
-            )),
+            None => Err(not_a_class(&label.to_string(), self.classes)),
         }
     }
 }

@@ -34,6 +34,16 @@ pub fn run_local(job: &Job, workers: usize) -> RunOutcome {
     run_job(job, &spec, &Supervisor::new(), quiet()).unwrap()
 }
 
+/// The names of the entries of `dir`, sorted.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// `n` free loopback ports.
 pub fn free_ports(n: usize) -> Vec<u16> {
     let ls: Vec<_> = (0..n)

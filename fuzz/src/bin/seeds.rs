@@ -220,6 +220,11 @@ fn main() {
     }
     write(
         &root.join("model_file"),
+        "softmax",
+        b"# gradflow model v2\nloss softmax\ndim 6\nintercept 3\nclasses 3\nweights\n0 0.5\n5 -1\n",
+    );
+    write(
+        &root.join("model_file"),
         "v1",
         b"# gradflow model v1\nloss logistic\ndim 3\n0 0.5\n2 -1\n",
     );
@@ -264,7 +269,7 @@ fn main() {
     connector.extend_from_slice(&[5; TAG_LEN + 1]);
     write(&root.join("handshake"), "connector", &connector);
     checkpoint_seeds(&root.join("checkpoint"));
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 4 model files, 1 rows file, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 5 model files, 1 rows file, 1 IDX pair, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
 }
 
 /// A worker file of the checkpoint target's job (its state, unsealed: the target seals it)
