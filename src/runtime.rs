@@ -200,6 +200,8 @@ struct WorkerReport {
     features: Option<String>,
     /// How long reading and preparing the data took, for people.
     loaded: String,
+    /// The rows a program's dataflow handed the worker (training, test).
+    prepared: Option<(u64, u64)>,
 }
 
 type WorkerResult = Result<WorkerReport, String>;
@@ -343,6 +345,9 @@ pub fn run_program(
                 Box::new(|_: &MetricsRow| {})
             };
             let mut training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
+            if let Some(inputs) = job.program_inputs() {
+                training.expect_rows(inputs);
+            }
             if index == 0 && process == 0 {
                 let csv = job.output.metrics.as_deref();
                 training.set_output(RowOutput::new(csv, keep_rows, Some(w.clone())));
@@ -407,6 +412,7 @@ pub fn run_program(
                 notes,
                 features,
                 loaded,
+                prepared: st.prepared_rows,
             })
         },
     )?;
@@ -439,9 +445,14 @@ pub fn run_program(
     };
     let mut outcome = RunOutcome::default();
     let mut output = None;
+    let mut prepared: Option<(u64, u64)> = None;
     for r in results {
         match r {
             Ok(Ok(report)) => {
+                if let Some((train, test)) = report.prepared {
+                    let total = prepared.get_or_insert((0, 0));
+                    (total.0, total.1) = (total.0 + train, total.1 + test);
+                }
                 outcome.traffic.add(&report.traffic);
                 outcome.replica_digests.push((report.index, report.digest));
                 if let Some(first) = report.first {
@@ -466,6 +477,12 @@ pub fn run_program(
     outcome.wire = wire.totals();
     if let Some(mut output) = output {
         outcome.rows = output.finish()?;
+    }
+    if let Some((train, test)) = prepared {
+        outcome.loaded = format!(
+            "data: prepared by the program's dataflow: {train} training and {test} test rows \
+             in this process"
+        );
     }
     outcome.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)

@@ -219,7 +219,9 @@ fn pull_trains_the_broadcast_model_with_fewer_downlink_bytes() {
 fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
     use gradflow::codec::none::NoneCodec;
     use gradflow::codec::{Codec, EncodeContext};
-    use gradflow::dataflow::{aggregate, collect, gradient, Supervisor, WorkerData, WorkerState};
+    use gradflow::dataflow::{
+        aggregate, collect, gradient, Rows, Supervisor, WorkerData, WorkerState,
+    };
     use gradflow::exchange::{Envelope, Owners};
     use std::cell::RefCell;
     use std::rc::Rc;
@@ -244,8 +246,15 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
         worker.dataflow::<(), _, _>(|scope| {
             scope.iterative::<u64, _, _>(|inner| {
                 let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(1);
-                let (grads, stats) =
-                    gradient(changes, None, &plan, data, state.clone(), sup.clone(), None);
+                let (grads, stats) = gradient(
+                    changes,
+                    None,
+                    &plan,
+                    Rows::Loaded(data),
+                    state.clone(),
+                    sup.clone(),
+                    None,
+                );
                 aggregate(grads, &plan, state.clone(), sup.clone())
                     // The fault: every change claims a key its sender does not own.
                     .map(move |mut e: Envelope| {

@@ -700,12 +700,13 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
             human_bytes(w.progress)
         );
     }
+    if !a.quiet && !outcome.loaded.is_empty() {
+        // Every process with prepared rows of its own (a program's) says how many.
+        println!("{}", outcome.loaded);
+    }
     if spec.process == 0 {
         for note in &outcome.notes {
             eprintln!("note: {note}");
-        }
-        if !quiet {
-            println!("{}", outcome.loaded);
         }
         let plan = outcome.plan.as_ref().ok_or("worker 0 returned no plan")?;
         if let Some(path) = &job.output.metrics {

@@ -20,6 +20,7 @@ use super::{WorkerData, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{Codec, EncodeContext};
 use crate::data::partition::mix64;
+use crate::data::table::PreparedRow;
 use crate::exchange::pull::{keys_by_owner, Request};
 use crate::exchange::sketch::{part, sketch_seed, write_slice, SketchShape};
 use crate::exchange::{read_f32s, Envelope, ExchangeKind, Owners, Router, DATA, PULL_REQUEST};
@@ -36,6 +37,10 @@ use crate::sparse::SparseGrad;
 /// `r + 1`. After the last round it only applies the final changes, evaluates, and releases its
 /// capabilities.
 ///
+/// With rows from a stream ([`Rows::Stream`], a program's own data preparation in the same
+/// dataflow), the operator gathers the worker's rows until that input is complete, orders and
+/// checks them ([`WorkerData::from_rows`]), and only then starts round 0.
+///
 /// With a `stop` input (decisions to end training, each with its reason; see
 /// [`super::Training::gradient_until`]), round `r` also waits until every decision that can
 /// arrive at round `r` is in, and a round at which one arrives is the last: the worker applies
@@ -45,7 +50,7 @@ pub fn gradient<'s>(
     changes: Stream<'s, RoundTime, Vec<Envelope>>,
     stop: Option<Stream<'s, RoundTime, Vec<String>>>,
     plan: &TrainPlan,
-    data: WorkerData,
+    data: Rows<'s>,
     state: Rc<RefCell<WorkerState>>,
     supervisor: Supervisor,
     wire: Option<WireCounters>,
@@ -59,6 +64,13 @@ pub fn gradient<'s>(
     let mut builder = OperatorBuilder::new("Gradient".to_owned(), scope);
     let mut input = builder.new_input(changes, Exchange::new(|e: &Envelope| e.dest as u64));
     let mut stop_input = stop.map(|s| builder.new_input(s, Pipeline));
+    let (data, rows) = match data {
+        Rows::Loaded(data) => (Some(data), None),
+        Rows::Stream(rows) => (None, Some(rows)),
+    };
+    // The rows stay on the worker the program's dataflow put them on.
+    let rows_at = 1 + stop_input.is_some() as usize;
+    let mut rows_input = rows.map(|s| builder.new_input(s, Pipeline));
     let (grad_out, grad_stream) = builder.new_output::<Vec<Envelope>>();
     let (stats_out, stats_stream) = builder.new_output::<Vec<RoundStats>>();
     let mut grad_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<Envelope>>> =
@@ -66,7 +78,9 @@ pub fn gradient<'s>(
     let mut stats_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<RoundStats>>> =
         OutputBuilder::from(stats_out);
     let wire = wire.filter(|_| me as usize % plan.threads_per_process == 0);
-    let mut worker = GradientStep::new(me, peers, plan, data, &supervisor);
+    let mut step = data.map(|data| GradientStep::new(me, peers, plan, data, &supervisor));
+    let mut arrived: Vec<PreparedRow> = Vec::new();
+    let plan_rows = plan.clone();
 
     let start = at(plan.start_round);
     let checkpoints = plan.checkpoints.clone();
@@ -92,6 +106,27 @@ pub fn gradient<'s>(
                     }
                 });
             }
+            if step.is_none() {
+                // The program's rows: all of them before round 0.
+                if let Some(rows) = rows_input.as_mut() {
+                    rows.for_each(|_, batch| arrived.append(batch));
+                }
+                if !frontiers[rows_at].is_empty() || supervisor.is_failed() {
+                    return;
+                }
+                match WorkerData::from_rows(std::mem::take(&mut arrived), &plan_rows) {
+                    Ok(data) => {
+                        let rows = (data.train.rows() as u64, data.test.rows() as u64);
+                        state.borrow_mut().prepared_rows = Some(rows);
+                        step = Some(GradientStep::new(me, peers, &plan_rows, data, &supervisor))
+                    }
+                    Err(e) => {
+                        supervisor.fail(format!("worker {me}: the program's rows: {e}"));
+                        return;
+                    }
+                }
+            }
+            let worker = step.as_mut().expect("built above");
             while let Some(cap) = grad_cap.as_mut() {
                 if frontiers.iter().any(|f| f.less_equal(cap.time())) || supervisor.is_failed() {
                     break;
@@ -141,6 +176,15 @@ pub fn gradient<'s>(
         }
     });
     (grad_stream, stats_stream)
+}
+
+/// Where a worker's rows come from.
+pub enum Rows<'s> {
+    /// Read before the dataflow was built (the job's data).
+    Loaded(WorkerData),
+    /// Prepared by the program's own operators in the same dataflow: every row this worker
+    /// trains or tests on arrives on the stream (at round 0) before training starts.
+    Stream(Stream<'s, RoundTime, Vec<PreparedRow>>),
 }
 
 /// The gradient operator's state and its named steps.

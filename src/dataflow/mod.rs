@@ -42,7 +42,7 @@ pub mod supervisor;
 pub use aggregate::aggregate;
 pub use collect::collect;
 pub use evaluations::{evaluations, Evaluation};
-pub use gradient::gradient;
+pub use gradient::{gradient, Rows};
 pub use plan::{InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState};
 pub use sketch::sketch_exchange;
 pub use supervisor::Supervisor;
@@ -61,6 +61,8 @@ use timely::order::Product;
 
 use crate::codec::none::NoneCodec;
 use crate::codec::{build_codec, Codec, CodecSpec};
+use crate::data::table::PreparedRow;
+use crate::data::Dataset;
 use crate::exchange::{Envelope, ExchangeKind};
 use crate::metrics::{MetricsRow, RowOutput, WireCounters};
 use crate::model::{LossFn, ModelLoss};
@@ -80,7 +82,7 @@ pub type Observer = Box<dyn FnMut(&MetricsRow)>;
 /// standard assembly.
 pub struct Training {
     plan: TrainPlan,
-    data: Option<WorkerData>,
+    data: DataSource,
     state: Rc<RefCell<WorkerState>>,
     output: Rc<RefCell<RowOutput>>,
     supervisor: Supervisor,
@@ -100,12 +102,45 @@ impl Training {
     ) -> Training {
         Training {
             plan: plan.clone(),
-            data: Some(data),
+            data: DataSource::Loaded(data),
             state: WorkerState::shared(plan),
             output: Rc::default(),
             supervisor,
             wire,
             observer: Some(observer),
+        }
+    }
+
+    /// The job's rows come from the program's own dataflow (`data.format = "program"`): the
+    /// runtime loaded none, and the loop takes them with [`Self::gradient_on`]. `inputs` are
+    /// what the job names for the program to read.
+    pub fn expect_rows(&mut self, inputs: ProgramInputs) {
+        self.data = DataSource::Program(inputs);
+    }
+
+    /// The file the job names as `data.files.<name>` for the program to read, or an error
+    /// naming the field.
+    pub fn file(&self, name: &str) -> Result<&std::path::Path, String> {
+        let DataSource::Program(inputs) = &self.data else {
+            return Err(format!(
+                "data.files.{name}: a program reads its own files only with data.format = \"program\""
+            ));
+        };
+        inputs.files.get(name).map(|p| p.as_path()).ok_or_else(|| {
+            let named: Vec<&str> = inputs.files.keys().map(String::as_str).collect();
+            format!(
+                "data.files.{name}: the program reads it, but the job does not name it (it names: {})",
+                if named.is_empty() { "none".to_string() } else { named.join(", ") }
+            )
+        })
+    }
+
+    /// The fraction of rows the job holds out for testing (`data.test_fraction`), for a program
+    /// that splits its own rows.
+    pub fn test_fraction(&self) -> f64 {
+        match &self.data {
+            DataSource::Program(inputs) => inputs.test_fraction,
+            _ => 0.0,
         }
     }
 
@@ -199,7 +234,30 @@ impl Training {
         Stream<'s, RoundTime, Vec<Envelope>>,
         Stream<'s, RoundTime, Vec<RoundStats>>,
     ) {
-        self.gradient_step(changes, None)
+        self.gradient_step(changes, None, None)
+    }
+
+    /// [`Self::gradient`] on rows the program's own dataflow prepares (`data.format =
+    /// "program"`): each worker trains and tests on the [`PreparedRow`]s that reach it on
+    /// `rows` (entered into the loop's scope; they stay on that worker), once all of them are
+    /// in. Rows are ordered by id, so the model does not depend on the order in which they
+    /// arrive, and checked (unique ids, ascending keys below `data.dim`, labels the loss reads):
+    /// a bad row stops the run with its id. The intercept (`model.intercept`) is added here.
+    /// `jobs/prepare_and_train.rs` reads, joins, hashes and splits a CSV table in the same
+    /// dataflow.
+    ///
+    /// # Panics
+    /// When called twice on the same context.
+    #[allow(clippy::type_complexity)]
+    pub fn gradient_on<'s>(
+        &mut self,
+        rows: Stream<'s, RoundTime, Vec<PreparedRow>>,
+        changes: Stream<'s, RoundTime, Vec<Envelope>>,
+    ) -> (
+        Stream<'s, RoundTime, Vec<Envelope>>,
+        Stream<'s, RoundTime, Vec<RoundStats>>,
+    ) {
+        self.gradient_step(changes, None, Some(rows))
     }
 
     /// [`Self::gradient`] with decisions to end training early: a reason arriving on `stop` at
@@ -230,7 +288,7 @@ impl Training {
                  early stop is known only at its round",
             );
         }
-        self.gradient_step(changes, Some(stop))
+        self.gradient_step(changes, Some(stop), None)
     }
 
     #[allow(clippy::type_complexity)]
@@ -238,14 +296,36 @@ impl Training {
         &mut self,
         changes: Stream<'s, RoundTime, Vec<Envelope>>,
         stop: Option<Stream<'s, RoundTime, Vec<String>>>,
+        rows: Option<Stream<'s, RoundTime, Vec<PreparedRow>>>,
     ) -> (
         Stream<'s, RoundTime, Vec<Envelope>>,
         Stream<'s, RoundTime, Vec<RoundStats>>,
     ) {
-        let data = self
-            .data
-            .take()
-            .expect("one gradient step per training loop");
+        let none = || WorkerData {
+            train: Dataset::new(0),
+            test: Dataset::new(0),
+            ignored_test_features: 0,
+        };
+        let data = match (std::mem::replace(&mut self.data, DataSource::Taken), rows) {
+            (DataSource::Taken, _) => panic!("one gradient step per training loop"),
+            (DataSource::Loaded(data), None) => Rows::Loaded(data),
+            (DataSource::Program(_), Some(rows)) => Rows::Stream(rows),
+            (DataSource::Loaded(data), Some(_)) => {
+                self.supervisor.fail(
+                    "gradient_on: the job's data is read by the runtime; for rows prepared by \
+                     the program's dataflow set data.format = \"program\" (with data.dim)",
+                );
+                Rows::Loaded(data)
+            }
+            (DataSource::Program(_), None) => {
+                self.supervisor.fail(
+                    "data.format = \"program\": the rows come from a program's dataflow \
+                     (Training::gradient_on), and this loop has none: run the job with its \
+                     program",
+                );
+                Rows::Loaded(none())
+            }
+        };
         let (state, sup) = (self.state.clone(), self.supervisor.clone());
         gradient(
             changes,
@@ -299,6 +379,26 @@ impl Training {
             loss: self.plan.loss.clone(),
         }
     }
+}
+
+/// Where a [`Training`]'s rows come from.
+enum DataSource {
+    /// Read by the runtime before the dataflow was built.
+    Loaded(WorkerData),
+    /// Prepared by the program's dataflow, from these inputs.
+    Program(ProgramInputs),
+    /// Taken by the gradient step.
+    Taken,
+}
+
+/// What a job with `data.format = "program"` names for its program: the files it reads
+/// (`data.files`) and the fraction of rows to hold out (`data.test_fraction`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProgramInputs {
+    /// `data.files`: name to path.
+    pub files: BTreeMap<String, std::path::PathBuf>,
+    /// `data.test_fraction`.
+    pub test_fraction: f64,
 }
 
 /// Builds the standard training loop inside `scope` (a fresh iterative scope whose timestamp is

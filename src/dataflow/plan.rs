@@ -7,13 +7,14 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{Carried, Checkpoints};
 use crate::codec::CodecSpec;
+use crate::data::table::PreparedRow;
 use crate::data::Dataset;
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::residual::Residual;
 use crate::memory::{Memory, MemorySpec};
 use crate::metrics::{RowOutput, Traffic};
-use crate::model::{EvalPart, LossFn};
+use crate::model::{EvalPart, LossFn, ModelLoss, Task};
 use std::sync::Arc;
 
 use crate::optim::{CustomOptimizer, Optimizer, OptimizerConfig, UpdateRule};
@@ -108,6 +109,12 @@ impl TrainPlan {
     pub fn process_of(&self, w: u32) -> usize {
         w as usize / self.threads_per_process
     }
+
+    /// Features per row before the intercept (the model has [`Self::dim`] =
+    /// (features + intercept) · outputs weights).
+    pub fn data_dim(&self) -> u32 {
+        self.intercept.unwrap_or(self.dim) / self.loss.outputs()
+    }
 }
 
 /// The rows one worker trains and tests on.
@@ -120,6 +127,74 @@ pub struct WorkerData {
     /// Features of a separate test file beyond the training data's dimension, ignored (the
     /// whole file's count).
     pub ignored_test_features: u64,
+}
+
+impl WorkerData {
+    /// The rows a program's dataflow prepared for this worker
+    /// ([`crate::dataflow::Training::gradient_on`]), in the order of their ids (so that a run
+    /// does not depend on the order in which they arrived), with the plan's intercept. Every
+    /// row is checked: a unique id, keys ascending and below the plan's number of features,
+    /// finite values, a label the loss reads; the first bad row is an error naming its id.
+    pub fn from_rows(mut rows: Vec<PreparedRow>, plan: &TrainPlan) -> Result<WorkerData, String> {
+        rows.sort_unstable_by_key(|r| r.id);
+        if let Some(w) = rows.windows(2).find(|w| w[0].id == w[1].id) {
+            return Err(format!(
+                "row id {}: two rows have it (ids must be unique)",
+                w[0].id
+            ));
+        }
+        let dim = plan.data_dim();
+        let (mut train, mut test) = (Dataset::new(dim), Dataset::new(dim));
+        for row in &rows {
+            check_row(row, dim, &*plan.loss).map_err(|e| format!("row id {}: {e}", row.id))?;
+            let side = if row.test { &mut test } else { &mut train };
+            side.push_row(&row.keys, &row.values, row.label);
+        }
+        if plan.intercept.is_some() {
+            train.add_intercept();
+            test.add_intercept();
+        }
+        Ok(WorkerData {
+            train,
+            test,
+            ignored_test_features: 0,
+        })
+    }
+}
+
+/// Why a program's row cannot be trained on, if it cannot.
+fn check_row(row: &PreparedRow, dim: u32, loss: &dyn ModelLoss) -> Result<(), String> {
+    if row.keys.len() != row.values.len() {
+        return Err(format!(
+            "{} keys but {} values",
+            row.keys.len(),
+            row.values.len()
+        ));
+    }
+    if let Some(w) = row.keys.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(format!(
+            "keys {} and {} out of order (keys must ascend, each once)",
+            w[0], w[1]
+        ));
+    }
+    if let Some(&k) = row.keys.last().filter(|&&k| k >= dim) {
+        return Err(format!(
+            "key {k} is beyond the model's {dim} features (data.dim)"
+        ));
+    }
+    if let Some(v) = row.values.iter().find(|v| !v.is_finite()) {
+        return Err(format!("value {v} is not finite"));
+    }
+    let binary = loss.task() == Task::Binary;
+    if !row.label.is_finite() || (binary && ![-1.0, 0.0, 1.0].contains(&row.label)) {
+        return Err(format!(
+            "label {} is not one the loss '{}' reads{}",
+            row.label,
+            loss.name(),
+            if binary { " (-1/+1 or 0/1)" } else { "" }
+        ));
+    }
+    loss.check_label(row.label)
 }
 
 /// Model state a worker's operators share: its replica of the weights, its error-feedback
@@ -146,6 +221,9 @@ pub struct WorkerState {
     /// An early stop ([`super::Training::gradient_until`]): the round training ended at, and
     /// the decision's reason.
     pub stopped: Option<(u64, String)>,
+    /// The rows a program's dataflow handed this worker ([`super::Training::gradient_on`]):
+    /// training and test rows.
+    pub prepared_rows: Option<(u64, u64)>,
     pub(crate) aggregate_ms: f64,
     pub(crate) update_ms: f64,
     /// Resuming: the statistics of the round before the checkpoint, for the first report.
@@ -177,6 +255,7 @@ impl WorkerState {
             carried: None,
             restored_optimizer: None,
             stopped: None,
+            prepared_rows: None,
         }))
     }
 

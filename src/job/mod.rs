@@ -4,6 +4,7 @@
 //! seed and outputs. Every table rejects unknown fields, and every value is range-checked; the
 //! error names the field. Relative paths are relative to the working directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +16,7 @@ use crate::data::synth::{self, CtrParams, GsparParams};
 use crate::data::table::{FeatureSpec, JoinSpec, LabelSpec, TableInput, TableSpec};
 use crate::data::{Dataset, LibsvmOptions, Part, RowFilter};
 use crate::dataflow::checkpoint::CheckpointSpec;
-use crate::dataflow::{TrainPlan, WorkerData};
+use crate::dataflow::{ProgramInputs, TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
@@ -61,13 +62,17 @@ pub enum Format {
     /// IDX images and labels (MNIST's format; plain, gzip or zstd): `train` and `test` name
     /// the images files, `train_labels` and `test_labels` their labels.
     Idx,
+    /// Rows prepared by the job's program in its own dataflow
+    /// ([`crate::dataflow::Training::gradient_on`]): `dim` gives the number of features (the
+    /// model is sized before any row exists), `files` the program's inputs.
+    Program,
 }
 
 /// `[data]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
-    /// `libsvm` (default), `csv` or `idx`.
+    /// `libsvm` (default), `csv`, `idx` or `program`.
     pub format: Format,
     /// Training file. Absent: the generated dataset of `[data.synth]` (by default the embedded
     /// CTR-like set).
@@ -102,6 +107,9 @@ pub struct DataSection {
     pub missing: Vec<String>,
     /// CSV: the field delimiter.
     pub delimiter: char,
+    /// `program`: the files the job's program reads, by name
+    /// ([`crate::dataflow::Training::file`]).
+    pub files: BTreeMap<String, PathBuf>,
 }
 
 impl DataSection {
@@ -136,6 +144,7 @@ impl Default for DataSection {
             join: Vec::new(),
             missing: TableSpec::default().missing,
             delimiter: ',',
+            files: BTreeMap::new(),
         }
     }
 }
@@ -491,6 +500,30 @@ impl Job {
                     .into(),
             );
         }
+        if d.format == Format::Program {
+            if d.dim.is_none() {
+                return Err(
+                    "data.dim: a program's rows need the number of features up front \
+                            (the model is sized before the dataflow prepares any row)"
+                        .into(),
+                );
+            }
+            let named = [
+                ("data.train", d.train.is_some()),
+                ("data.test", d.test.is_some()),
+                ("data.zero_based", d.zero_based),
+            ];
+            if let Some((field, _)) = named.iter().find(|f| f.1) {
+                return Err(format!(
+                    "{field}: not used with data.format = \"program\"; name the program's \
+                     inputs in [data.files]"
+                ));
+            }
+        } else if !d.files.is_empty() {
+            return Err(
+                "data.files: the inputs of a job program; set data.format = \"program\"".into(),
+            );
+        }
         let idx = d.format == Format::Idx;
         if idx {
             if d.train.is_none() || d.train_labels.is_none() {
@@ -687,6 +720,14 @@ impl Job {
         Ok((data, dim + 1))
     }
 
+    /// What a job with `data.format = "program"` names for its program.
+    pub fn program_inputs(&self) -> Option<ProgramInputs> {
+        (self.data.format == Format::Program).then(|| ProgramInputs {
+            files: self.data.files.clone(),
+            test_fraction: self.data.test_fraction,
+        })
+    }
+
     /// What the table pipeline needs of a CSV job.
     pub fn table_input(&self) -> TableInput {
         let d = &self.data;
@@ -708,6 +749,20 @@ impl Job {
         &self,
         worker: &mut timely::worker::Worker,
     ) -> Result<(WorkerData, u32, Option<String>, Vec<String>), String> {
+        if self.data.format == Format::Program {
+            // The program's dataflow brings the rows; the model's size is the job's.
+            let dim = self
+                .data
+                .dim
+                .expect("validated: a program job has data.dim");
+            let none = WorkerData {
+                train: Dataset::new(dim),
+                test: Dataset::new(dim),
+                ignored_test_features: 0,
+            };
+            let (data, dim) = self.with_intercept(none, dim)?;
+            return Ok((data, dim, None, vec![]));
+        }
         if self.data.format != Format::Csv {
             let part = Part {
                 index: worker.index(),
@@ -899,6 +954,13 @@ impl Job {
     fn load_rows(&self, worker: usize, workers: usize) -> Result<(WorkerData, u32), String> {
         if self.data.format == Format::Csv {
             return Err("a csv job's rows are prepared on timely workers: use Job::load_on".into());
+        }
+        if self.data.format == Format::Program {
+            return Err(
+                "data.format = \"program\": the rows come from the job's program, which \
+                 prepares them in its dataflow"
+                    .into(),
+            );
         }
         let d = &self.data;
         if d.format == Format::Idx {
@@ -1177,6 +1239,34 @@ mod tests {
         assert!(e.contains("zip"), "{e}");
         let e = parse("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn a_program_job_names_its_dimension_and_files() {
+        let ok = "[data]\nformat = \"program\"\ndim = 100\n[data.files]\nflights = \"f.csv\"\n";
+        let job = parse(ok).unwrap();
+        let inputs = job.program_inputs().unwrap();
+        assert_eq!(inputs.files["flights"], PathBuf::from("f.csv"));
+        assert_eq!(inputs.test_fraction, 0.25);
+        // The model is sized from data.dim (plus the intercept); the program brings the rows.
+        let e = job.load_worker_data(0, 1).unwrap_err();
+        assert!(e.contains("program"), "{e}");
+        for (text, says) in [
+            ("[data]\nformat = \"program\"\n", "data.dim"),
+            (
+                "[data]\nformat = \"program\"\ndim = 10\ntrain = \"a.svm\"\n",
+                "data.train",
+            ),
+            (
+                "[data]\nformat = \"program\"\ndim = 10\nzero_based = true\n",
+                "data.zero_based",
+            ),
+            ("[data.files]\nflights = \"f.csv\"\n", "data.files"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        assert!(parse("").unwrap().program_inputs().is_none());
     }
 
     #[test]

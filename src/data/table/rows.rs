@@ -9,8 +9,9 @@
 use std::io::Write;
 use std::path::Path;
 
-/// One prepared row.
-#[derive(Clone, Debug, PartialEq)]
+/// One prepared row: what `gradflow data prepare` writes, and what a program's dataflow hands
+/// the training loop ([`crate::dataflow::Training::gradient_on`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PreparedRow {
     /// Its id: the byte offset of its record in the (decompressed) source file.
     pub id: u64,
