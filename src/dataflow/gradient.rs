@@ -31,10 +31,12 @@ use crate::sparse::SparseGrad;
 /// The gradient operator. Input: model changes (routed to their `dest`). Outputs: gradient
 /// envelopes (one per receiving worker per round) and round statistics.
 ///
-/// Round `r` runs once the input frontier has passed `r`, in named steps: apply the changes of
-/// round `r - 1`, evaluate on the test rows at epoch ends, take the next mini-batch, compute its
-/// gradient, pass it through the memory, encode and send it; then hold the capability for round
-/// `r + 1`. After the last round it only applies the final changes, evaluates, and releases its
+/// The operator gathers what arrives, and runs round `r` once nothing more can arrive for it
+/// (its input frontiers have passed `r`), in named steps ([`GradientStep::round`]): apply the
+/// changes of round `r - 1`, report the previous round's exchange, checkpoint, evaluate (at
+/// epoch ends and every `eval_every` rounds), take the next mini-batch, compute its gradient,
+/// encode it (memory and codec) and send it; then it holds its capabilities for round `r + 1`.
+/// After the last round it only applies the final changes, evaluates, and releases its
 /// capabilities.
 ///
 /// With rows from a stream ([`Rows::Stream`], a program's own data preparation in the same
@@ -77,14 +79,15 @@ pub fn gradient<'s>(
         OutputBuilder::from(grad_out);
     let mut stats_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<RoundStats>>> =
         OutputBuilder::from(stats_out);
-    let wire = wire.filter(|_| me as usize % plan.threads_per_process == 0);
-    let mut step = data.map(|data| GradientStep::new(me, peers, plan, data, &supervisor));
+    let build = {
+        let (plan, supervisor) = (plan.clone(), supervisor.clone());
+        move |data| GradientStep::new(me, peers, &plan, data, &supervisor, wire.clone())
+    };
+    let mut step = data.map(&build);
     let mut arrived: Vec<PreparedRow> = Vec::new();
     let plan_rows = plan.clone();
 
     let start = at(plan.start_round);
-    let checkpoints = plan.checkpoints.clone();
-    let leader = me as usize % plan.threads_per_process == 0;
     builder.build(move |mut caps| {
         // A resumed run starts at the checkpoint's round.
         caps.iter_mut().for_each(|c| c.downgrade(&start));
@@ -94,6 +97,7 @@ pub fn gradient<'s>(
         let mut stops: BTreeMap<u64, String> = BTreeMap::new();
         let mut envelopes = Vec::new();
         move |frontiers| {
+            // 1. What arrived: model changes and stop decisions by round, a program's rows.
             input.for_each(|cap, batch| {
                 if let Some(t) = cap.least() {
                     stash.entry(round_of(t)).or_default().append(batch);
@@ -106,19 +110,22 @@ pub fn gradient<'s>(
                     }
                 });
             }
+            if let Some(rows) = rows_input.as_mut() {
+                rows.for_each(|_, batch| arrived.append(batch));
+            }
+            if supervisor.is_failed() {
+                return;
+            }
+            // 2. A program's rows make the worker's data once all of them are in.
             if step.is_none() {
-                // The program's rows: all of them before round 0.
-                if let Some(rows) = rows_input.as_mut() {
-                    rows.for_each(|_, batch| arrived.append(batch));
-                }
-                if !frontiers[rows_at].is_empty() || supervisor.is_failed() {
+                if !frontiers[rows_at].is_empty() {
                     return;
                 }
                 match WorkerData::from_rows(std::mem::take(&mut arrived), &plan_rows) {
                     Ok(data) => {
                         let rows = (data.train.rows() as u64, data.test.rows() as u64);
                         state.borrow_mut().prepared_rows = Some(rows);
-                        step = Some(GradientStep::new(me, peers, &plan_rows, data, &supervisor))
+                        step = Some(build(data));
                     }
                     Err(e) => {
                         supervisor.fail(format!("worker {me}: the program's rows: {e}"));
@@ -127,30 +134,17 @@ pub fn gradient<'s>(
                 }
             }
             let worker = step.as_mut().expect("built above");
+            // 3. Every round for which nothing more can arrive: run it, send its messages and
+            // statistics, and hold the capabilities for the next round (none after the last).
             while let Some(cap) = grad_cap.as_mut() {
-                if frontiers.iter().any(|f| f.less_equal(cap.time())) || supervisor.is_failed() {
+                if frontiers.iter().any(|f| f.less_equal(cap.time())) {
                     break;
                 }
                 let r = round_of(cap.time());
-                if let Some((&at_round, reason)) = stops.first_key_value() {
-                    if at_round <= r && worker.rounds > r {
-                        // Every worker has the same decisions: this is everyone's last round.
-                        state.borrow_mut().stopped = Some((r, reason.clone()));
-                        worker.rounds = r;
-                    }
-                }
-                if let Some(w) = &wire {
-                    w.mark_round(r);
-                }
-                if let Some(c) = checkpoints.as_ref().filter(|_| leader) {
-                    if let Err(e) = c.started(r, &worker.plan) {
-                        supervisor.fail(e);
-                        return;
-                    }
-                }
                 let changes = stash.remove(&r).unwrap_or_default();
-                let stats = match worker.round(r, changes, &mut state.borrow_mut(), &mut envelopes)
-                {
+                let st = &mut *state.borrow_mut();
+                let run = worker.begin(r, &stops, st);
+                let stats = match run.and_then(|_| worker.round(r, changes, st, &mut envelopes)) {
                     Ok(stats) => stats,
                     Err(e) => {
                         supervisor.fail(e);
@@ -206,6 +200,8 @@ struct GradientStep {
     order: Vec<u32>,
     shuffled_epoch: Option<u64>,
     last_emit: Option<Instant>,
+    /// The process's wire counters, on its first worker (which marks each round's start).
+    wire: Option<WireCounters>,
     /// `train.pull`: the owner map, what this worker asked each owner for last round, the keys
     /// of its test rows by owner, and reusable buffers.
     pull: Option<Pull>,
@@ -222,7 +218,14 @@ struct Pull {
 }
 
 impl GradientStep {
-    fn new(me: u32, peers: u32, plan: &TrainPlan, data: WorkerData, sup: &Supervisor) -> Self {
+    fn new(
+        me: u32,
+        peers: u32,
+        plan: &TrainPlan,
+        data: WorkerData,
+        sup: &Supervisor,
+        wire: Option<WireCounters>,
+    ) -> Self {
         let owners = Owners::new(plan.ownership, plan.dim, peers, plan.seed);
         let sketch = (plan.exchange == ExchangeKind::Sketch).then(|| {
             let shape = plan.sketch.shape(plan.dim);
@@ -262,10 +265,37 @@ impl GradientStep {
             shuffled_epoch: None,
             last_emit: None,
             pull,
+            wire: wire.filter(|_| plan.leads_process(me)),
         }
     }
 
-    /// One firing at round `r`: leaves this round's gradient envelopes in `out`.
+    /// Before round `r`: a stop decision that has arrived by `r` makes `r` the last round
+    /// (every worker has the same decisions, so it is everyone's last); the process's first
+    /// worker tells the wire counters and the checkpoints that round `r` started.
+    fn begin(
+        &mut self,
+        r: u64,
+        stops: &BTreeMap<u64, String>,
+        st: &mut WorkerState,
+    ) -> Result<(), String> {
+        if let Some((&at_round, reason)) = stops.first_key_value() {
+            if at_round <= r && self.rounds > r {
+                st.stopped = Some((r, reason.clone()));
+                self.rounds = r;
+            }
+        }
+        if let Some(w) = &self.wire {
+            w.mark_round(r);
+        }
+        match &self.plan.checkpoints {
+            Some(c) if self.plan.leads_process(self.me) => c.started(r, &self.plan),
+            _ => Ok(()),
+        }
+    }
+
+    /// Round `r`, in its named steps: leaves this round's gradient envelopes in `out` and
+    /// returns its statistics. After the last round only the first steps run (the final
+    /// changes are applied and the model evaluated).
     fn round(
         &mut self,
         r: u64,
@@ -277,8 +307,36 @@ impl GradientStep {
             worker: self.me,
             ..Default::default()
         };
-        let t_update = Instant::now();
+        let started = Instant::now();
         self.apply_changes(r, changes, st)?;
+        self.previous_round(r, started, st, &mut stats);
+        self.checkpoint(r, st, &stats)?;
+        self.evaluate(r, st, &mut stats);
+        if r == self.rounds {
+            return Ok(stats);
+        }
+        let batch = self.next_batch(r);
+        self.gradient(r, batch, st, &mut stats)?;
+        let encoding = Instant::now();
+        (stats.offered_keys, stats.sent_keys) = self.encode(r, stats.rows as u32, st, out)?;
+        self.send(st, out);
+        self.ask(r, st, out);
+        stats.encode_ms = ms(encoding);
+        stats.traffic = std::mem::take(&mut st.traffic);
+        self.last_emit = Some(Instant::now());
+        Ok(stats)
+    }
+
+    /// The times and traffic of round `r - 1`'s exchange (its update ended with this round's
+    /// [`Self::apply_changes`], which started at `started`), reported with round `r`; a resumed
+    /// run reports those the checkpoint carried.
+    fn previous_round(
+        &mut self,
+        r: u64,
+        started: Instant,
+        st: &mut WorkerState,
+        stats: &mut RoundStats,
+    ) {
         if let Some(c) = st.carried.take() {
             // Resumed: round r - 1 ran before the checkpoint.
             stats.prev_update_ms = c.update_ms;
@@ -287,7 +345,7 @@ impl GradientStep {
             st.traffic = c.traffic;
             st.traffic_total = c.traffic_total;
         } else if r > 0 {
-            stats.prev_update_ms = st.update_ms + ms(t_update);
+            stats.prev_update_ms = st.update_ms + ms(started);
             stats.prev_aggregate_ms = st.aggregate_ms;
             if let Some(t) = self.last_emit {
                 let between = ms(t);
@@ -296,65 +354,81 @@ impl GradientStep {
         }
         stats.prev_traffic = std::mem::take(&mut st.traffic);
         (st.aggregate_ms, st.update_ms) = (0.0, 0.0);
-        if let Some(c) = &self.plan.checkpoints {
-            if c.due(r, &self.plan) {
-                let carried = Carried {
-                    wait_ms: stats.prev_wait_ms,
-                    aggregate_ms: stats.prev_aggregate_ms,
-                    update_ms: stats.prev_update_ms,
-                    traffic: stats.prev_traffic,
-                    traffic_total: st.traffic_total,
-                };
-                c.save_worker(r, self.me, st, carried)?;
-            }
-        }
-        if self.plan.evaluates_after(r) || (r == self.rounds && r > 0) {
-            let t_eval = Instant::now();
-            stats.eval = Some(EvalPart::evaluate(
-                &self.data.test,
-                &st.weights,
-                &*self.plan.loss,
-            ));
-            stats.prev_eval_ms = ms(t_eval);
-        }
-        if r < self.rounds {
-            let t_grad = Instant::now();
-            let batch = self.next_batch(r);
-            let rows = batch.len();
-            let bs = self.workspace.minibatch(
-                &self.data.train,
-                &self.order[batch],
-                &st.weights,
-                &*self.plan.loss,
-                crate::model::gradient::L2 {
-                    lambda: self.plan.lambda,
-                    intercept: self.plan.intercept,
-                },
-                &mut self.grad,
-            );
-            stats.gradient_ms = ms(t_grad);
-            stats.has_gradient = true;
-            stats.loss_sum = bs.loss_sum;
-            stats.rows = rows as u64;
-            stats.grad_keys = self.grad.len() as u64;
-            if let Some(dir) = &self.plan.dump_gradients {
-                let path = dir.join(format!("round{r:05}-worker{}.bin", self.me));
-                std::fs::create_dir_all(dir)
-                    .and_then(|_| crate::codec::measure::write_gradient(&path, &self.grad))
-                    .map_err(|e| format!("output.gradients: {}: {e}", path.display()))?;
-            }
-            let t_encode = Instant::now();
-            (stats.offered_keys, stats.sent_keys) = self.send(r, rows as u32, st, out)?;
-            self.ask(r, st, out);
-            stats.encode_ms = ms(t_encode);
-            stats.traffic = std::mem::take(&mut st.traffic);
-        }
-        self.last_emit = Some(Instant::now());
-        Ok(stats)
     }
 
-    /// Step 1: add the changes of round `r - 1` that the owners of other keys sent (`sharded`;
-    /// the other exchanges update the replica in their own operators).
+    /// Saves this worker's state when a checkpoint is due at round `r` (the model after round
+    /// `r - 1`, with what round `r` reports of it).
+    fn checkpoint(&self, r: u64, st: &mut WorkerState, stats: &RoundStats) -> Result<(), String> {
+        let Some(c) = self
+            .plan
+            .checkpoints
+            .as_ref()
+            .filter(|c| c.due(r, &self.plan))
+        else {
+            return Ok(());
+        };
+        let carried = Carried {
+            wait_ms: stats.prev_wait_ms,
+            aggregate_ms: stats.prev_aggregate_ms,
+            update_ms: stats.prev_update_ms,
+            traffic: stats.prev_traffic,
+            traffic_total: st.traffic_total,
+        };
+        c.save_worker(r, self.me, st, carried)
+    }
+
+    /// The test metrics of the model after round `r - 1`, at epoch ends, every `eval_every`
+    /// rounds and after the last round.
+    fn evaluate(&self, r: u64, st: &WorkerState, stats: &mut RoundStats) {
+        if self.plan.evaluates_after(r) || (r == self.rounds && r > 0) {
+            let started = Instant::now();
+            let loss = &*self.plan.loss;
+            stats.eval = Some(EvalPart::evaluate(&self.data.test, &st.weights, loss));
+            stats.prev_eval_ms = ms(started);
+        }
+    }
+
+    /// The mini-batch gradient of the rows at `batch` (positions in `order`) into `self.grad`,
+    /// with L2 (the intercept exempt); `output.gradients` writes it to a file.
+    fn gradient(
+        &mut self,
+        r: u64,
+        batch: std::ops::Range<usize>,
+        st: &WorkerState,
+        stats: &mut RoundStats,
+    ) -> Result<(), String> {
+        let started = Instant::now();
+        let l2 = crate::model::gradient::L2 {
+            lambda: self.plan.lambda,
+            intercept: self.plan.intercept,
+        };
+        let rows = &self.order[batch];
+        let loss = &*self.plan.loss;
+        let sums = (self.workspace).minibatch(
+            &self.data.train,
+            rows,
+            &st.weights,
+            loss,
+            l2,
+            &mut self.grad,
+        );
+        stats.gradient_ms = ms(started);
+        stats.has_gradient = true;
+        stats.loss_sum = sums.loss_sum;
+        stats.rows = rows.len() as u64;
+        stats.grad_keys = self.grad.len() as u64;
+        if let Some(dir) = &self.plan.dump_gradients {
+            let path = dir.join(format!("round{r:05}-worker{}.bin", self.me));
+            std::fs::create_dir_all(dir)
+                .and_then(|_| crate::codec::measure::write_gradient(&path, &self.grad))
+                .map_err(|e| format!("output.gradients: {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Adds the changes of round `r - 1` that the owners of other keys sent (`sharded`; the
+    /// other exchanges update the replica in their own operators), or the weights asked for
+    /// (`train.pull`).
     fn apply_changes(
         &mut self,
         r: u64,
@@ -406,8 +480,8 @@ impl GradientStep {
         Ok(())
     }
 
-    /// Step 2: the positions in `order` of round `r`'s mini-batch. Each epoch shuffles the worker's rows with
-    /// a generator seeded by (job seed, epoch, worker); within a batch the rows are visited in
+    /// The positions in `order` of round `r`'s mini-batch. Each epoch shuffles the worker's
+    /// rows with a generator seeded by (job seed, epoch, worker); within a batch the rows are visited in
     /// storage order, so that row data streams through the cache (the gradient is a sum: the
     /// order only changes rounding).
     fn next_batch(&mut self, r: u64) -> std::ops::Range<usize> {
@@ -432,7 +506,7 @@ impl GradientStep {
         range(b)
     }
 
-    /// Step 4 (`train.pull`): ask each owner for the weights this worker needs next round: the
+    /// `train.pull`: asks each owner for the weights this worker needs next round: the
     /// keys of its next batch, those of its test rows before an evaluation, and (worker 0,
     /// after the last round) every key, for the model it writes.
     fn ask(&mut self, r: u64, st: &mut WorkerState, out: &mut Vec<Envelope>) {
@@ -478,10 +552,11 @@ impl GradientStep {
         }
     }
 
-    /// Step 3: pass the gradient through the memory, encode it and address it. Returns the keys
-    /// offered to the codec (after the memory) and the keys its messages carry (0 and 0 for
-    /// the sketch exchange, which sends no codec messages).
-    fn send(
+    /// Passes the gradient through the memory, encodes it and addresses the messages (one per
+    /// receiving worker, in `out`). Returns the keys offered to the codec (after the memory)
+    /// and the keys its messages carry (0 and 0 for the sketch exchange, which sends no codec
+    /// messages).
+    fn encode(
         &mut self,
         r: u64,
         rows: u32,
@@ -540,11 +615,16 @@ impl GradientStep {
                 std::mem::swap(&mut st.compensated, &mut self.grad);
             }
         }
-        for env in out.iter() {
+        Ok(keys)
+    }
+
+    /// Counts the gradient messages in `out` as this worker's uplink traffic (the operator
+    /// then gives them to the exchange).
+    fn send(&self, st: &mut WorkerState, out: &[Envelope]) {
+        for env in out {
             let remote = self.plan.process_of(env.dest) != self.plan.process_of(self.me);
             st.sent(true, env.payload.len(), remote);
         }
-        Ok(keys)
     }
 }
 

@@ -110,6 +110,12 @@ impl TrainPlan {
         w as usize / self.threads_per_process
     }
 
+    /// Whether worker `w` is its process's first (it speaks for the process: wire counts,
+    /// checkpoints).
+    pub fn leads_process(&self, w: u32) -> bool {
+        w as usize % self.threads_per_process == 0
+    }
+
     /// Features per row before the intercept (the model has [`Self::dim`] =
     /// (features + intercept) · outputs weights).
     pub fn data_dim(&self) -> u32 {
