@@ -537,3 +537,109 @@ fn fashion_mnist_trains_as_a_two_process_cluster_with_and_without_compression() 
         assert!(q.2 > 0.0 && q.2 < e.2 / 5.0, "{e:?} {q:?}");
     }
 }
+
+#[test]
+fn predict_on_a_table_with_a_label_outside_the_classes_is_an_error_naming_the_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let mut table = String::from("y,c\n");
+    for i in 0..300 {
+        table += &format!("{},v{}\n", i % 3, i % 3);
+    }
+    std::fs::write(path("train.csv"), &table).unwrap();
+    std::fs::write(path("bad.csv"), "y,c\n1,v1\n7,v2\n").unwrap();
+    let job = format!(
+        "[data]\nformat = \"csv\"\ntrain = {:?}\n[data.label]\ncolumn = \"y\"\n\
+         [data.features]\ncategorical = [\"c\"]\n[model]\nloss = \"softmax\"\nclasses = 3\n\
+         [train]\nepochs = 2\n[output]\nmodel = {:?}\n",
+        path("train.csv"),
+        path("model.txt"),
+    );
+    std::fs::write(path("job.toml"), job).unwrap();
+    gradflow_ok(["train".as_ref(), path("job.toml").as_os_str()]);
+    let out = gradflow([
+        "predict".as_ref(),
+        path("model.txt").as_os_str(),
+        path("bad.csv").as_os_str(),
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{e}");
+    assert!(
+        e.contains(&format!("{}: row 2: ", path("bad.csv").display())) && e.contains('7'),
+        "{e}"
+    );
+}
+
+#[test]
+fn predict_reads_idx_images_with_their_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    write_images(dir.path());
+    let path = |name: &str| dir.path().join(name);
+    let job = format!(
+        "{}[output]\nmetrics = {:?}\nmodel = {:?}\n",
+        job_text(dir.path()),
+        path("m.csv"),
+        path("model.txt")
+    );
+    std::fs::write(path("job.toml"), job).unwrap();
+    gradflow_ok(["train".as_ref(), path("job.toml").as_os_str()]);
+    let metrics = std::fs::read_to_string(path("m.csv")).unwrap();
+    let mut rows = csv::Reader::from_reader(metrics.as_bytes());
+    let at = rows
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "test_accuracy")
+        .unwrap();
+    let epochs = rows
+        .records()
+        .map(|r| r.unwrap())
+        .filter(|r| &r[0] == "epoch");
+    let trained: f64 = epochs.last().unwrap()[at].parse().unwrap();
+
+    let predict = |images: &str, labels: &str| {
+        gradflow([
+            "predict".as_ref(),
+            path("model.txt").as_os_str(),
+            path(images).as_os_str(),
+            "--labels".as_ref(),
+            path(labels).as_os_str(),
+        ])
+    };
+    let out = predict("test-images", "test-labels");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The accuracy training measured on the same images, to the printed digits.
+    assert!(stdout.contains("rows 1000"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("accuracy {trained:.4}")),
+        "{stdout} vs {trained}"
+    );
+
+    // Images of another size are an error naming the file.
+    let (pixels, labels) = images(10, 3);
+    let small: Vec<Vec<u8>> = pixels
+        .iter()
+        .map(|p| p[..p.len() - SIDE as usize].to_vec())
+        .collect();
+    let (small_images, small_labels) = (path("small-images"), path("small-labels"));
+    write_idx(
+        &small_images,
+        &small_labels,
+        SIDE - 1,
+        SIDE,
+        &small,
+        &labels,
+    )
+    .unwrap();
+    let out = predict("small-images", "small-labels");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains(&small_images.display().to_string()),
+        "{e}"
+    );
+}

@@ -274,12 +274,16 @@ struct ClusterArgs {
 struct PredictArgs {
     /// A model file written by `train` (output.model).
     model: PathBuf,
-    /// The data: LibSVM, or for a model trained on a table, a raw CSV table (the label column
-    /// is optional), read through the model's feature map.
+    /// The data: LibSVM, IDX images (with --labels), or for a model trained on a table, a raw
+    /// CSV table (the label column is optional), read through the model's feature map.
     data: PathBuf,
     /// Indices in LibSVM data start at 0.
     #[arg(long)]
     zero_based: bool,
+    /// IDX images (a model trained with data.format = "idx"): their labels file; the data is
+    /// then the images file.
+    #[arg(long)]
+    labels: Option<PathBuf>,
     /// Write one prediction per row here (probability for logistic, margin for hinge, value for
     /// squared): one number per line, or with --format csv / json, records with --id.
     #[arg(long)]
@@ -755,6 +759,12 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     // The data's own features lie below the intercept's (the model's last); a softmax model
     // has `classes` keys per feature.
     let data_dim = model.intercept.unwrap_or(dim) / model.outputs();
+    if a.labels.is_some() && model.features.is_some() {
+        return Err(format!(
+            "--labels: for IDX images; {} reads CSV tables through its feature map",
+            a.model.display()
+        ));
+    }
     let (mut data, ids, labelled, ignored) = match &model.features {
         Some(text) => {
             let map: crate::data::table::FeatureMap = toml::from_str(text)
@@ -779,6 +789,22 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                 )
             });
             (e.data, e.ids, e.labelled, note)
+        }
+        None if a.labels.is_some() => {
+            if a.id.is_some() {
+                return Err("--id: IDX images have no columns; it applies to CSV tables".into());
+            }
+            let labels = a.labels.as_deref().expect("matched");
+            let images = crate::data::idx::read_idx(&a.data, labels, data_dim, model.classes)
+                .map_err(|e| e.to_string())?;
+            if images.dim != data_dim {
+                return Err(format!(
+                    "{}: images of {} pixels, but the model has {data_dim} features",
+                    a.data.display(),
+                    images.dim
+                ));
+            }
+            (images, Vec::new(), true, None)
         }
         None => {
             if a.id.is_some() {
@@ -810,6 +836,14 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     let scored: Vec<u32> = (0..data.rows() as u32)
         .filter(|&i| !data.labels[i as usize].is_nan())
         .collect();
+    // A label the loss cannot read (a class outside 0..K in a table) is the data's error.
+    if let Some((i, e)) = scored.iter().find_map(|&i| {
+        let label = data.labels[i as usize];
+        loss.check_label(label).err().map(|e| (i as usize, e))
+    }) {
+        let row = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
+        return Err(format!("{}: row {row}: {e}", a.data.display()));
+    }
     if labelled && !scored.is_empty() {
         let mut with_labels = crate::data::Dataset::new(data.dim);
         for &i in &scored {
