@@ -50,6 +50,15 @@ const FLIGHT_COLUMNS: [&str; 7] = [
     "arr_delay",
 ];
 
+/// Positions of the flights' columns in `FLIGHT_COLUMNS`.
+const SCHED_DEP: usize = 0;
+const CARRIER: usize = 1;
+const TAILNUM: usize = 2;
+const ORIGIN: usize = 3;
+const DEST: usize = 4;
+const DISTANCE: usize = 5;
+const ARR_DELAY: usize = 6;
+
 /// A record: its id (the byte offset of its start in the file) and its cells (missing values
 /// empty). A flight's are in `FLIGHT_COLUMNS` order.
 type Record = (u64, Vec<String>);
@@ -73,7 +82,7 @@ fn main() -> std::process::ExitCode {
 
         // 1. read
         let flights = read(scope, &flights_file, &FLIGHT_COLUMNS, sup.clone())
-            .filter(|(_, cells)| !cells[6].is_empty());
+            .filter(|(_, cells)| !cells[ARR_DELAY].is_empty());
         let airports = read(scope, &airports_file, &["faa", "tz", "alt"], sup.clone());
 
         // 2. join
@@ -144,7 +153,7 @@ fn join<'s>(
 ) -> Stream<'s, (), Vec<(Flight, Airport)>> {
     let used = flights
         .clone()
-        .map(|(_, c)| (c[4].clone(), (), 1isize))
+        .map(|(_, c)| (c[DEST].clone(), (), 1isize))
         .as_collection()
         .distinct();
     let rows = airports
@@ -177,7 +186,7 @@ fn join<'s>(
                 if let Some(cap) = cap.take() {
                     let mut session = output.session(&cap);
                     for flight in held.drain(..) {
-                        let airport = known.get(&flight.1[4]).cloned().unwrap_or_default();
+                        let airport = known.get(&flight.1[DEST]).cloned().unwrap_or_default();
                         session.give((flight, airport));
                     }
                 }
@@ -190,42 +199,44 @@ fn join<'s>(
 /// flight without a label or with a value that does not parse (none in the embedded table).
 fn features(flight: &Flight, airport: &Airport, dim: u32, seed: u64) -> Option<PreparedRow> {
     let (id, c) = flight;
-    let delay: f64 = c[6].parse().ok()?;
-    let when = Date::parse("sched_dep", &c[0]).ok()?;
-    let distance: f64 = c[5].parse().ok()?;
+    let delay: f64 = c[ARR_DELAY].parse().ok()?;
+    let when = Date::parse("sched_dep", &c[SCHED_DEP]).ok()?;
+    let distance: f64 = c[DISTANCE].parse().ok()?;
     let part = |p: DatePart| when.part(p).to_string();
-    let (hour, month, day) = (
-        part(DatePart::Hour),
-        part(DatePart::Month),
-        part(DatePart::Day),
-    );
-    let (carrier, tailnum, origin, dest) = (&c[1], &c[2], &c[3], &c[4]);
-    let (tz, alt) = airport;
-    let named: [(&str, Vec<&str>); 13] = [
-        ("carrier", vec![carrier]),
-        ("tailnum", vec![tailnum]),
-        ("origin", vec![origin]),
-        ("dest", vec![dest]),
-        ("hour", vec![&hour]),
-        (
-            "dow",
-            vec![&["0", "1", "2", "3", "4", "5", "6"][when.part(DatePart::Dow) as usize]],
-        ),
-        ("month", vec![&month]),
-        ("dest_tz", vec![tz]),
-        ("dest_alt", vec![alt]),
-        ("origin*dest", vec![origin, dest]),
-        ("carrier*hour", vec![carrier, &hour]),
-        ("month*day", vec![&month, &day]),
-        ("origin*month*day*hour", vec![origin, &month, &day, &hour]),
+    let [hour, dow, month, day] = [
+        DatePart::Hour,
+        DatePart::Dow,
+        DatePart::Month,
+        DatePart::Day,
+    ]
+    .map(part);
+    let (carrier, tailnum, origin) = (&*c[CARRIER], &*c[TAILNUM], &*c[ORIGIN]);
+    let (dest, tz, alt) = (&*c[DEST], &*airport.0, &*airport.1);
+    let (hour, dow, month, day) = (&*hour, &*dow, &*month, &*day);
+    let named: [(&str, &[&str]); 13] = [
+        ("carrier", &[carrier]),
+        ("tailnum", &[tailnum]),
+        ("origin", &[origin]),
+        ("dest", &[dest]),
+        ("hour", &[hour]),
+        ("dow", &[dow]),
+        ("month", &[month]),
+        ("dest_tz", &[tz]),
+        ("dest_alt", &[alt]),
+        ("origin*dest", &[origin, dest]),
+        ("carrier*hour", &[carrier, hour]),
+        ("month*day", &[month, day]),
+        ("origin*month*day*hour", &[origin, month, day, hour]),
     ];
+    let mut text = String::new();
     let mut pairs: Vec<(u32, f32)> = named
         .iter()
-        .map(|(name, values)| (slot(name, values, dim, seed), 1.0))
+        .map(|(name, values)| (slot(&mut text, name, values, dim, seed), 1.0))
         .collect();
+    let log_distance = (distance.ln_1p() / 8.0) as f32;
     pairs.push((
-        slot("log_distance", &[], dim, seed),
-        (distance.ln_1p() / 8.0) as f32,
+        slot(&mut text, "log_distance", &[], dim, seed),
+        log_distance,
     ));
     sum_duplicates(&mut pairs);
     let (keys, values) = pairs.into_iter().unzip();
@@ -239,8 +250,10 @@ fn features(flight: &Flight, airport: &Airport, dim: u32, seed: u64) -> Option<P
 }
 
 /// The hashed slot of feature `name` with `values` (VW's hashing trick, seeded by the job).
-fn slot(name: &str, values: &[&str], dim: u32, seed: u64) -> u32 {
-    let mut text = String::from(name);
+/// `text` is a buffer, reused.
+fn slot(text: &mut String, name: &str, values: &[&str], dim: u32, seed: u64) -> u32 {
+    text.clear();
+    text.push_str(name);
     for v in values {
         text.push('=');
         text.push_str(v);

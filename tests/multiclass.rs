@@ -620,26 +620,26 @@ fn predict_reads_idx_images_with_their_labels() {
         "{stdout} vs {trained}"
     );
 
-    // Images of another size are an error naming the file.
+    // Images of another size, fewer or more rows of pixels, are an error naming the file and
+    // the model's size (not a job's data.max_dim).
     let (pixels, labels) = images(10, 3);
-    let small: Vec<Vec<u8>> = pixels
-        .iter()
-        .map(|p| p[..p.len() - SIDE as usize].to_vec())
-        .collect();
-    let (small_images, small_labels) = (path("small-images"), path("small-labels"));
-    write_idx(
-        &small_images,
-        &small_labels,
-        SIDE - 1,
-        SIDE,
-        &small,
-        &labels,
-    )
-    .unwrap();
-    let out = predict("small-images", "small-labels");
-    let e = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && e.contains(&small_images.display().to_string()),
-        "{e}"
-    );
+    let side = SIDE as usize;
+    for (name, rows) in [("small", SIDE - 1), ("large", SIDE + 1)] {
+        let resized: Vec<Vec<u8>> = pixels
+            .iter()
+            .map(|p| [p.as_slice(), &p[..side]].concat()[..rows as usize * side].to_vec())
+            .collect();
+        let (images, labels_file) = (
+            path(&format!("{name}-images")),
+            path(&format!("{name}-labels")),
+        );
+        write_idx(&images, &labels_file, rows, SIDE, &resized, &labels).unwrap();
+        let out = predict(&format!("{name}-images"), &format!("{name}-labels"));
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}");
+        assert!(
+            e.contains(&images.display().to_string()) && e.contains("but the model has"),
+            "{e}"
+        );
+    }
 }

@@ -795,7 +795,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                 return Err("--id: IDX images have no columns; it applies to CSV tables".into());
             }
             let labels = a.labels.as_deref().expect("matched");
-            let images = crate::data::idx::read_idx(&a.data, labels, data_dim, model.classes)
+            let images = crate::data::idx::read_idx(&a.data, labels, a.max_dim, model.classes)
                 .map_err(|e| e.to_string())?;
             if images.dim != data_dim {
                 return Err(format!(

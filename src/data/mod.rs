@@ -24,6 +24,11 @@ pub fn is_class(label: f32, classes: u32) -> bool {
     label >= 0.0 && label < classes as f32 && label.fract() == 0.0
 }
 
+/// Whether `label` is a class of a two-class model: -1/+1 or 0/1.
+pub fn is_binary_label(label: f32) -> bool {
+    [-1.0, 0.0, 1.0].contains(&label)
+}
+
 /// The error for a label (`label`, as the message shows it) that is not one of `0..classes`.
 pub fn not_a_class(label: &str, classes: u32) -> String {
     format!(

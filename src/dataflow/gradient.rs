@@ -79,13 +79,10 @@ pub fn gradient<'s>(
         OutputBuilder::from(grad_out);
     let mut stats_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<RoundStats>>> =
         OutputBuilder::from(stats_out);
-    let build = {
-        let (plan, supervisor) = (plan.clone(), supervisor.clone());
-        move |data| GradientStep::new(me, peers, &plan, data, &supervisor, wire.clone())
-    };
-    let mut step = data.map(&build);
+    let mut step =
+        data.map(|data| GradientStep::new(me, peers, plan, data, &supervisor, wire.clone()));
     let mut arrived: Vec<PreparedRow> = Vec::new();
-    let plan_rows = plan.clone();
+    let plan = plan.clone();
 
     let start = at(plan.start_round);
     builder.build(move |mut caps| {
@@ -121,11 +118,12 @@ pub fn gradient<'s>(
                 if !frontiers[rows_at].is_empty() {
                     return;
                 }
-                match WorkerData::from_rows(std::mem::take(&mut arrived), &plan_rows) {
+                match WorkerData::from_rows(std::mem::take(&mut arrived), &plan) {
                     Ok(data) => {
                         let rows = (data.train.rows() as u64, data.test.rows() as u64);
                         state.borrow_mut().prepared_rows = Some(rows);
-                        step = Some(build(data));
+                        let wire = wire.clone();
+                        step = Some(GradientStep::new(me, peers, &plan, data, &supervisor, wire));
                     }
                     Err(e) => {
                         supervisor.fail(format!("worker {me}: the program's rows: {e}"));

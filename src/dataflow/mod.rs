@@ -62,7 +62,6 @@ use timely::order::Product;
 use crate::codec::none::NoneCodec;
 use crate::codec::{build_codec, Codec, CodecSpec};
 use crate::data::table::PreparedRow;
-use crate::data::Dataset;
 use crate::exchange::{Envelope, ExchangeKind};
 use crate::metrics::{MetricsRow, RowOutput, WireCounters};
 use crate::model::{LossFn, ModelLoss};
@@ -301,11 +300,6 @@ impl Training {
         Stream<'s, RoundTime, Vec<Envelope>>,
         Stream<'s, RoundTime, Vec<RoundStats>>,
     ) {
-        let none = || WorkerData {
-            train: Dataset::new(0),
-            test: Dataset::new(0),
-            ignored_test_features: 0,
-        };
         let data = match (std::mem::replace(&mut self.data, DataSource::Taken), rows) {
             (DataSource::Taken, _) => panic!("one gradient step per training loop"),
             (DataSource::Loaded(data), None) => Rows::Loaded(data),
@@ -323,7 +317,7 @@ impl Training {
                      (Training::gradient_on), and this loop has none: run the job with its \
                      program",
                 );
-                Rows::Loaded(none())
+                Rows::Loaded(WorkerData::empty(0))
             }
         };
         let (state, sup) = (self.state.clone(), self.supervisor.clone());

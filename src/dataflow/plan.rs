@@ -136,6 +136,15 @@ pub struct WorkerData {
 }
 
 impl WorkerData {
+    /// No rows, of dimension `dim`.
+    pub fn empty(dim: u32) -> WorkerData {
+        WorkerData {
+            train: Dataset::new(dim),
+            test: Dataset::new(dim),
+            ignored_test_features: 0,
+        }
+    }
+
     /// The rows a program's dataflow prepared for this worker
     /// ([`crate::dataflow::Training::gradient_on`]), in the order of their ids (so that a run
     /// does not depend on the order in which they arrived), with the plan's intercept. Every
@@ -150,21 +159,21 @@ impl WorkerData {
             ));
         }
         let dim = plan.data_dim();
-        let (mut train, mut test) = (Dataset::new(dim), Dataset::new(dim));
+        let mut data = WorkerData::empty(dim);
         for row in &rows {
             check_row(row, dim, &*plan.loss).map_err(|e| format!("row id {}: {e}", row.id))?;
-            let side = if row.test { &mut test } else { &mut train };
+            let side = if row.test {
+                &mut data.test
+            } else {
+                &mut data.train
+            };
             side.push_row(&row.keys, &row.values, row.label);
         }
         if plan.intercept.is_some() {
-            train.add_intercept();
-            test.add_intercept();
+            data.train.add_intercept();
+            data.test.add_intercept();
         }
-        Ok(WorkerData {
-            train,
-            test,
-            ignored_test_features: 0,
-        })
+        Ok(data)
     }
 }
 
@@ -192,7 +201,7 @@ fn check_row(row: &PreparedRow, dim: u32, loss: &dyn ModelLoss) -> Result<(), St
         return Err(format!("value {v} is not finite"));
     }
     let binary = loss.task() == Task::Binary;
-    if !row.label.is_finite() || (binary && ![-1.0, 0.0, 1.0].contains(&row.label)) {
+    if !row.label.is_finite() || (binary && !crate::data::is_binary_label(row.label)) {
         return Err(format!(
             "label {} is not one the loss '{}' reads{}",
             row.label,

@@ -755,12 +755,7 @@ impl Job {
                 .data
                 .dim
                 .expect("validated: a program job has data.dim");
-            let none = WorkerData {
-                train: Dataset::new(dim),
-                test: Dataset::new(dim),
-                ignored_test_features: 0,
-            };
-            let (data, dim) = self.with_intercept(none, dim)?;
+            let (data, dim) = self.with_intercept(WorkerData::empty(dim), dim)?;
             return Ok((data, dim, None, vec![]));
         }
         if self.data.format != Format::Csv {

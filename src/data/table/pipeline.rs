@@ -313,7 +313,7 @@ fn labels(
                     None => x,
                 }
             };
-            if classification && ![-1.0, 0.0, 1.0].contains(&y) {
+            if classification && !crate::data::is_binary_label(y as f32) {
                 return Err(cells.error(
                     row,
                     c,
