@@ -568,6 +568,19 @@ fn predict_on_a_table_with_a_label_outside_the_classes_is_an_error_naming_the_ro
         e.contains(&format!("{}: row 2: ", path("bad.csv").display())) && e.contains('7'),
         "{e}"
     );
+    // A table's model reads tables: IDX labels are an error naming the option.
+    let out = gradflow([
+        "predict".as_ref(),
+        path("model.txt").as_os_str(),
+        path("bad.csv").as_os_str(),
+        "--labels".as_ref(),
+        path("bad.csv").as_os_str(),
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("--labels: for IDX images"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -492,6 +492,18 @@ fn a_programs_bad_data_stops_every_process_with_its_place() {
     // A file the job does not name.
     let e = fails("unnamed", &["--set", "data.files={}"]);
     assert!(e.contains("data.files.flights"), "{e}");
+    // A program's own files on a job that reads its data another way (a CSV job).
+    let out = run(
+        &exe,
+        &["train", "jobs/quickstart.toml", "-w", "1"].map(String::from),
+        &[],
+        limit,
+    );
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("data.files.flights") && e.contains("\"program\""),
+        "{e}"
+    );
     // The standard loop has no rows for a program's job.
     let out = run(
         Path::new(env!("CARGO_BIN_EXE_gradflow")),
@@ -548,6 +560,13 @@ fn a_programs_rows_are_ordered_by_id_and_checked() {
             "row id 4: label 7 is not one the loss 'logistic' reads",
         ),
         (vec![row(4, false, &[1], f32::NAN)], "row id 4: label NaN"),
+        (
+            vec![PreparedRow {
+                values: vec![],
+                ..row(4, false, &[1], 1.0)
+            }],
+            "row id 4: 1 keys but 0 values",
+        ),
     ] {
         let e = WorkerData::from_rows(bad, &logistic).unwrap_err();
         assert!(e.contains(says), "{e}");
