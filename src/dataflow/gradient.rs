@@ -473,7 +473,8 @@ impl GradientStep {
                     owners.owner(k)
                 )));
             }
-            super::add_changes(&self.scratch, &mut st.weights);
+            super::add_changes(&self.scratch, &mut st.weights)
+                .map_err(|e| format!("worker {}, round {r}: model diverged: {e}", self.me))?;
         }
         Ok(())
     }

@@ -493,15 +493,18 @@ fn one_from_each(msgs: &mut [Envelope], peers: usize) -> Result<(), String> {
     }
 }
 
-/// Adds a decoded model change to a replica.
-fn add_changes(change: &SparseGrad, weights: &mut [f32]) {
+/// Adds a decoded model change to a replica, and checks that the weights it touched stay
+/// finite (in the same pass; the failing key is looked up only on failure).
+fn add_changes(change: &SparseGrad, weights: &mut [f32]) -> Result<(), String> {
+    let mut finite = true;
     for (&k, &c) in change.keys.iter().zip(&change.values) {
-        weights[k as usize] += c;
+        let w = &mut weights[k as usize];
+        *w += c;
+        finite &= w.is_finite();
     }
-}
-
-/// Checks that the weights a change touched are finite.
-fn check_finite(change: &SparseGrad, weights: &[f32]) -> Result<(), String> {
+    if finite {
+        return Ok(());
+    }
     match change
         .keys
         .iter()

@@ -18,8 +18,8 @@ pub const DOWNLINK_PIECE: u32 = u32::MAX;
 pub struct Downlink {
     codec: Box<dyn Codec>,
     scratch: SparseGrad,
-    /// The decoded change of the last [`Downlink::encode`]: what every replica adds.
-    pub decoded: SparseGrad,
+    /// The decoded change of the last lossy [`Downlink::encode`].
+    decoded: SparseGrad,
 }
 
 impl Downlink {
@@ -34,15 +34,16 @@ impl Downlink {
 
     /// Encodes `change` (this round's optimizer step on the owner's keys; it becomes the change
     /// plus `residual`) into `payload` (`None` when no other replica exists), and returns
-    /// what replicas decode. A lossless codec skips the local decode and keeps no residual.
-    pub fn encode(
-        &mut self,
+    /// what replicas decode. A lossless codec skips the local decode and keeps no residual:
+    /// replicas decode `change` itself.
+    pub fn encode<'a>(
+        &'a mut self,
         residual: &mut Residual,
-        change: &mut SparseGrad,
+        change: &'a mut SparseGrad,
         dim: u32,
         ctx: EncodeContext,
         payload: Option<&mut Vec<u8>>,
-    ) -> Result<&SparseGrad, CodecError> {
+    ) -> Result<&'a SparseGrad, CodecError> {
         let ctx = EncodeContext {
             piece: DOWNLINK_PIECE,
             ..ctx
@@ -53,8 +54,7 @@ impl Downlink {
                 self.codec
                     .encode(&change.keys, &change.values, dim, ctx, payload)?;
             }
-            self.decoded.clone_from(change);
-            return Ok(&self.decoded);
+            return Ok(change);
         }
         residual.compensate(change, &mut self.scratch);
         let mut local = Vec::new();
@@ -102,7 +102,8 @@ mod tests {
             let ctx = EncodeContext::default();
             let decoded = d
                 .encode(&mut residual, &mut change, 8, ctx, Some(&mut payload))
-                .unwrap();
+                .unwrap()
+                .clone();
             assert!(decoded.len() <= change.len().div_ceil(2), "top half only");
             for (&k, &v) in decoded.keys.iter().zip(&decoded.values) {
                 replica[k as usize] += v;

@@ -100,6 +100,31 @@ impl Owners {
                     start = end;
                 }
             }
+            Ownership::Hashed if self.parts == 2 => {
+                // Every pair is written at both pieces' cursors and only its owner's cursor
+                // moves past it: one pass, no branch on the (random) owner.
+                let [first, second] = &mut pieces[..] else {
+                    unreachable!("two pieces")
+                };
+                let n = v.len();
+                for piece in [&mut *first, &mut *second] {
+                    piece.keys.resize(n + 1, 0);
+                    piece.values.resize(n + 1, 0.0);
+                }
+                let (k0, v0) = (&mut first.keys[..], &mut first.values[..]);
+                let (k1, v1) = (&mut second.keys[..], &mut second.values[..]);
+                let (mut at0, mut at1) = (0, 0);
+                for (&k, &x) in v.keys.iter().zip(&v.values) {
+                    let second_owns = self.owner(k) as usize;
+                    (k0[at0], v0[at0], k1[at1], v1[at1]) = (k, x, k, x);
+                    at0 += 1 - second_owns;
+                    at1 += second_owns;
+                }
+                first.keys.truncate(at0);
+                first.values.truncate(at0);
+                second.keys.truncate(at1);
+                second.values.truncate(at1);
+            }
             Ownership::Hashed => {
                 for (&k, &x) in v.keys.iter().zip(&v.values) {
                     let piece = &mut pieces[self.owner(k) as usize];
@@ -121,15 +146,26 @@ mod tests {
             keys: (0..1000).map(|i| i * 7).collect(),
             values: (0..1000).map(|i| i as f32).collect(),
         };
-        for scheme in [Ownership::Hashed, Ownership::Ranges] {
-            let owners = Owners::new(scheme, 7000, 3, 5);
+        // Two owners take their own path (two cursors); three the general one.
+        for (scheme, parts) in [
+            (Ownership::Hashed, 2),
+            (Ownership::Hashed, 3),
+            (Ownership::Ranges, 3),
+        ] {
+            let owners = Owners::new(scheme, 7000, parts, 5);
             let mut pieces = Vec::new();
             owners.split(&v, &mut pieces);
-            assert_eq!(pieces.len(), 3);
+            owners.split(&v, &mut pieces); // buffers reused
+            assert_eq!(pieces.len(), parts as usize);
             let mut all: Vec<u32> = Vec::new();
             for (w, p) in pieces.iter().enumerate() {
                 assert!(p.keys.windows(2).all(|x| x[0] < x[1]), "{scheme:?}: sorted");
                 assert!(p.keys.iter().all(|&k| owners.owner(k) == w as u32));
+                assert!(p
+                    .keys
+                    .iter()
+                    .zip(&p.values)
+                    .all(|(&k, &x)| x == (k / 7) as f32));
                 assert!(p.len() > 250, "{scheme:?}: piece {w} has {} keys", p.len());
                 all.extend(&p.keys);
             }
