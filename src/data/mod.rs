@@ -93,21 +93,24 @@ impl Dataset {
 
     /// Adds an intercept: a feature of value 1 in every row, at key `dim` (the new last key).
     /// Returns its key.
+    ///
+    /// In place: the arrays grow by one entry per row and the rows move back, last row first
+    /// (row `i` moves `i` places), so no second copy of the data is allocated (with room
+    /// reserved, as [`Dataset::split_numbered`] does, not even a reallocation).
     pub fn add_intercept(&mut self) -> u32 {
         let key = self.dim;
         self.dim += 1;
-        let mut indices = Vec::with_capacity(self.indices.len() + self.rows());
-        let mut values = Vec::with_capacity(indices.capacity());
-        let mut row_ptr = Vec::with_capacity(self.row_ptr.len());
-        row_ptr.push(0);
-        for w in self.row_ptr.windows(2) {
-            indices.extend_from_slice(&self.indices[w[0]..w[1]]);
-            values.extend_from_slice(&self.values[w[0]..w[1]]);
-            indices.push(key);
-            values.push(1.0);
-            row_ptr.push(indices.len());
+        let (rows, nonzeros) = (self.rows(), self.indices.len());
+        self.indices.resize(nonzeros + rows, 0);
+        self.values.resize(nonzeros + rows, 0.0);
+        for i in (0..rows).rev() {
+            let (lo, hi) = (self.row_ptr[i], self.row_ptr[i + 1]);
+            self.indices.copy_within(lo..hi, lo + i);
+            self.values.copy_within(lo..hi, lo + i);
+            self.indices[hi + i] = key;
+            self.values[hi + i] = 1.0;
+            self.row_ptr[i + 1] = hi + i + 1;
         }
-        (self.indices, self.values, self.row_ptr) = (indices, values, row_ptr);
         key
     }
 
@@ -150,5 +153,9 @@ mod tests {
         assert_eq!(d.row(1), (&[5][..], &[1.0][..]));
         assert_eq!(d.row(2), (&[0, 5][..], &[3.0, 1.0][..]));
         assert_eq!(d.labels, vec![1.0, -1.0, 1.0]);
+        assert_eq!(
+            (d.row_ptr, d.indices.len(), d.values.len()),
+            (vec![0, 3, 4, 6], 6, 6)
+        );
     }
 }

@@ -71,16 +71,28 @@ impl super::Dataset {
 
     /// As [`Dataset::split`], for rows numbered from `first` (a part of a file whose earlier
     /// parts hold `first` rows).
+    ///
+    /// Each side is allocated once at its final size, plus one entry per row for an
+    /// intercept ([`Dataset::add_intercept`] then moves the rows in place).
     pub fn split_numbered(
         &self,
         first: usize,
         filter: &RowFilter,
     ) -> (super::Dataset, super::Dataset) {
+        let sides: Vec<Option<Side>> = (0..self.rows()).map(|i| filter.side(first + i)).collect();
         let mut train = super::Dataset::new(self.dim);
         let mut test = super::Dataset::new(self.dim);
-        for i in 0..self.rows() {
+        for (side, set) in [(Side::Train, &mut train), (Side::Test, &mut test)] {
+            let (mut rows, mut nonzeros) = (0, 0);
+            for (i, _) in sides.iter().enumerate().filter(|(_, s)| **s == Some(side)) {
+                rows += 1;
+                nonzeros += self.row_ptr[i + 1] - self.row_ptr[i];
+            }
+            set.reserve(rows, nonzeros + rows);
+        }
+        for (i, side) in sides.iter().enumerate() {
             let (k, v) = self.row(i);
-            match filter.side(first + i) {
+            match side {
                 Some(Side::Train) => train.push_row(k, v, self.labels[i]),
                 Some(Side::Test) => test.push_row(k, v, self.labels[i]),
                 None => {}
