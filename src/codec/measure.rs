@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::bits::{BitReader, BitWriter};
 use super::keys::KeyCoding;
-use super::{build_codec, check_keys, CodecSpec, EncodeContext, HEADER_LEN};
+use super::{build_codec, check_keys, get_le, put_le, CodecSpec, EncodeContext, HEADER_LEN};
 use crate::sparse::SparseGrad;
 
 /// Reads a gradient file; errors name the file and what is wrong.
@@ -40,14 +40,9 @@ pub fn read_gradient(path: &Path, dim: u32) -> Result<SparseGrad, String> {
         )));
     }
     let n = n as usize;
-    let keys: Vec<u32> = bytes[8..8 + 4 * n]
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let values: Vec<f32> = bytes[8 + 4 * n..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let (mut keys, mut values) = (Vec::new(), Vec::new());
+    get_le(&bytes[8..8 + 4 * n], &mut keys, u32::from_le_bytes);
+    get_le(&bytes[8 + 4 * n..], &mut values, f32::from_le_bytes);
     check_keys(&keys, dim).map_err(|e| err(e.to_string()))?;
     if let Some(i) = values.iter().position(|v| !v.is_finite()) {
         return Err(err(format!("value of key {} is not finite", keys[i])));
@@ -59,12 +54,8 @@ pub fn read_gradient(path: &Path, dim: u32) -> Result<SparseGrad, String> {
 pub fn write_gradient(path: &Path, g: &SparseGrad) -> std::io::Result<()> {
     let mut b = Vec::with_capacity(8 + 8 * g.len());
     b.extend_from_slice(&(g.len() as u64).to_le_bytes());
-    g.keys
-        .iter()
-        .for_each(|k| b.extend_from_slice(&k.to_le_bytes()));
-    g.values
-        .iter()
-        .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+    put_le(&mut b, &g.keys, u32::to_le_bytes);
+    put_le(&mut b, &g.values, f32::to_le_bytes);
     std::fs::write(path, b)
 }
 

@@ -1,9 +1,8 @@
 //! `none`: the uncompressed baseline. Body: `n` u32 keys then `n` f32 values, little-endian
 //! (8 bytes per pair).
 
-use super::{
-    check_finite, check_keys, read_header, write_header, Codec, CodecError, EncodeContext,
-};
+use super::{check_finite, check_keys, get_le, put_le, read_header, write_header};
+use super::{Codec, CodecError, EncodeContext};
 use super::{FromParams, NoParams};
 use crate::sparse::SparseGrad;
 
@@ -40,8 +39,8 @@ impl Codec for NoneCodec {
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
         write_header(out, ID, VERSION, dim, keys.len() as u32);
-        put_le(out, keys, |k| k.to_le_bytes());
-        put_le(out, values, |v| v.to_le_bytes());
+        put_le(out, keys, u32::to_le_bytes);
+        put_le(out, values, f32::to_le_bytes);
         Ok(())
     }
 
@@ -66,25 +65,6 @@ impl Codec for NoneCodec {
         check_keys(&out.keys, h.dim)?;
         check_finite(&out.keys, &out.values)?;
         Ok(h.dim)
-    }
-}
-
-/// Appends `items` as 4-byte little-endian words: one resize, then a loop without capacity
-/// checks (a copy on little-endian machines).
-fn put_le<T: Copy>(out: &mut Vec<u8>, items: &[T], bytes: impl Fn(T) -> [u8; 4]) {
-    let start = out.len();
-    out.resize(start + 4 * items.len(), 0);
-    for (word, &x) in out[start..].chunks_exact_mut(4).zip(items) {
-        word.copy_from_slice(&bytes(x));
-    }
-}
-
-/// Appends the 4-byte little-endian words of `bytes` (a multiple of 4 long) to `out`.
-fn get_le<T: Copy + Default>(bytes: &[u8], out: &mut Vec<T>, read: impl Fn([u8; 4]) -> T) {
-    let start = out.len();
-    out.resize(start + bytes.len() / 4, T::default());
-    for (x, word) in out[start..].iter_mut().zip(bytes.chunks_exact(4)) {
-        *x = read(word.try_into().expect("4 bytes"));
     }
 }
 

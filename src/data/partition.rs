@@ -80,14 +80,18 @@ impl super::Dataset {
         filter: &RowFilter,
     ) -> (super::Dataset, super::Dataset) {
         let sides: Vec<Option<Side>> = (0..self.rows()).map(|i| filter.side(first + i)).collect();
+        // (rows, nonzeros) of each side.
+        let mut sizes = [(0, 0); 2];
+        for (i, side) in sides.iter().enumerate() {
+            if let Some(side) = side {
+                let size = &mut sizes[(*side == Side::Test) as usize];
+                size.0 += 1;
+                size.1 += self.row_ptr[i + 1] - self.row_ptr[i];
+            }
+        }
         let mut train = super::Dataset::new(self.dim);
         let mut test = super::Dataset::new(self.dim);
-        for (side, set) in [(Side::Train, &mut train), (Side::Test, &mut test)] {
-            let (mut rows, mut nonzeros) = (0, 0);
-            for (i, _) in sides.iter().enumerate().filter(|(_, s)| **s == Some(side)) {
-                rows += 1;
-                nonzeros += self.row_ptr[i + 1] - self.row_ptr[i];
-            }
+        for (set, (rows, nonzeros)) in [&mut train, &mut test].into_iter().zip(sizes) {
             set.reserve(rows, nonzeros + rows);
         }
         for (i, side) in sides.iter().enumerate() {

@@ -526,3 +526,20 @@ fn round_of(t: &RoundTime) -> u64 {
 fn at(round: u64) -> RoundTime {
     Product::new((), round)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change is added key by key; one that overflows a weight is an error naming that
+    /// weight's key (the check runs in the same pass as the addition).
+    #[test]
+    fn changes_are_added_and_an_overflow_names_its_key() {
+        let mut weights = vec![1.0f32, 2.0, f32::MAX, 4.0];
+        let change = |keys: Vec<u32>, values: Vec<f32>| SparseGrad { keys, values };
+        add_changes(&change(vec![0, 3], vec![0.5, -1.0]), &mut weights).unwrap();
+        assert_eq!(weights, vec![1.5, 2.0, f32::MAX, 3.0]);
+        let e = add_changes(&change(vec![1, 2], vec![1.0, f32::MAX]), &mut weights).unwrap_err();
+        assert_eq!(e, "weight 2 is not finite");
+    }
+}
