@@ -34,6 +34,7 @@ pub mod dataflow;
 pub mod exchange;
 pub mod handshake;
 pub mod job;
+pub mod le;
 pub mod mem;
 pub mod memory;
 pub mod metrics;

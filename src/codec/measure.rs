@@ -14,7 +14,8 @@ use serde::Serialize;
 
 use super::bits::{BitReader, BitWriter};
 use super::keys::KeyCoding;
-use super::{build_codec, check_keys, get_le, put_le, CodecSpec, EncodeContext, HEADER_LEN};
+use super::{build_codec, check_keys, CodecSpec, EncodeContext, HEADER_LEN};
+use crate::le::{get_le, put_le};
 use crate::sparse::SparseGrad;
 
 /// Reads a gradient file; errors name the file and what is wrong.

@@ -213,25 +213,6 @@ pub fn check_finite(keys: &[u32], values: &[f32]) -> Result<(), CodecError> {
     }
 }
 
-/// Appends `items` as 4-byte little-endian words: one resize, then a loop without capacity
-/// checks (a copy on little-endian machines).
-pub fn put_le<T: Copy>(out: &mut Vec<u8>, items: &[T], bytes: impl Fn(T) -> [u8; 4]) {
-    let start = out.len();
-    out.resize(start + 4 * items.len(), 0);
-    for (word, &x) in out[start..].chunks_exact_mut(4).zip(items) {
-        word.copy_from_slice(&bytes(x));
-    }
-}
-
-/// Appends the 4-byte little-endian words of `bytes` (a multiple of 4 long) to `out`.
-pub fn get_le<T: Copy + Default>(bytes: &[u8], out: &mut Vec<T>, read: impl Fn([u8; 4]) -> T) {
-    let start = out.len();
-    out.resize(start + bytes.len() / 4, T::default());
-    for (x, word) in out[start..].iter_mut().zip(bytes.chunks_exact(4)) {
-        *x = read(word.try_into().expect("4 bytes"));
-    }
-}
-
 /// Appends the common header.
 pub fn write_header(out: &mut Vec<u8>, codec_id: u8, version: u8, dim: u32, count: u32) {
     out.push(codec_id);

@@ -1,9 +1,10 @@
 //! `none`: the uncompressed baseline. Body: `n` u32 keys then `n` f32 values, little-endian
 //! (8 bytes per pair).
 
-use super::{check_finite, check_keys, get_le, put_le, read_header, write_header};
+use super::{check_finite, check_keys, read_header, write_header};
 use super::{Codec, CodecError, EncodeContext};
 use super::{FromParams, NoParams};
+use crate::le::{get_le, put_le};
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 0;

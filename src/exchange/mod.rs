@@ -131,7 +131,7 @@ pub fn read_f32s(bytes: &[u8], expected: usize, out: &mut Vec<f32>) -> Result<()
         ));
     }
     out.clear();
-    crate::codec::get_le(bytes, out, f32::from_le_bytes);
+    crate::le::get_le(bytes, out, f32::from_le_bytes);
     match out.iter().position(|v| !v.is_finite()) {
         Some(i) => Err(format!("value {i} is not finite ({})", out[i])),
         None => Ok(()),
