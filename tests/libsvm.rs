@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+mod common;
+
 use gradflow::data::libsvm::parse_libsvm;
 use gradflow::data::{LibsvmOptions, RowFilter};
 
@@ -422,4 +424,104 @@ fn a_stray_huge_index_is_an_error_naming_its_place_not_an_allocation() {
     assert_eq!(weights.len(), 9, "8 features and the intercept");
     let e = run(&format!("{rows}1 9:1\n"), "max_dim = 8").unwrap_err();
     assert!(e.contains(&format!("{}:5:3:", path.display())), "{e}");
+}
+
+/// The notes of a run, one string.
+fn notes(outcome: &gradflow::runtime::RunOutcome) -> String {
+    outcome.notes.join("\n")
+}
+
+#[test]
+fn the_row_cache_trains_the_same_model_and_is_rebuilt_when_stale_or_damaged() {
+    use gradflow::data::cache;
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.svm");
+    std::fs::write(&train, uneven_file(301, None)).unwrap();
+    let cache_dir = dir.path().join("cache");
+    let mut job = job_for(&train, None);
+    job.train.epochs = 2;
+    let plain = job.clone();
+    job.data.cache = Some(cache_dir.clone());
+    let expected = common::run_local(&plain, 2).weights.unwrap();
+
+    let first = common::run_local(&job, 2);
+    assert!(notes(&first).contains("wrote the cache") && notes(&first).contains("no cache yet"));
+    assert_eq!(
+        common::file_names(&cache_dir),
+        ["worker-000-of-002.gfcache", "worker-001-of-002.gfcache"]
+    );
+    let second = common::run_local(&job, 2);
+    assert!(
+        notes(&second).contains("read from the cache"),
+        "{}",
+        notes(&second)
+    );
+    assert_eq!(first.weights.as_ref(), Some(&expected));
+    assert_eq!(second.weights.as_ref(), Some(&expected));
+    // Another number of workers has its own files.
+    let one = common::run_local(&job, 1);
+    assert!(notes(&one).contains("wrote the cache"));
+    assert!(notes(&common::run_local(&job, 1)).contains("read from the cache"));
+
+    // A changed input file makes the cache stale: the rows are read again.
+    std::fs::write(&train, uneven_file(320, None)).unwrap();
+    let changed = common::run_local(&job, 2);
+    assert!(
+        notes(&changed).contains("the cache was written for"),
+        "{}",
+        notes(&changed)
+    );
+    assert_eq!(changed.weights, common::run_local(&plain, 2).weights);
+    let expected = changed.weights.unwrap();
+
+    // A damaged file, and one whose rows were tampered with under the right key, are rebuilt
+    // with a note naming the file and the problem, never trained on.
+    let file = cache::path(&cache_dir, 0, 2);
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
+    let damaged = common::run_local(&job, 2);
+    let n = notes(&damaged);
+    assert!(
+        n.contains("worker-000-of-002.gfcache: byte") && n.contains("past the end"),
+        "{n}"
+    );
+    assert_eq!(damaged.weights.as_ref(), Some(&expected));
+    let key = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+    let mut rows = cache::read(&file, key).unwrap();
+    rows.train.indices[0] = rows.dim + 5;
+    cache::write(&file, key, &rows).unwrap();
+    let tampered = common::run_local(&job, 2);
+    let n = notes(&tampered);
+    assert!(
+        n.contains("row 0: keys must ascend and be below the dimension"),
+        "{n}"
+    );
+    assert_eq!(tampered.weights, Some(expected));
+    assert!(notes(&common::run_local(&job, 2)).contains("read from the cache"));
+}
+
+#[test]
+fn two_processes_over_tcp_each_cache_their_workers_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train.svm");
+    std::fs::write(&train, uneven_file(240, None)).unwrap();
+    let mut job = job_for(&train, None);
+    job.train.epochs = 2;
+    let expected = common::run_local(&job, 2).weights;
+    job.data.cache = Some(dir.path().join("cache"));
+    let first = common::run_processes(&job, 2);
+    let second = common::run_processes(&job, 2);
+    assert!(notes(&first[0]).contains("wrote the cache"));
+    assert!(
+        notes(&second[0]).contains("read from the cache"),
+        "{}",
+        notes(&second[0])
+    );
+    assert_eq!(
+        common::file_names(&dir.path().join("cache")),
+        ["worker-000-of-002.gfcache", "worker-001-of-002.gfcache"]
+    );
+    // Two processes of one worker train the model two threads train.
+    assert_eq!(first[0].weights, expected);
+    assert_eq!(second[0].weights, expected);
 }

@@ -1,6 +1,7 @@
 //! CSV tables end to end: the differential-dataflow pipeline on 1 and 2 real processes, bad
 //! input, and the `predict` round trip on raw CSV.
 
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -527,4 +528,41 @@ fn the_quickstart_learns_the_flights_table() {
     assert!(last_auc > 0.76, "AUC {last_auc}");
     // The constant's test log loss is 0.546 (printed as a note).
     assert!(last_loss < 0.50, "log loss {last_loss}");
+}
+
+#[test]
+fn a_table_job_reads_its_row_cache_with_its_feature_map_and_notes() {
+    // The cache keeps what the pipeline made besides the rows: the second run's model file
+    // (weights and feature map) is the first's, and the pipeline's notes are repeated.
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 600);
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    let cache = dir.path().join("c");
+    let run = |model: &str| {
+        let model = dir.path().join(model);
+        let set = format!("output.model={:?}", model.display().to_string());
+        let args = ["train", "-w", "2", "--set", &set, "--cache"];
+        let out = gradflow(
+            args.iter()
+                .map(OsStr::new)
+                .chain([cache.as_os_str(), job.as_os_str()]),
+        );
+        assert!(out.status.success(), "{out:?}");
+        // (the notes go to the standard error)
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        (text, std::fs::read_to_string(model).unwrap())
+    };
+    let (first, model) = run("a.txt");
+    let (second, again) = run("b.txt");
+    assert!(first.contains("wrote the cache"), "{first}");
+    assert!(second.contains("read from the cache"), "{second}");
+    assert!(model.contains("features") && model == again);
+    let pipeline_notes = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("note:") && !l.contains("cache"))
+            .map(String::from)
+            .collect()
+    };
+    assert!(!pipeline_notes(&first).is_empty(), "{first}");
+    assert_eq!(pipeline_notes(&first), pipeline_notes(&second));
 }

@@ -113,6 +113,10 @@ pub struct Overrides {
     /// Override data.test (a LibSVM file).
     #[arg(long = "test-file")]
     test_file: Option<PathBuf>,
+    /// Cache every worker's loaded rows in DIR (data.cache): the first run writes it, later
+    /// runs of the same job on unchanged files read it instead of parsing.
+    #[arg(long, value_name = "DIR")]
+    cache: Option<PathBuf>,
     /// Override output.metrics (CSV path).
     #[arg(long)]
     metrics: Option<PathBuf>,
@@ -152,6 +156,9 @@ impl Overrides {
         }
         if let Some(x) = &self.test_file {
             v.push(format!("data.test={}", q(x)));
+        }
+        if let Some(x) = &self.cache {
+            v.push(format!("data.cache={}", q(x)));
         }
         if let Some(x) = &self.metrics {
             v.push(format!("output.metrics={}", q(x)));

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{CodecSpec, ErrorFeedback};
+use crate::data::cache::{self, CachedRows};
 use crate::data::gather::gather;
 use crate::data::libsvm::{read_libsvm_part, PartRows};
 use crate::data::synth::{self, CtrParams, GsparParams};
@@ -22,6 +23,10 @@ use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
 use crate::model::{LossFn, LossName, Task};
 use crate::optim::OptimizerConfig;
+
+/// What a worker loads: its rows, the model's number of features, the feature map of a table
+/// job (TOML) and notes for the user.
+pub type Loaded = (WorkerData, u32, Option<String>, Vec<String>);
 
 /// The most rounds a job may run (epochs x rounds per epoch): a billion rounds take days at the
 /// fastest round this runtime makes (~1 ms), so a larger count is a mistake in the job file
@@ -110,6 +115,10 @@ pub struct DataSection {
     /// `program`: the files the job's program reads, by name
     /// ([`crate::dataflow::Training::file`]).
     pub files: BTreeMap<String, PathBuf>,
+    /// A directory for a cache of every worker's loaded rows ([`crate::data::cache`]): the
+    /// first run writes it, later runs of the same job on the same files and workers read it
+    /// instead of parsing. Absent: no cache.
+    pub cache: Option<PathBuf>,
 }
 
 impl DataSection {
@@ -145,6 +154,7 @@ impl Default for DataSection {
             missing: TableSpec::default().missing,
             delimiter: ',',
             files: BTreeMap::new(),
+            cache: None,
         }
     }
 }
@@ -744,11 +754,130 @@ impl Job {
 
     /// As [`Job::load_worker_data`], on a timely worker, for every format: a CSV job runs its
     /// differential-dataflow pipeline on the workers. Also returns the feature map (TOML) of a
-    /// CSV job and notes for the user.
-    pub fn load_on(
+    /// CSV job and notes for the user. With `data.cache`, the rows come from the cache when
+    /// every worker has a current one, and are loaded and cached otherwise.
+    pub fn load_on(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {
+        match &self.data.cache {
+            Some(dir) if self.data.format != Format::Program => self.load_cached(worker, dir),
+            _ => self.load_fresh(worker),
+        }
+    }
+
+    /// [`Job::load_on`] through the cache in `dir`. Whether to read it is decided by all
+    /// workers together (the loaders exchange summaries, so either every worker loads or none
+    /// does): one worker's missing, stale or damaged file makes them all load and rewrite.
+    fn load_cached(
         &self,
         worker: &mut timely::worker::Worker,
-    ) -> Result<(WorkerData, u32, Option<String>, Vec<String>), String> {
+        dir: &Path,
+    ) -> Result<Loaded, String> {
+        let (index, peers) = (worker.index(), worker.peers());
+        let path = cache::path(dir, index, peers);
+        let key = self.cache_key(index, peers);
+        let hit = match key {
+            Some(key) => cache::read(&path, key),
+            None => Err(cache::Miss::Absent),
+        };
+        let every_worker_hit = !gather(worker, vec![(hit.is_ok(), 1)], |c| c).contains(&false);
+        let miss = match (every_worker_hit, hit) {
+            (true, Ok(c)) => {
+                let data = WorkerData {
+                    train: c.train,
+                    test: c.test,
+                    ignored_test_features: c.ignored_test_features,
+                };
+                self.check_labels(&data)?;
+                let mut notes = c.notes;
+                notes.push(format!("data: read from the cache {}", dir.display()));
+                return Ok((data, c.dim, c.features, notes));
+            }
+            (_, hit) => hit.err(),
+        };
+        let (data, dim, features, mut notes) = self.load_fresh(worker)?;
+        let Some(key) = key else {
+            return Ok((data, dim, features, notes));
+        };
+        let rows = CachedRows {
+            dim,
+            train: data.train,
+            test: data.test,
+            ignored_test_features: data.ignored_test_features,
+            features,
+            notes: notes.clone(),
+        };
+        notes.push(match cache::write(&path, key, &rows) {
+            Ok(bytes) => format!(
+                "data: wrote the cache {} ({:.1} MB for worker {index}; {}); later runs of \
+                 this job read it",
+                dir.display(),
+                bytes as f64 / 1e6,
+                match miss {
+                    Some(miss) => miss.to_string(),
+                    None => "another worker's cache was missing or stale".into(),
+                }
+            ),
+            Err(e) => format!("data: could not write the cache {}: {e}", path.display()),
+        });
+        let data = WorkerData {
+            train: rows.train,
+            test: rows.test,
+            ignored_test_features: rows.ignored_test_features,
+        };
+        Ok((data, dim, rows.features, notes))
+    }
+
+    /// The fingerprint a cache file is written under: gradflow's version and executable,
+    /// everything in the job that decides the rows (the data section, the loss, classes and
+    /// intercept, the split's seed), the worker's place, and each input file's size and
+    /// modification time. `None` when an input cannot be looked at (loading then reports it).
+    fn cache_key(&self, worker: usize, peers: usize) -> Option<u64> {
+        use std::fmt::Write;
+        let data = DataSection {
+            cache: None,
+            ..self.data.clone()
+        };
+        let m = &self.model;
+        let mut text = format!(
+            "gradflow {} cache 1\n{}\n{:?} {:?} {} seed {} worker {worker} of {peers}\n",
+            env!("CARGO_PKG_VERSION"),
+            toml::to_string(&data).ok()?,
+            m.loss,
+            m.classes,
+            m.intercept,
+            self.train.seed,
+        );
+        let exe = std::env::current_exe().ok();
+        let inputs = [
+            &data.train,
+            &data.test,
+            &data.train_labels,
+            &data.test_labels,
+        ];
+        let files = inputs
+            .into_iter()
+            .flatten()
+            .chain(data.join.iter().map(|j| &j.file));
+        for path in exe.iter().chain(files) {
+            let meta = std::fs::metadata(path).ok()?;
+            let modified = meta
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?;
+            writeln!(
+                text,
+                "{} {} {}",
+                path.display(),
+                meta.len(),
+                modified.as_nanos()
+            )
+            .ok()?;
+        }
+        Some(xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+    }
+
+    /// [`Job::load_on`] without the cache.
+    fn load_fresh(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {
         if self.data.format == Format::Program {
             // The program's dataflow brings the rows; the model's size is the job's.
             let dim = self

@@ -1,0 +1,492 @@
+//! A cache of each worker's loaded rows (`data.cache = "DIR"`), as Vowpal Wabbit keeps one:
+//! the first run parses the text and writes what every worker loaded in a binary form; later
+//! runs of the same job read it back at memory speed instead of parsing again.
+//!
+//! One file per worker (`worker-III-of-NNN.gfcache`), little-endian:
+//!
+//! ```text
+//! "GFCACHE1"  key u64  dim u32  ignored_test_features u64
+//! features: len u64 (u64::MAX: none), UTF-8 bytes
+//! notes:    count u32, then per note len u32, UTF-8 bytes
+//! train, then test:  dim u32  rows u64  nnz u64  ones u8
+//!                    row_ptr [u64; rows + 1]  indices [u32; nnz]
+//!                    values [f32; nnz] (absent when ones = 1: every value is 1)
+//!                    labels [f32; rows]
+//! ```
+//!
+//! The key is the caller's fingerprint of everything the rows depend on (the job's data
+//! section, the input files' sizes and times, the worker's place); a file with another key is
+//! stale. A cache file is input like any other: every count is checked against the bytes left
+//! before anything is allocated, and every row against the dimension (keys ascending and
+//! below it, values and labels finite), so a damaged file is an error naming it and the byte,
+//! never a panic or a model trained on garbage.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::Dataset;
+use crate::le::put_le;
+
+const MAGIC: &[u8; 8] = b"GFCACHE1";
+
+/// Arrays move through a buffer of this many bytes (a multiple of every word size).
+const CHUNK: usize = 1 << 20;
+
+/// What one worker loaded: its rows and what the run reports about them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedRows {
+    /// The model's number of features (the intercept included).
+    pub dim: u32,
+    /// Training rows.
+    pub train: Dataset,
+    /// Test rows.
+    pub test: Dataset,
+    /// Features of a separate test file beyond the training dimension, ignored.
+    pub ignored_test_features: u64,
+    /// The feature map of a table job (TOML).
+    pub features: Option<String>,
+    /// Notes for the user.
+    pub notes: Vec<String>,
+}
+
+/// Why a cache file was not used.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Miss {
+    /// There is no file.
+    Absent,
+    /// The file was written for another job, other input files or another worker layout.
+    Stale,
+    /// The file cannot be read or is damaged: the error, naming the file.
+    Damaged(String),
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Miss::Absent => write!(f, "no cache yet"),
+            Miss::Stale => write!(
+                f,
+                "the cache was written for another job, other input files or another build of \
+                 gradflow"
+            ),
+            Miss::Damaged(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The cache file of worker `worker` of `workers` in `dir`.
+pub fn path(dir: &Path, worker: usize, workers: usize) -> PathBuf {
+    dir.join(format!("worker-{worker:03}-of-{workers:03}.gfcache"))
+}
+
+/// Writes `rows` under `key` to `path`, through a temporary file renamed into place (a reader
+/// never sees half a file). Returns the bytes written.
+pub fn write(path: &Path, key: u64, rows: &CachedRows) -> std::io::Result<u64> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut out = Writer {
+        file: File::create(&tmp)?,
+        buf: Vec::with_capacity(CHUNK + 64),
+        written: 0,
+    };
+    out.put(MAGIC)?;
+    out.put(&key.to_le_bytes())?;
+    out.put(&rows.dim.to_le_bytes())?;
+    out.put(&rows.ignored_test_features.to_le_bytes())?;
+    match &rows.features {
+        Some(f) => {
+            out.put(&(f.len() as u64).to_le_bytes())?;
+            out.put(f.as_bytes())?;
+        }
+        None => out.put(&u64::MAX.to_le_bytes())?,
+    }
+    out.put(&(rows.notes.len() as u32).to_le_bytes())?;
+    for note in &rows.notes {
+        out.put(&(note.len() as u32).to_le_bytes())?;
+        out.put(note.as_bytes())?;
+    }
+    for d in [&rows.train, &rows.test] {
+        let ones = d.values.iter().all(|&v| v.to_bits() == 1f32.to_bits());
+        out.put(&d.dim.to_le_bytes())?;
+        out.put(&(d.rows() as u64).to_le_bytes())?;
+        out.put(&(d.nnz() as u64).to_le_bytes())?;
+        out.put(&[ones as u8])?;
+        out.words(&d.row_ptr, |p| (p as u64).to_le_bytes())?;
+        out.words(&d.indices, u32::to_le_bytes)?;
+        if !ones {
+            out.words(&d.values, f32::to_le_bytes)?;
+        }
+        out.words(&d.labels, f32::to_le_bytes)?;
+    }
+    out.flush()?;
+    let written = out.written;
+    drop(out);
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        std::fs::remove_file(&tmp).ok();
+    })?;
+    Ok(written)
+}
+
+/// Reads the cache file `path` if it was written under `key`.
+pub fn read(path: &Path, key: u64) -> Result<CachedRows, Miss> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Miss::Absent),
+        Err(e) => return Err(Miss::Damaged(format!("{}: {e}", path.display()))),
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Miss::Damaged(format!("{}: {e}", path.display())))?
+        .len();
+    let mut r = Reader {
+        file,
+        path,
+        at: 0,
+        len,
+    };
+    if r.bytes(8).map_err(Miss::Damaged)? != MAGIC {
+        return Err(Miss::Damaged(r.error(0, "not a gradflow cache file")));
+    }
+    if r.u64().map_err(Miss::Damaged)? != key {
+        return Err(Miss::Stale);
+    }
+    read_body(&mut r).map_err(Miss::Damaged)
+}
+
+fn read_body(r: &mut Reader) -> Result<CachedRows, String> {
+    let dim = r.u32()?;
+    let ignored_test_features = r.u64()?;
+    let features = match r.u64()? {
+        u64::MAX => None,
+        n => Some(r.text(n)?),
+    };
+    let count = r.u32()?;
+    let mut notes = Vec::new();
+    for _ in 0..count {
+        let n = r.u32()?;
+        notes.push(r.text(n as u64)?);
+    }
+    let train = r.dataset(dim)?;
+    let test = r.dataset(dim)?;
+    if r.at != r.len {
+        return Err(r.error(r.at, "trailing bytes"));
+    }
+    Ok(CachedRows {
+        dim,
+        train,
+        test,
+        ignored_test_features,
+        features,
+        notes,
+    })
+}
+
+/// Whether every row `row_ptr` delimits in `indices` has ascending keys below `dim`.
+///
+/// A branch-free fold over the whole array instead of a loop per row: the keys descend (or
+/// repeat) exactly where a row starts and the previous row's last key is not below its
+/// first, so the rows ascend when the descents counted over the whole array are those counted
+/// at row starts; then each row's last key is its largest.
+fn rows_hold(row_ptr: &[usize], indices: &[u32], dim: u32) -> bool {
+    let (first, last) = (row_ptr[0], row_ptr[row_ptr.len() - 1]);
+    let keys = &indices[first..last];
+    // (counted in u32 lanes, 64k pairs at a time: four compares per SSE2 instruction)
+    let (before, after) = (
+        keys.get(..keys.len().saturating_sub(1)).unwrap_or(&[]),
+        keys.get(1..).unwrap_or(&[]),
+    );
+    let descents: u64 = before
+        .chunks(1 << 16)
+        .zip(after.chunks(1 << 16))
+        .map(|(a, b)| a.iter().zip(b).fold(0u32, |n, (x, y)| n + (x >= y) as u32) as u64)
+        .sum();
+    // Per nonempty row: a descent at its start, and its last key (its largest, once the rows
+    // ascend) at or beyond the dimension.
+    let (mut at_starts, mut beyond) = (0u64, 0u64);
+    for w in row_ptr.windows(2).filter(|w| w[0] < w[1]) {
+        at_starts += (w[0] > first && indices[w[0] - 1] >= indices[w[0]]) as u64;
+        beyond += (indices[w[1] - 1] >= dim) as u64;
+    }
+    descents == at_starts && beyond == 0
+}
+
+struct Writer {
+    file: File,
+    buf: Vec<u8>,
+    written: u64,
+}
+
+impl Writer {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes `items` as little-endian words, a chunk at a time.
+    fn words<T: Copy, const N: usize>(
+        &mut self,
+        items: &[T],
+        bytes: impl Fn(T) -> [u8; N] + Copy,
+    ) -> std::io::Result<()> {
+        for chunk in items.chunks(CHUNK / N) {
+            put_le(&mut self.buf, chunk, bytes);
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.write_all(&self.buf)?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+struct Reader<'a> {
+    file: File,
+    path: &'a Path,
+    /// Bytes read so far.
+    at: u64,
+    /// The file's length.
+    len: u64,
+}
+
+impl Reader<'_> {
+    fn error(&self, at: u64, what: &str) -> String {
+        format!("{}: byte {at}: {what}", self.path.display())
+    }
+
+    /// Checks that `n` more bytes remain.
+    fn room(&self, n: Option<u64>, what: &str) -> Result<usize, String> {
+        match n {
+            Some(n) if n <= self.len - self.at => Ok(n as usize),
+            _ => Err(self.error(self.at, &format!("{what} runs past the end of the file"))),
+        }
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<Vec<u8>, String> {
+        let n = self.room(Some(n as u64), "a field")?;
+        let mut b = vec![0; n];
+        self.fill(&mut b)?;
+        Ok(b)
+    }
+
+    fn fill(&mut self, b: &mut [u8]) -> Result<(), String> {
+        self.file
+            .read_exact(b)
+            .map_err(|e| self.error(self.at, &e.to_string()))?;
+        self.at += b.len() as u64;
+        Ok(())
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4")))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8")))
+    }
+
+    fn text(&mut self, n: u64) -> Result<String, String> {
+        let at = self.at;
+        let n = self.room(Some(n), "a text")?;
+        String::from_utf8(self.bytes(n)?).map_err(|_| self.error(at, "a text is not UTF-8"))
+    }
+
+    /// `count` little-endian words, read a chunk at a time into their final vector.
+    ///
+    /// On ordinary pages: with huge pages (`madvise`) the load was faster when the previous
+    /// run had also used them (0.03 s instead of 0.07 s for the 2M-row set with two workers)
+    /// but up to 4x slower after a run that had not (0.2-0.4 s: the kernel zeroes whole 2 MiB
+    /// pages, which this VM's host must first supply), for the same median.
+    fn words<T, const N: usize>(
+        &mut self,
+        count: u64,
+        read: impl Fn([u8; N]) -> T,
+        what: &str,
+    ) -> Result<Vec<T>, String> {
+        let n = self.room(count.checked_mul(N as u64), what)?;
+        let mut out = Vec::with_capacity(n / N);
+        let mut buf = vec![0; n.min(CHUNK)];
+        let mut left = n;
+        while left > 0 {
+            let b = &mut buf[..left.min(CHUNK)];
+            self.fill(b)?;
+            out.extend(
+                b.chunks_exact(N)
+                    .map(|w| read(w.try_into().expect("N bytes"))),
+            );
+            left -= b.len();
+        }
+        Ok(out)
+    }
+
+    /// One dataset of dimension `dim`, every row checked.
+    fn dataset(&mut self, dim: u32) -> Result<Dataset, String> {
+        let at = self.at;
+        let (d, rows, nnz) = (self.u32()?, self.u64()?, self.u64()?);
+        if d != dim {
+            return Err(self.error(at, &format!("a dimension of {d} in a cache of {dim}")));
+        }
+        let ones = match self.bytes(1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return Err(self.error(self.at - 1, "a bad values flag")),
+        };
+        let ptr_at = self.at;
+        let offset = |b| usize::try_from(u64::from_le_bytes(b)).unwrap_or(usize::MAX);
+        let row_ptr = self.words(rows.saturating_add(1), offset, "row offsets")?;
+        let rises = row_ptr.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1]));
+        if row_ptr[0] != 0 || row_ptr.last() != usize::try_from(nnz).ok().as_ref() || !rises {
+            return Err(self.error(ptr_at, "row offsets must rise from 0 to the nonzeros"));
+        }
+        let keys_at = self.at;
+        let indices: Vec<u32> = self.words(nnz, u32::from_le_bytes, "keys")?;
+        let values = if ones {
+            vec![1.0; indices.len()]
+        } else {
+            self.words(nnz, f32::from_le_bytes, "values")?
+        };
+        let labels: Vec<f32> = self.words(rows, f32::from_le_bytes, "labels")?;
+        // In blocks of rows whose keys stay in cache for the three folds.
+        let blocks = (0..rows as usize).step_by(4096);
+        if !blocks
+            .map(|i| &row_ptr[i..=(i + 4096).min(rows as usize)])
+            .all(|b| rows_hold(b, &indices, dim))
+        {
+            let bad = row_ptr
+                .windows(2)
+                .position(|w| !rows_hold(w, &indices, dim));
+            let i = bad.expect("a row that does not hold");
+            return Err(self.error(
+                keys_at + 4 * row_ptr[i] as u64,
+                &format!("row {i}: keys must ascend and be below the dimension {dim}"),
+            ));
+        }
+        let finite = |v: &[f32]| v.iter().fold(true, |ok, x| ok & x.is_finite());
+        if !(ones || finite(&values)) || !finite(&labels) {
+            return Err(self.error(keys_at, "a value or label is not finite"));
+        }
+        Ok(Dataset {
+            dim,
+            row_ptr,
+            indices,
+            values,
+            labels,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(ones: bool) -> CachedRows {
+        let mut train = Dataset::new(9);
+        train.push_row(&[1, 4, 8], &[1.0, if ones { 1.0 } else { -2.5 }, 1.0], 1.0);
+        train.push_row(&[], &[], 0.0);
+        train.push_row(&[0, 8], &[1.0, 1.0], 1.0);
+        let mut test = Dataset::new(9);
+        test.push_row(&[3, 8], &[1.0, 1.0], 0.0);
+        CachedRows {
+            dim: 9,
+            train,
+            test,
+            ignored_test_features: 3,
+            features: Some("dim = 9\n".into()),
+            notes: vec!["a note".into(), String::new()],
+        }
+    }
+
+    #[test]
+    fn rows_round_trip_with_and_without_stored_values() {
+        let dir = tempfile::tempdir().unwrap();
+        for ones in [true, false] {
+            let p = path(dir.path(), 1, 2);
+            let rows = sample(ones);
+            let written = write(&p, 42, &rows).unwrap();
+            assert_eq!(written, std::fs::metadata(&p).unwrap().len());
+            assert_eq!(read(&p, 42), Ok(rows));
+            // All-ones values are not stored: the training rows' 5 values cost 4 bytes each
+            // only when one of them is not 1 (the test rows are all ones either way).
+            if !ones {
+                let with_ones = write(&dir.path().join("o"), 42, &sample(true)).unwrap();
+                assert_eq!(written - with_ones, 4 * 5);
+            }
+        }
+        let mut none = sample(true);
+        none.features = None;
+        none.notes.clear();
+        let p = dir.path().join("none");
+        write(&p, 1, &none).unwrap();
+        assert_eq!(read(&p, 1), Ok(none));
+    }
+
+    #[test]
+    fn another_key_is_stale_and_no_file_is_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), 0, 1);
+        assert_eq!(read(&p, 1), Err(Miss::Absent));
+        write(&p, 1, &sample(false)).unwrap();
+        assert_eq!(read(&p, 2), Err(Miss::Stale));
+        // no temporary file is left behind
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_key_beyond_the_dimension_or_out_of_order_names_its_row_and_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c");
+        for (keys, row) in [([1u32, 4, 9], "row 0"), ([4, 1, 8], "row 0")] {
+            let mut rows = sample(false);
+            rows.train.indices[..3].copy_from_slice(&keys);
+            write(&p, 5, &rows).unwrap();
+            let Err(Miss::Damaged(e)) = read(&p, 5) else {
+                panic!("accepted keys {keys:?}")
+            };
+            assert!(
+                e.contains(row) && e.contains("byte ") && e.contains("c:"),
+                "{e}"
+            );
+        }
+        let mut rows = sample(false);
+        rows.test.labels[0] = f32::NAN;
+        write(&p, 5, &rows).unwrap();
+        assert!(matches!(read(&p, 5), Err(Miss::Damaged(e)) if e.contains("not finite")));
+    }
+
+    proptest! {
+        /// Any truncation is an error, and any flipped bit after the key an error or rows that
+        /// hold together (a flipped value or offset can give other valid rows): never a
+        /// panic, never a huge allocation (the counts are checked against the bytes left).
+        #[test]
+        fn damage_is_an_error_not_a_panic(cut in 0usize..400, flip in 16usize..400, bit in 0u8..8) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("c");
+            write(&p, 7, &sample(false)).unwrap();
+            let bytes = std::fs::read(&p).unwrap();
+            let cut = cut % bytes.len();
+            std::fs::write(&p, &bytes[..cut]).unwrap();
+            prop_assert!(matches!(read(&p, 7), Err(Miss::Damaged(_))));
+            let mut flipped = bytes.clone();
+            flipped[16 + flip % (bytes.len() - 16)] ^= 1 << bit;
+            std::fs::write(&p, &flipped).unwrap();
+            if let Ok(rows) = read(&p, 7) {
+                for d in [&rows.train, &rows.test] {
+                    prop_assert_eq!(d.row_ptr.len(), d.rows() + 1);
+                    prop_assert_eq!(d.row_ptr[d.rows()], d.nnz());
+                    prop_assert_eq!(d.values.len(), d.nnz());
+                    prop_assert!(d.indices.iter().all(|&k| k < rows.dim));
+                }
+            }
+        }
+    }
+}
