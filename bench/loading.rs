@@ -18,7 +18,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 use gradflow::data::libsvm::read_libsvm_part;
 use gradflow::data::synth::{ctr, gspar, CtrParams, GsparParams};
-use gradflow::data::table::{prepare, read::read_cells, read::Part};
+use gradflow::data::table::{prepare, read::read_cells, read::Cut, read::Part};
 use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use gradflow::job::Job;
 
@@ -100,7 +100,7 @@ fn loading(c: &mut Criterion) {
     .map(String::from)
     .to_vec();
     group.bench_function("csv_cells_1_worker", |b| {
-        b.iter(|| read_cells(&flights, &columns, Part::WHOLE, b',', &[]).unwrap())
+        b.iter(|| read_cells(&flights, &columns, Part::WHOLE, b',', &[], Cut::Lines).unwrap())
     });
     let job = Job::load(
         Path::new("jobs/quickstart.toml"),

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use differential_dataflow::AsCollection;
 use gradflow::data::partition::unit_hash;
 use gradflow::data::table::features::{sum_duplicates, Date};
-use gradflow::data::table::read::{read_cells, Part};
+use gradflow::data::table::read::{read_cells, Cut, Part};
 use gradflow::data::table::{DatePart, PreparedRow, TableSpec};
 use gradflow::dataflow::{RoundTime, Supervisor, Training};
 use gradflow::exchange::Envelope;
@@ -128,7 +128,10 @@ fn read<'s>(
             if sup.is_failed() {
                 return;
             }
-            match read_cells(&file, &names, part, b',', &TableSpec::default().missing) {
+            // (cut at line breaks: these tables quote no line breaks; the standard pipeline
+            // counts quotes first, `data::table::pipeline`)
+            let missing = &TableSpec::default().missing;
+            match read_cells(&file, &names, part, b',', missing, Cut::Lines) {
                 Ok(cells) => {
                     let mut session = output.session(&cap);
                     for (row, &id) in cells.ids.iter().enumerate() {

@@ -212,6 +212,60 @@ fn two_processes_prepare_the_map_and_rows_of_one_process() {
     );
 }
 
+/// Two processes read a plain file whose quoted fields hold line breaks, one of which the cut
+/// between their ranges falls inside, as one process does (the quotes before a range tell
+/// where its records start); with a stray quote inside an unquoted field too, the count lies,
+/// the parts do not chain, and they read again cut at line breaks.
+#[test]
+fn quoted_line_breaks_are_read_by_two_processes_as_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 3000);
+    let text = std::fs::read_to_string(&data).unwrap();
+    let long = format!("\"Shop,\r\n{}\"\"seven\"\"\n\"", "and more\n".repeat(150));
+    let multiline = text.replace("\"Shop, seven\"", &long);
+    let middle = multiline.len() / 2;
+    let quotes_before = multiline[..middle].matches('"').count();
+    assert!(
+        quotes_before % 2 == 1,
+        "the cut falls inside a quoted field"
+    );
+    std::fs::write(&data, &multiline).unwrap();
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    let (map1, rows1) = prepare(&job, 1, &[]);
+    assert_eq!(rows1.len(), 3000);
+    assert!(map1.contains("and more"), "the shop's name is read whole");
+    assert!(
+        prepare(&job, 2, &[]) == (map1, rows1),
+        "two processes read other rows"
+    );
+
+    // A literal quote in an unquoted field (the id column, not a feature): with no quoted line
+    // break the workers read cut at line breaks, as before.
+    let stray = text.replacen("\n5,", "\n5\",", 1);
+    assert!(stray[..stray.len() / 2].contains("5\","));
+    std::fs::write(&data, &stray).unwrap();
+    let (map1, rows1) = prepare(&job, 1, &[]);
+    assert_eq!(rows1.len(), 3000);
+    assert!(
+        prepare(&job, 2, &[]) == (map1, rows1),
+        "two processes read other rows"
+    );
+    // With both, the quoted line break is an error naming its line, not a misread record.
+    std::fs::write(&data, multiline.replacen("\n5,", "\n5\",", 1)).unwrap();
+    let out = gradflow([
+        "train".as_ref(),
+        job.as_os_str(),
+        "-w".as_ref(),
+        "2".as_ref(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("clicks.csv:") && err.contains("column 'shop': a quoted field holds a line break, and a quote inside an unquoted field"),
+        "{err}"
+    );
+}
+
 fn train_err(job: &Path, sets: &[&str]) -> String {
     let mut args = vec!["train".to_string(), job.display().to_string(), "-q".into()];
     for s in sets {

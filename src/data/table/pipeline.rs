@@ -30,10 +30,11 @@ use super::features::{
     number, numeric_input, sum_duplicates, BadValue, Date, FeatureMap, NumericStats, RowValues,
     TokenKey,
 };
-use super::read::{read_cells, Cells, Part};
+use super::read::{count_quotes, read_cells, Cells, Cut, Part};
 use super::spec::{TableSpec, Transform};
 use crate::data::gather::gather;
 use crate::data::partition::unit_hash;
+use crate::data::source::compression;
 use crate::data::{DataError, Dataset, RowFilter};
 
 /// What the pipeline needs besides the spec.
@@ -535,6 +536,71 @@ fn encode_each(
     Ok((data, unknown))
 }
 
+/// How each of `files` is cut into the workers' parts: by the quotes before each part's range
+/// ([`Cut::Quotes`]) when every worker could count its range's quotes, at line breaks
+/// otherwise (one worker, or a compressed file, reads whole streams and ignores the cut).
+fn quote_cuts(worker: &mut Worker, files: &[&Path], part: Part) -> Vec<Cut> {
+    if part.count == 1 {
+        return vec![Cut::Lines; files.len()];
+    }
+    let counted = files.iter().enumerate().filter_map(|(f, path)| {
+        let plain = matches!(compression(path), Ok(None));
+        let quotes = plain.then(|| count_quotes(path, part).ok()).flatten()?;
+        Some(((f as u64, part.index as u64, quotes), 1))
+    });
+    let counts = gather(worker, counted.collect(), |c| c);
+    (0..files.len() as u64)
+        .map(|f| {
+            let parts: Vec<&(u64, u64, u64)> = counts.iter().filter(|c| c.0 == f).collect();
+            if parts.len() != part.count {
+                return Cut::Lines;
+            }
+            let before: u64 = parts
+                .iter()
+                .filter(|c| c.1 < part.index as u64)
+                .map(|c| c.2)
+                .sum();
+            Cut::Quotes {
+                inside: before % 2 == 1,
+            }
+        })
+        .collect()
+}
+
+/// Whether every worker read its parts without error and the parts of every file cut by
+/// quotes chain (each part's first record is where the part before stopped): then the parts
+/// hold exactly the records of the whole file.
+fn parts_chain(
+    worker: &mut Worker,
+    parts: &Result<Parts, DataError>,
+    cuts: &[Cut],
+    part: Part,
+) -> bool {
+    let me = part.index as u64;
+    let local: Vec<((u64, u64, u64, u64), isize)> = match parts {
+        Err(_) => vec![((u64::MAX, me, 0, 0), 1)],
+        Ok((train, _, test, dims)) => [Some(train), test.as_ref().map(|t| &t.0)]
+            .into_iter()
+            .flatten()
+            .chain(dims)
+            .enumerate()
+            .filter(|(f, _)| cuts[*f] != Cut::Lines)
+            .map(|(f, c)| ((f as u64, me, c.first, c.next), 1))
+            .collect(),
+    };
+    let all = gather(worker, local, |c| c);
+    if all.iter().any(|r| r.0 == u64::MAX) {
+        return false;
+    }
+    (0..cuts.len() as u64).all(|f| {
+        let mut file: Vec<&(u64, u64, u64, u64)> = all.iter().filter(|r| r.0 == f).collect();
+        file.sort_by_key(|r| r.1);
+        let cut = cuts[f as usize] != Cut::Lines;
+        !cut || (file.first().is_some_and(|r| r.2 == 0)
+            && file.windows(2).all(|w| w[0].3 == w[1].2))
+    })
+}
+
 /// Reads, joins, splits and encodes this worker's rows; every worker gets the same map.
 pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, String> {
     let spec = &input.spec;
@@ -547,15 +613,33 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     let delimiter = spec.delimiter as u8;
     let columns = spec.row_columns();
 
+    // The files this worker reads a part of, in order (training, test, dimension tables), and
+    // where their parts start: after quotes counted by every worker, checked after reading.
+    let files: Vec<&Path> = [&input.train]
+        .into_iter()
+        .chain(&input.test)
+        .chain(spec.join.iter().map(|j| &j.file))
+        .map(PathBuf::as_path)
+        .collect();
+    let joins_from = files.len() - spec.join.len();
+    let mut cuts = quote_cuts(worker, &files, part);
+
     // Read and check this worker's parts and labels; the first error anywhere stops every
     // worker.
-    let read = || -> Result<Parts, DataError> {
-        let train = read_cells(&input.train, &columns, part, delimiter, &spec.missing)?;
+    let read = |cuts: &[Cut]| -> Result<Parts, DataError> {
+        let train = read_cells(
+            &input.train,
+            &columns,
+            part,
+            delimiter,
+            &spec.missing,
+            cuts[0],
+        )?;
         check(&train, spec)?;
         let train_labels = labels(&train, spec, input.classification)?;
         let test = match &input.test {
             Some(p) => {
-                let t = read_cells(p, &columns, part, delimiter, &spec.missing)?;
+                let t = read_cells(p, &columns, part, delimiter, &spec.missing, cuts[1])?;
                 check(&t, spec)?;
                 let l = labels(&t, spec, input.classification)?;
                 Some((t, l))
@@ -563,10 +647,11 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
             None => None,
         };
         let mut dims = Vec::new();
-        for j in &spec.join {
+        for (i, j) in spec.join.iter().enumerate() {
             let mut names: Vec<String> = j.on.values().cloned().collect();
             names.extend(j.columns.iter().cloned());
-            let mut d = read_cells(&j.file, &names, part, delimiter, &spec.missing)?;
+            let cut = cuts[joins_from + i];
+            let mut d = read_cells(&j.file, &names, part, delimiter, &spec.missing, cut)?;
             // Check the brought columns under their new names.
             let keys = j.on.len();
             let renamed: Vec<String> = d
@@ -588,7 +673,13 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         }
         Ok((train, train_labels, test, dims))
     };
-    let parts = read().map_err(|e| e.to_string());
+    let mut parts = read(&cuts);
+    if cuts.iter().any(|c| *c != Cut::Lines) && !parts_chain(worker, &parts, &cuts, part) {
+        // A quote inside an unquoted field made the quote count lie: cut at line breaks.
+        cuts.fill(Cut::Lines);
+        parts = read(&cuts);
+    }
+    let parts = parts.map_err(|e| e.to_string());
     let errors: Vec<((u64, String), isize)> = parts
         .as_ref()
         .err()
@@ -886,8 +977,15 @@ pub fn encode_file(
             columns.push(c.to_string());
         }
     }
-    let cells = read_cells(path, &columns, Part::WHOLE, delimiter, &spec.missing)
-        .map_err(|e| e.to_string())?;
+    let cells = read_cells(
+        path,
+        &columns,
+        Part::WHOLE,
+        delimiter,
+        &spec.missing,
+        Cut::Lines,
+    )
+    .map_err(|e| e.to_string())?;
     check(&cells, spec).map_err(|e| e.to_string())?;
     let labels = if with_labels {
         labels(&cells, spec, false).map_err(|e| e.to_string())?
@@ -900,8 +998,15 @@ pub fn encode_file(
         for j in &spec.join {
             let mut names: Vec<String> = j.on.values().cloned().collect();
             names.extend(j.columns.iter().cloned());
-            let d = read_cells(&j.file, &names, Part::WHOLE, delimiter, &spec.missing)
-                .map_err(|e| e.to_string())?;
+            let d = read_cells(
+                &j.file,
+                &names,
+                Part::WHOLE,
+                delimiter,
+                &spec.missing,
+                Cut::Lines,
+            )
+            .map_err(|e| e.to_string())?;
             let mut list: DimRows = dim_rows(&d, j.on.len()).collect();
             list.sort();
             unique_keys(spec, per_join.len(), &list)?;

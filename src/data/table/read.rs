@@ -4,14 +4,23 @@
 //! that start in its range, and no worker parses the whole file. A gzip or zstd file cannot be
 //! cut: every worker decompresses it and parses every `W`-th record. Either way,
 //! a record's id is its byte offset in the (decompressed) file: unique, in file order, and the
-//! same for any number of workers. Quoted fields may not contain line breaks in a plain file
-//! read by several workers (a cut could fall inside one): such a field is an error naming its
-//! line, raised by the worker whose range holds the record's start (the lowest part that sees
-//! anything wrong, so its error is the one every worker reports), never a misread record.
+//! same for any number of workers.
+//!
+//! A cut can fall inside a quoted field that holds a line break. The workers first count the
+//! quotes in their ranges ([`count_quotes`]) and share the counts: the parity of the quotes
+//! before a range tells whether it starts inside a quoted field, and the worker then starts at
+//! the first line break outside quotes ([`Cut::Quotes`]), as speculative parallel CSV parsers
+//! do. The parity can be wrong where a quote stands inside an unquoted field (`12" pipe`,
+//! which CSV reads as a literal quote), so it is checked: every part reports where its first
+//! record starts and where the record after its last one starts ([`Cells::first`],
+//! [`Cells::next`]), and the parts must chain. When they do not, the workers read again cutting
+//! at line breaks ([`Cut::Lines`]), where a quoted line break is an error naming its line,
+//! raised by the worker whose range holds the record's start, never a misread record.
 //!
 //! Cells are kept in one text arena per part: no allocation per cell.
 
-use std::io::Read;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 pub use crate::data::source::Part;
@@ -29,6 +38,11 @@ pub struct Cells {
     pub positions: Vec<usize>,
     /// Each record's id: the byte offset of its start in the (decompressed) file.
     pub ids: Vec<u64>,
+    /// Where this part's first record starts (0 for the first part).
+    pub first: u64,
+    /// Where the record after this part's last one starts (the file's size at its end): the
+    /// next part's `first` when the cut is right.
+    pub next: u64,
     text: String,
     /// End of each cell in `text`, record by record (`names.len()` per record).
     ends: Vec<u32>,
@@ -120,14 +134,95 @@ pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
     Ok(rec.iter().map(|s| s.trim().to_string()).collect())
 }
 
+/// How a plain file read by several workers is cut into their parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// At line breaks: a quoted field may not hold one.
+    Lines,
+    /// At line breaks outside quoted fields; `inside`: this part's range starts inside one
+    /// (an odd number of quotes before it).
+    Quotes {
+        /// The range starts inside a quoted field.
+        inside: bool,
+    },
+}
+
+/// The quote characters (`"`) in `part`'s byte range of the plain file `path`.
+pub fn count_quotes(path: &Path, part: Part) -> Result<u64, DataError> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| open_error(path, e))?
+        .len();
+    let (start, end) = part.range(size);
+    let mut file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
+    file.seek(SeekFrom::Start(start))
+        .map_err(|e| open_error(path, e))?;
+    let mut r = file.take(end - start);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut quotes = 0u64;
+    loop {
+        let n = r.read(&mut buf).map_err(|e| open_error(path, e))?;
+        if n == 0 {
+            return Ok(quotes);
+        }
+        quotes += buf[..n].iter().filter(|&&b| b == b'"').count() as u64;
+    }
+}
+
+/// The plain file `path` opened at the first record that starts at or after `start`, cut as
+/// `cut` says, and that record's offset (the file's size when none does).
+fn open_at_record(path: &Path, start: u64, cut: Cut) -> Result<(BufReader<File>, u64), DataError> {
+    let inside = match cut {
+        Cut::Lines => return open_at_line(path, start),
+        Cut::Quotes { inside } => inside,
+    };
+    if start == 0 {
+        return open_at_line(path, 0);
+    }
+    let file = File::open(path).map_err(|e| open_error(path, e))?;
+    let mut file = BufReader::with_capacity(1 << 16, file);
+    // A record starts after a line break outside quotes; the byte before `start` is outside a
+    // quote exactly when `start` is (it is not a quote if it is a line break).
+    file.seek(SeekFrom::Start(start - 1))
+        .map_err(|e| open_error(path, e))?;
+    let (mut at, mut inside) = (start - 1, inside);
+    let mut first = true;
+    loop {
+        let buf = file.fill_buf().map_err(|e| open_error(path, e))?;
+        if buf.is_empty() {
+            return Ok((file, at));
+        }
+        let mut used = 0;
+        let mut found = false;
+        for &b in buf {
+            used += 1;
+            if b == b'\n' && !inside {
+                found = true;
+                break;
+            }
+            // (the byte before `start` was counted in the part before)
+            if b == b'"' && !(first && used == 1) {
+                inside = !inside;
+            }
+        }
+        first = false;
+        file.consume(used);
+        at += used as u64;
+        if found {
+            return Ok((file, at));
+        }
+    }
+}
+
 /// Reads `part` of `path`, keeping the columns `names`; a missing column is an error naming the
-/// header. A cell (trimmed) equal to one of `missing` is a missing value.
+/// header. A cell (trimmed) equal to one of `missing` is a missing value. A plain file read by
+/// several workers is cut as `cut` says.
 pub fn read_cells(
     path: &Path,
     names: &[String],
     part: Part,
     delimiter: u8,
     missing: &[String],
+    cut: Cut,
 ) -> Result<Cells, DataError> {
     let head = header(path, delimiter)?;
     let mut select = Vec::with_capacity(names.len());
@@ -200,6 +295,7 @@ pub fn read_cells(
             }
             k += 1;
         }
+        cells.next = r.position().byte();
         return Ok(cells);
     }
     // A plain file: the records that start in this worker's byte range.
@@ -209,7 +305,8 @@ pub fn read_cells(
     let (start, end) = part.range(size);
     // The selected cells take at most the range's bytes.
     cells.text.reserve((end - start) as usize);
-    let (file, first) = open_at_line(path, start)?;
+    let (file, first) = open_at_record(path, start, cut)?;
+    (cells.first, cells.next) = (first, size);
     let mut r = csv_reader(file, delimiter);
     loop {
         if !r
@@ -220,20 +317,25 @@ pub fn read_cells(
         }
         let id = first + rec.position().map_or(0, |p| p.byte());
         if id >= end {
+            cells.next = id;
             break;
         }
         let line_break = |f: &[u8]| f.iter().any(|&b| b == b'\n' || b == b'\r');
-        if let Some(i) = rec.iter().position(line_break) {
+        let held = (cut == Cut::Lines)
+            .then(|| rec.iter().position(line_break))
+            .flatten();
+        if let Some(i) = held {
             let name = head.get(i).map_or("?", String::as_str);
             return Err(DataError {
                 file: path.to_path_buf(),
                 line: line_of(path, id).unwrap_or(0),
                 column: i + 1,
                 message: format!(
-                    "column '{name}': a quoted field holds a line break: a plain CSV file read \
-                     by {} workers is cut at line breaks, so its fields cannot hold them; \
-                     compress it (gzip or zstd: every worker then reads the whole stream) or \
-                     read it with one worker",
+                    "column '{name}': a quoted field holds a line break, and a quote inside \
+                     an unquoted field keeps the {} workers from finding where their records \
+                     start (they count quotes), so the file is cut at line breaks; quote that \
+                     field, compress the file (gzip or zstd: every worker then reads the whole \
+                     stream) or read it with one worker",
                     part.count
                 ),
             });
@@ -254,39 +356,91 @@ fn is_blank(rec: &csv::ByteRecord) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_quoted_line_break_is_an_error_of_the_part_holding_its_record_not_a_misread() {
-        // 50 rows, a record whose quoted field holds a line break across the file's middle
-        // (the cut between 2 parts falls inside it), 50 rows.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.csv");
+    /// 50 rows, a record whose quoted field holds a line break (and an escaped quote) across
+    /// the file's middle, where the cut between 2 parts falls, 50 rows.
+    fn split_field(dir: &Path) -> (PathBuf, u64) {
+        let path = dir.join("t.csv");
         let mut text = String::from("a,b\n");
         text += &"1,x\n".repeat(50);
-        text += &format!("2,\"{}\n{}\"\n", "p".repeat(100), "q".repeat(100));
-        text += &"3,y\n".repeat(50);
+        text += &format!("2,\"{}\"\"\n{}\"\n", "p".repeat(100), "q".repeat(100));
+        text += &"3,\"y\"\n".repeat(50);
         std::fs::write(&path, &text).unwrap();
         let (start, _) = Part { index: 1, count: 2 }.range(text.len() as u64);
-        let field = text.find('"').unwrap() as u64;
+        let field = text.find("pp").unwrap() as u64;
         assert!(
             field < start && start < field + 200,
             "the cut falls inside the field"
         );
+        (path, text.len() as u64)
+    }
 
+    #[test]
+    fn parts_cut_by_quote_parity_read_a_quoted_line_break_whole_and_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, size) = split_field(dir.path());
         let names = ["a".to_string(), "b".to_string()];
-        let read = |part| read_cells(&path, &names, part, b',', &[]);
-        let e = read(Part { index: 0, count: 2 }).unwrap_err();
+        let whole = read_cells(&path, &names, Part::WHOLE, b',', &[], Cut::Lines).unwrap();
+        assert_eq!(whole.len(), 101);
+        let field = format!("{}\"\n{}", "p".repeat(100), "q".repeat(100));
+        assert_eq!(whole.get(50, 1), field);
+        // The quotes before part 1's range: odd (it starts inside the field).
+        let halves = [0, 1].map(|index| Part { index, count: 2 });
+        let quotes = count_quotes(&path, halves[0]).unwrap();
+        assert_eq!(quotes, 3, "the field's opening quote and an escaped quote");
+        let cuts = [
+            Cut::Quotes { inside: false },
+            Cut::Quotes {
+                inside: quotes % 2 == 1,
+            },
+        ];
+        let parts: Vec<Cells> = halves
+            .iter()
+            .zip(cuts)
+            .map(|(&p, cut)| read_cells(&path, &names, p, b',', &[], cut).unwrap())
+            .collect();
+        assert_eq!((parts[0].first, parts[0].next), (0, parts[1].first));
+        assert_eq!(parts[1].next, size);
+        assert_eq!(parts[0].len() + parts[1].len(), 101);
+        let ids: Vec<u64> = parts.iter().flat_map(|p| p.ids.clone()).collect();
+        assert_eq!(ids, whole.ids);
+        assert_eq!(
+            parts[0].get(50, 1),
+            field,
+            "the part holding its start reads it whole"
+        );
+        // The wrong parity starts part 1 at a line break inside the field: the parts do not
+        // chain, which the pipeline checks.
+        let wrong = read_cells(
+            &path,
+            &names,
+            halves[1],
+            b',',
+            &[],
+            Cut::Quotes { inside: false },
+        );
+        assert!(wrong.map_or(true, |w| w.first != parts[0].next));
+    }
+
+    #[test]
+    fn cut_at_lines_a_quoted_line_break_is_an_error_of_the_part_holding_its_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = split_field(dir.path());
+        let names = ["a".to_string(), "b".to_string()];
+        let read = |index| {
+            read_cells(
+                &path,
+                &names,
+                Part { index, count: 2 },
+                b',',
+                &[],
+                Cut::Lines,
+            )
+        };
+        let e = read(0).unwrap_err();
         assert_eq!((e.line, e.column), (52, 2), "{e}");
         assert!(e.message.starts_with("column 'b': "), "{e}");
         assert!(e.message.contains("holds a line break"), "{e}");
-        // The part that starts inside the field fails too, rather than reading a shifted record;
-        // the pipeline reports the lowest part's error.
-        assert!(read(Part { index: 1, count: 2 }).is_err());
-        // One reader (or a compressed file) reads the field whole.
-        let whole = read(Part::WHOLE).unwrap();
-        assert_eq!(whole.len(), 101);
-        assert_eq!(
-            whole.get(50, 1),
-            format!("{}\n{}", "p".repeat(100), "q".repeat(100))
-        );
+        // (part 1 starts after the field's line break, at a whole record here; the pipeline
+        // reports the lowest part's error)
     }
 }
