@@ -355,12 +355,7 @@ impl Reader<'_> {
             self.words(nnz, f32::from_le_bytes, "values")?
         };
         let labels: Vec<f32> = self.words(rows, f32::from_le_bytes, "labels")?;
-        // In blocks of rows whose keys stay in cache for the three folds.
-        let blocks = (0..rows as usize).step_by(4096);
-        if !blocks
-            .map(|i| &row_ptr[i..=(i + 4096).min(rows as usize)])
-            .all(|b| rows_hold(b, &indices, dim))
-        {
+        if !rows_hold(&row_ptr, &indices, dim) {
             let bad = row_ptr
                 .windows(2)
                 .position(|w| !rows_hold(w, &indices, dim));

@@ -74,15 +74,20 @@ pub fn open_stream(path: &Path) -> Result<Box<dyn BufRead>, DataError> {
 /// The 1-based line on which byte `offset` of the (decompressed) file lies; only errors pay
 /// for counting.
 pub fn line_of(path: &Path, offset: u64) -> Result<usize, DataError> {
-    let mut stream = open_stream(path)?.take(offset);
-    let mut buf = [0u8; 1 << 16];
-    let mut lines = 1;
+    let breaks = count_byte(open_stream(path)?.take(offset), b'\n', path)?;
+    Ok(1 + breaks as usize)
+}
+
+/// How many times `byte` occurs in what `from` (reading `path`) yields.
+pub fn count_byte(mut from: impl Read, byte: u8, path: &Path) -> Result<u64, DataError> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut count = 0u64;
     loop {
-        let n = stream.read(&mut buf).map_err(|e| open_error(path, e))?;
+        let n = from.read(&mut buf).map_err(|e| open_error(path, e))?;
         if n == 0 {
-            return Ok(lines);
+            return Ok(count);
         }
-        lines += buf[..n].iter().filter(|&&b| b == b'\n').count();
+        count += buf[..n].iter().filter(|&&b| b == byte).count() as u64;
     }
 }
 

@@ -24,7 +24,9 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 pub use crate::data::source::Part;
-use crate::data::source::{compression, line_of, open_at_line, open_error, open_stream};
+use crate::data::source::{
+    compression, count_byte, line_of, open_at_line, open_error, open_stream,
+};
 use crate::data::DataError;
 
 /// The selected columns of a worker's records, in one text arena.
@@ -153,19 +155,10 @@ pub fn count_quotes(path: &Path, part: Part) -> Result<u64, DataError> {
         .map_err(|e| open_error(path, e))?
         .len();
     let (start, end) = part.range(size);
-    let mut file = std::fs::File::open(path).map_err(|e| open_error(path, e))?;
+    let mut file = File::open(path).map_err(|e| open_error(path, e))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| open_error(path, e))?;
-    let mut r = file.take(end - start);
-    let mut buf = vec![0u8; 1 << 16];
-    let mut quotes = 0u64;
-    loop {
-        let n = r.read(&mut buf).map_err(|e| open_error(path, e))?;
-        if n == 0 {
-            return Ok(quotes);
-        }
-        quotes += buf[..n].iter().filter(|&&b| b == b'"').count() as u64;
-    }
+    count_byte(file.take(end - start), b'"', path)
 }
 
 /// The plain file `path` opened at the first record that starts at or after `start`, cut as
@@ -175,39 +168,28 @@ fn open_at_record(path: &Path, start: u64, cut: Cut) -> Result<(BufReader<File>,
         Cut::Lines => return open_at_line(path, start),
         Cut::Quotes { inside } => inside,
     };
-    if start == 0 {
-        return open_at_line(path, 0);
+    // A record starts right after a line break outside quotes. The byte before `start` is
+    // outside a quote exactly when `start` is (a line break is not a quote).
+    let (mut file, line) = open_at_line(path, start)?;
+    if line == start && !inside {
+        return Ok((file, start));
     }
-    let file = File::open(path).map_err(|e| open_error(path, e))?;
-    let mut file = BufReader::with_capacity(1 << 16, file);
-    // A record starts after a line break outside quotes; the byte before `start` is outside a
-    // quote exactly when `start` is (it is not a quote if it is a line break).
-    file.seek(SeekFrom::Start(start - 1))
+    file.seek(SeekFrom::Start(start))
         .map_err(|e| open_error(path, e))?;
-    let (mut at, mut inside) = (start - 1, inside);
-    let mut first = true;
+    let (mut at, mut inside) = (start, inside);
     loop {
         let buf = file.fill_buf().map_err(|e| open_error(path, e))?;
         if buf.is_empty() {
             return Ok((file, at));
         }
-        let mut used = 0;
-        let mut found = false;
-        for &b in buf {
-            used += 1;
-            if b == b'\n' && !inside {
-                found = true;
-                break;
-            }
-            // (the byte before `start` was counted in the part before)
-            if b == b'"' && !(first && used == 1) {
-                inside = !inside;
-            }
-        }
-        first = false;
+        let found = buf.iter().position(|&b| {
+            inside ^= b == b'"';
+            b == b'\n' && !inside
+        });
+        let used = found.map_or(buf.len(), |i| i + 1);
         file.consume(used);
         at += used as u64;
-        if found {
+        if found.is_some() {
             return Ok((file, at));
         }
     }
