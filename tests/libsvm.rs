@@ -496,8 +496,18 @@ fn the_row_cache_trains_the_same_model_and_is_rebuilt_when_stale_or_damaged() {
         n.contains("row 0: keys must ascend and be below the dimension"),
         "{n}"
     );
-    assert_eq!(tampered.weights, Some(expected));
+    assert_eq!(tampered.weights.as_ref(), Some(&expected));
     assert!(notes(&common::run_local(&job, 2)).contains("read from the cache"));
+
+    // A cache that cannot be written costs the run nothing but a note naming it.
+    job.data.cache = Some(train.clone()); // a file, not a directory
+    let unwritable = common::run_local(&job, 2);
+    let n = notes(&unwritable);
+    assert!(
+        n.contains("could not write the cache") && n.contains("train.svm"),
+        "{n}"
+    );
+    assert_eq!(unwritable.weights, Some(expected));
 }
 
 #[test]
