@@ -250,7 +250,7 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
                     changes,
                     None,
                     &plan,
-                    Rows::Loaded(data),
+                    Rows::Loaded(Box::new(data)),
                     state.clone(),
                     sup.clone(),
                     None,

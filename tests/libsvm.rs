@@ -197,7 +197,7 @@ fn a_tail_split_holds_out_the_last_rows_in_file_order() {
         path.display().to_string()
     );
     let job = Job::parse(&job_text, Path::new("j.toml"), &[]).unwrap();
-    let labels = |d: &gradflow::data::Dataset| d.labels.clone();
+    let labels = |d: &gradflow::data::Dataset| d.labels.to_vec();
     let (one, _) = job.load_worker_data(0, 1).unwrap();
     assert_eq!(labels(&one.test), [7.0, 8.0, 9.0]);
     assert_eq!(labels(&one.train), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);

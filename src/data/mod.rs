@@ -2,6 +2,7 @@
 //! synthetic generators. Knows nothing of models, codecs or the dataflow.
 
 pub mod cache;
+pub mod column;
 pub mod gather;
 pub mod idx;
 pub mod libsvm;
@@ -10,6 +11,7 @@ pub mod source;
 pub mod synth;
 pub mod table;
 
+pub use column::Column;
 pub use libsvm::{count_rows, read_libsvm, write_libsvm, DataError, LibsvmOptions};
 pub use partition::RowFilter;
 pub use source::Part;
@@ -46,13 +48,13 @@ pub struct Dataset {
     /// Number of features; every index is `< dim`.
     pub dim: u32,
     /// Row offsets into `indices`/`values`; `row_ptr.len() == rows() + 1`.
-    pub row_ptr: Vec<usize>,
+    pub row_ptr: Column<usize>,
     /// Feature indices, row by row.
-    pub indices: Vec<u32>,
+    pub indices: Column<u32>,
     /// Feature values, row by row.
-    pub values: Vec<f32>,
+    pub values: Column<f32>,
     /// One label per row: +1/-1 (or 1/0) for classification, real for regression.
-    pub labels: Vec<f32>,
+    pub labels: Column<f32>,
 }
 
 impl Dataset {
@@ -60,10 +62,10 @@ impl Dataset {
     pub fn new(dim: u32) -> Self {
         Dataset {
             dim,
-            row_ptr: vec![0],
-            indices: Vec::new(),
-            values: Vec::new(),
-            labels: Vec::new(),
+            row_ptr: vec![0].into(),
+            indices: Column::new(),
+            values: Column::new(),
+            labels: Column::new(),
         }
     }
 
@@ -159,7 +161,7 @@ mod tests {
         assert_eq!(d.row(2), (&[0, 5][..], &[3.0, 1.0][..]));
         assert_eq!(d.labels, vec![1.0, -1.0, 1.0]);
         assert_eq!(
-            (d.row_ptr, d.indices.len(), d.values.len()),
+            (d.row_ptr.into_vec(), d.indices.len(), d.values.len()),
             (vec![0, 3, 4, 6], 6, 6)
         );
     }

@@ -67,7 +67,7 @@ pub fn gradient<'s>(
     let mut input = builder.new_input(changes, Exchange::new(|e: &Envelope| e.dest as u64));
     let mut stop_input = stop.map(|s| builder.new_input(s, Pipeline));
     let (data, rows) = match data {
-        Rows::Loaded(data) => (Some(data), None),
+        Rows::Loaded(data) => (Some(*data), None),
         Rows::Stream(rows) => (None, Some(rows)),
     };
     // The rows stay on the worker the program's dataflow put them on.
@@ -197,7 +197,7 @@ fn sort_within_batches(
 /// Where a worker's rows come from.
 pub enum Rows<'s> {
     /// Read before the dataflow was built (the job's data).
-    Loaded(WorkerData),
+    Loaded(Box<WorkerData>),
     /// Prepared by the program's own operators in the same dataflow: every row this worker
     /// trains or tests on arrives on the stream (at round 0) before training starts.
     Stream(Stream<'s, RoundTime, Vec<PreparedRow>>),

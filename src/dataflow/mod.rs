@@ -101,7 +101,7 @@ impl Training {
     ) -> Training {
         Training {
             plan: plan.clone(),
-            data: DataSource::Loaded(data),
+            data: DataSource::Loaded(Box::new(data)),
             state: WorkerState::shared(plan),
             output: Rc::default(),
             supervisor,
@@ -317,7 +317,7 @@ impl Training {
                      (Training::gradient_on), and this loop has none: run the job with its \
                      program",
                 );
-                Rows::Loaded(WorkerData::empty(0))
+                Rows::Loaded(Box::new(WorkerData::empty(0)))
             }
         };
         let (state, sup) = (self.state.clone(), self.supervisor.clone());
@@ -378,7 +378,7 @@ impl Training {
 /// Where a [`Training`]'s rows come from.
 enum DataSource {
     /// Read by the runtime before the dataflow was built.
-    Loaded(WorkerData),
+    Loaded(Box<WorkerData>),
     /// Prepared by the program's dataflow, from these inputs.
     Program(ProgramInputs),
     /// Taken by the gradient step.
