@@ -66,7 +66,15 @@ fn loading(c: &mut Criterion) {
         });
     }
 
+    // The scaling pair: one and two workers each reading their parts, as a job's workers do
+    // (`read_libsvm` above reads the whole file and splits it, without the parts' reserve).
     group.throughput(Throughput::Bytes(size(&binary)));
+    group.bench_function("libsvm_binary_1_worker_parts", |b| {
+        b.iter(|| {
+            let part = Part { index: 0, count: 1 };
+            read_libsvm_part(&binary, &LibsvmOptions::default(), part).unwrap()
+        })
+    });
     group.bench_function("libsvm_binary_2_workers", |b| {
         b.iter(|| {
             std::thread::scope(|s| {

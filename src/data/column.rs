@@ -81,24 +81,35 @@ impl<T: Word> Column<T> {
 
     /// Changes the column as a vector (copied into memory first if it is mapped), then
     /// points at the vector's elements again.
+    #[inline]
     fn change<R>(&mut self, f: impl FnOnce(&mut Vec<T>) -> R) -> R {
-        if let Owner::Map(_) = self.owner {
-            self.owner = Owner::Vec(self.deref().to_vec());
-        }
-        let Owner::Vec(v) = &mut self.owner else {
-            unreachable!("copied above")
+        let v = match &mut self.owner {
+            Owner::Vec(v) => v,
+            Owner::Map(_) => self.copy_out(),
         };
         let out = f(v);
         (self.ptr, self.len) = (v.as_ptr(), v.len());
         out
     }
 
+    /// Copies a mapped column into memory (once: nothing that trains changes a column).
+    #[cold]
+    fn copy_out(&mut self) -> &mut Vec<T> {
+        self.owner = Owner::Vec(self.deref().to_vec());
+        match &mut self.owner {
+            Owner::Vec(v) => v,
+            Owner::Map(_) => unreachable!("copied above"),
+        }
+    }
+
     /// Appends `x`.
+    #[inline]
     pub fn push(&mut self, x: T) {
         self.change(|v| v.push(x))
     }
 
     /// Appends `xs`.
+    #[inline]
     pub fn extend_from_slice(&mut self, xs: &[T]) {
         self.change(|v| v.extend_from_slice(xs))
     }
