@@ -144,6 +144,18 @@ pub fn write(path: &Path, key: u64, rows: &CachedRows) -> std::io::Result<u64> {
 /// Reads the cache file `path` if it was written under `key`, in place (see the module docs).
 pub fn read(path: &Path, key: u64) -> Result<CachedRows, Miss> {
     let damaged = |e: std::io::Error| Miss::Damaged(format!("{}: {e}", path.display()));
+    // A FIFO or a device in the cache's place would block `open` or be no file to map.
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Miss::Absent),
+        Err(e) => return Err(damaged(e)),
+        Ok(m) if !m.is_file() => {
+            return Err(Miss::Damaged(format!(
+                "{}: not a regular file",
+                path.display()
+            )))
+        }
+        Ok(_) => {}
+    }
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Miss::Absent),
@@ -424,6 +436,20 @@ mod tests {
         let p = dir.path().join("none");
         write(&p, 1, &none).unwrap();
         assert_eq!(read(&p, 1), Ok(none));
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_in_the_cache_s_place_is_damaged_and_does_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string naming a path in our own temporary directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for p in [fifo, dir.path().to_path_buf()] {
+            assert!(
+                matches!(read(&p, 1), Err(Miss::Damaged(e)) if e.contains("not a regular file"))
+            );
+        }
     }
 
     #[test]
