@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::path::Path;
 
 use gradflow::codec::{build_codec, Codec, CodecSpec, CODEC_NAMES};
+use gradflow::data::cache;
 use gradflow::data::libsvm::{parse_libsvm, LibsvmOptions};
 use gradflow::data::partition::RowFilter;
 use gradflow::data::table::{encode_file, parse_rows, FeatureMap};
@@ -182,11 +183,15 @@ thread_local! {
     static TABLE: (tempfile::TempDir, FeatureMap) = {
         let mut map: FeatureMap = toml::from_str(TABLE_MAP).expect("the fuzz map parses");
         map = FeatureMap::new(map.spec, map.numeric, map.vocabulary);
-        // In memory (tmpfs) where there is one: a disk under load can stall a file's open or
-        // write past the one-second limit, which is not the reader's time.
-        let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
-        (dir.expect("a temporary directory"), map)
+        (memory_dir(), map)
     };
+}
+
+/// A temporary directory in memory (tmpfs) where there is one: a disk under load can stall a
+/// file's open or write past the one-second limit, which is not the reader's time.
+fn memory_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
+    dir.expect("a temporary directory")
 }
 
 /// A CSV table read and encoded through a feature map, as `predict` does; the rows it accepts
@@ -234,6 +239,41 @@ pub fn rows_file(data: &[u8]) {
             assert!(r.keys.windows(2).all(|w| w[0] < w[1]) && r.keys.iter().all(|&k| k < dim));
         }
     }
+}
+
+/// A row cache file (`data.cache`), read in place from a memory map: the input is the file,
+/// read under the key it holds (bytes 8-16), so that a mutated file reaches the rows. What
+/// it accepts must hold: offsets rising to the nonzeros, keys ascending below the dimension,
+/// values and labels finite.
+pub fn cache_file(data: &[u8]) {
+    thread_local! {
+        static DIR: tempfile::TempDir = memory_dir();
+    }
+    let key = data
+        .get(8..16)
+        .map_or(0, |k| u64::from_le_bytes(k.try_into().expect("8")));
+    DIR.with(|dir| {
+        let path = dir.path().join("c.gfcache");
+        // A new file each time, as the cache writes it: a file mapped by an earlier input is
+        // never changed in place.
+        let tmp = dir.path().join("c.tmp");
+        std::fs::write(&tmp, data).expect("writing the input");
+        std::fs::rename(&tmp, &path).expect("renaming the input");
+        if let Ok(rows) = cache::read(&path, key) {
+            for d in [&rows.train, &rows.test] {
+                assert_eq!(d.dim, rows.dim);
+                assert_eq!(d.row_ptr.len(), d.rows() + 1);
+                assert_eq!((d.row_ptr[0], d.row_ptr[d.rows()]), (0, d.nnz()));
+                assert_eq!(d.values.len(), d.nnz());
+                for i in 0..d.rows() {
+                    let (k, v) = d.row(i);
+                    assert!(k.windows(2).all(|w| w[0] < w[1]) && k.iter().all(|&k| k < d.dim));
+                    assert!(v.iter().all(|v| v.is_finite()));
+                }
+                assert!(d.labels.iter().all(|l| l.is_finite()));
+            }
+        }
+    });
 }
 
 /// The job id and secret of the handshake target's processes (the seeds use the same id).

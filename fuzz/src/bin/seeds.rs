@@ -248,6 +248,25 @@ fn main() {
     let p = dir.path().join("r.bin");
     write_rows(&p, 6, &rows).unwrap();
     write(&root.join("rows_file"), "r0", &fs::read(&p).unwrap());
+    // A row cache file: a training set with real values, a test set of ones, notes and a
+    // feature map.
+    let mut train = gradflow::data::Dataset::new(9);
+    train.push_row(&[1, 4, 8], &[1.0, -2.5, 1.0], 1.0);
+    train.push_row(&[], &[], 0.0);
+    train.push_row(&[0, 8], &[1.0, 1.0], 1.0);
+    let mut test = gradflow::data::Dataset::new(9);
+    test.push_row(&[3, 8], &[1.0, 1.0], 0.0);
+    let cached = gradflow::data::cache::CachedRows {
+        dim: 9,
+        train,
+        test,
+        ignored_test_features: 2,
+        features: Some("dim = 9\n".into()),
+        notes: vec!["a note".into()],
+    };
+    let p = dir.path().join("c.gfcache");
+    gradflow::data::cache::write(&p, 0x5eed, &cached).unwrap();
+    write(&root.join("cache_file"), "c0", &fs::read(&p).unwrap());
     // Handshakes: a hello from process 1 to process 0 (the listener's side) and one from 0 to
     // 1 with a MAC after it (the connector's), for the target's job.
     let hello = |from, to| {
@@ -269,7 +288,7 @@ fn main() {
     connector.extend_from_slice(&[5; TAG_LEN + 1]);
     write(&root.join("handshake"), "connector", &connector);
     checkpoint_seeds(&root.join("checkpoint"));
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 5 model files, 1 rows file, 1 IDX pair, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 5 model files, 1 rows file, 1 cache file, 1 IDX pair, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
 }
 
 /// A worker file of the checkpoint target's job (its state, unsealed: the target seals it)
