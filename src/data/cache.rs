@@ -25,11 +25,13 @@
 //! reads every page once, and training reads them again. One-hot rows' values (all 1) are
 //! stored all the same: leaving them out made the files 45% smaller (74 instead of 140 MB per
 //! worker for a 2M-row set) but they then had to be made in fresh memory at every load, which
-//! took longer than all the rest (0.06 instead of 0.02 s with one worker). A cache file must not be changed while a run
-//! reads it: [`write`] never does (it renames a new file over the old one, which leaves a
-//! mapped file as it was), but another program writing into it in place could make the run
-//! fail (a truncated map is a bus error) or, after the check, read keys the check never saw
-//! (an index beyond the model stops the run with a panic, never a read outside it).
+//! took longer than all the rest (0.06 instead of 0.02 s with one worker).
+//!
+//! A cache file must not be changed while a run reads it: [`write`] never does (it renames a
+//! new file over the old one, which leaves a mapped file as it was), but another program
+//! writing into it in place could make the run fail (a truncated map is a bus error) or,
+//! after the check, read keys the check never saw (an index beyond the model stops the run
+//! with a panic, never a read outside it).
 
 use std::fs::File;
 use std::io::Write;
@@ -327,8 +329,9 @@ impl Reader<'_> {
         }
     }
 
-    /// `count` little-endian words, read in place where the target allows (see
-    /// [`Column::mapped`]), copied otherwise.
+    /// `count` little-endian words of `N` bytes, read in place where they are this target's
+    /// `T`s (a little-endian target; `N` bytes wide, as a `usize` row offset is only where it
+    /// is 64 bits), converted by `read` into a vector otherwise.
     fn words<T: Word, const N: usize>(
         &mut self,
         count: u64,
@@ -338,7 +341,9 @@ impl Reader<'_> {
         let n = usize::try_from(count).ok().and_then(|c| c.checked_mul(N));
         let range = self.take(n, what)?;
         let count = range.len() / N;
-        Ok(match Column::mapped(&self.map, range.start, count) {
+        let native = cfg!(target_endian = "little") && std::mem::size_of::<T>() == N;
+        let mapped = native.then(|| Column::mapped(&self.map, range.start, count));
+        Ok(match mapped.flatten() {
             Some(c) => c,
             None => {
                 let mut v = Vec::with_capacity(count);

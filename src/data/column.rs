@@ -12,12 +12,11 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-/// The element types a column can read in place from a file: plain little-endian words for
-/// which every bit pattern is a value.
+/// The element types a column can read in place from a file: plain words for which every bit
+/// pattern is a value.
 pub trait Word: Copy + Default + 'static + private::Sealed {}
 impl Word for u32 {}
 impl Word for f32 {}
-/// (Read in place only where a `usize` is a little-endian `u64`, see [`Column::mapped`].)
 impl Word for usize {}
 
 mod private {
@@ -54,19 +53,16 @@ impl<T: Word> Column<T> {
         Vec::new().into()
     }
 
-    /// The `len` words of `map` from byte `at`, read in place; `None` if they are not
-    /// within the map, not aligned for `T`, or this target cannot read them in place (a
-    /// big-endian one, or one whose `usize` is not 64 bits): the caller copies them instead.
+    /// The `len` `T`s of `map` from byte `at`, read in place as this target stores them;
+    /// `None` if they are not within the map or not aligned for `T`. Whether the file's words
+    /// are this target's `T`s (their width and byte order) is the caller's to know.
     ///
     /// The file must not change while it is mapped: the cache writes a new file and renames
     /// it over the old one, which leaves a mapped file as it was.
     pub fn mapped(map: &Arc<Mmap>, at: usize, len: usize) -> Option<Self> {
-        let size = std::mem::size_of::<T>();
-        let fits = cfg!(target_endian = "little")
-            && (std::any::TypeId::of::<T>() != std::any::TypeId::of::<usize>() || size == 8);
-        let end = len.checked_mul(size)?.checked_add(at)?;
+        let end = len.checked_mul(std::mem::size_of::<T>())?.checked_add(at)?;
         let aligned = (map.as_ptr() as usize).wrapping_add(at) % std::mem::align_of::<T>() == 0;
-        (fits && end <= map.len() && aligned).then(|| Column {
+        (end <= map.len() && aligned).then(|| Column {
             // (`at` is within the map: `at + len·size <= map.len()`)
             ptr: map[at..].as_ptr() as *const T,
             len,
@@ -274,9 +270,7 @@ mod tests {
             Column::<u32>::mapped(&map, usize::MAX, 1).is_none(),
             "overflow"
         );
-        assert!(
-            Column::<usize>::mapped(&map, 8, 1).is_some()
-                == (cfg!(target_endian = "little") && usize::BITS == 64)
-        );
+        assert!(Column::<usize>::mapped(&map, 8, 1).is_some());
+        assert!(Column::<usize>::mapped(&map, 4, 1).is_none(), "misaligned");
     }
 }
