@@ -99,6 +99,8 @@ fn malformed_inputs_name_file_line_and_column() {
         ("1 2:inf\n", &dim10, 1, 5, "not finite"),
         ("1 -2:1\n", &dim10, 1, 3, "bad feature index"),
         ("1 2:\n", &dim10, 1, 5, "bad feature value"),
+        ("1 2:1.5\u{00e9}\n", &dim10, 1, 5, "bad feature value"),
+        ("1 2:\u{0661}\n", &dim10, 1, 5, "bad feature value"),
         ("nan 2:1\n", &dim10, 1, 1, "not finite"),
         (
             "\n\n  1 2:1 99999999999:1\n",

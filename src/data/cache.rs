@@ -471,6 +471,24 @@ mod tests {
     }
 
     #[test]
+    fn padding_that_is_not_zeros_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c");
+        write(&p, 1, &sample(false)).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        // magic, key, dim, ignored (28); features (8 + 8); notes (4 + 4 + 6 + 4); the training
+        // set's dim, rows and nonzeros (20): 82, then zeros up to 88.
+        assert_eq!(&bytes[82..88], &[0; 6]);
+        bytes[85] = 1;
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(
+            matches!(read(&p, 1), Err(Miss::Damaged(e)) if e.contains("byte 82: padding")),
+            "{:?}",
+            read(&p, 1)
+        );
+    }
+
+    #[test]
     fn another_key_is_stale_and_no_file_is_absent() {
         let dir = tempfile::tempdir().unwrap();
         let p = path(dir.path(), 0, 1);
