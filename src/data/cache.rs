@@ -23,9 +23,9 @@
 //! A file is read in place: it is memory-mapped and the arrays are aligned in it, so the
 //! datasets' [`Column`]s are the page cache's pages and loading copies nothing. The check
 //! reads every page once, and training reads them again. One-hot rows' values (all 1) are
-//! stored all the same: leaving them out made the files 45% smaller (74 instead of 140 MB per
-//! worker for a 2M-row set) but they then had to be made in fresh memory at every load, which
-//! took longer than all the rest (0.06 instead of 0.02 s with one worker).
+//! stored all the same: leaving them out made the files 43% smaller (74 instead of 130 MB per
+//! worker for a 2M-row set with two workers), but they then had to be made in fresh memory at
+//! every load, which took longer than all the rest (0.06 instead of 0.02 s with one worker).
 //!
 //! A cache file must not be changed while a run reads it: [`write`] never does (it renames a
 //! new file over the old one, which leaves a mapped file as it was), but another program
