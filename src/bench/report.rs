@@ -217,6 +217,11 @@ pub struct Summary {
     pub time_to_target: Option<f64>,
     /// Baseline's time to target over this cell's.
     pub speedup: Option<f64>,
+    /// On a shaped link, the speed-up this cell would have if its own traffic cost nothing:
+    /// the baseline's time to target on this link over the same cell's time to target on the
+    /// suite's unshaped link (same processes, model and repeat). A speed-up close to it is not
+    /// limited by the link; a target above it needs a faster round, not fewer bytes.
+    pub free_link_bound: Option<f64>,
 }
 
 /// The summary of every run: the baseline of a cell is the run with the suite's baseline
@@ -230,6 +235,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
             .find(|r| r.test_loss.is_some_and(|l| l <= loss))
             .map(|r| r.seconds)
     };
+    let unshaped = suite.links.iter().find(|l| !l.shaped());
     runs.iter()
         .enumerate()
         .map(|(i, run)| {
@@ -243,6 +249,16 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
             let target_loss = base.and_then(final_loss).map(|l| l * (1.0 + suite.target));
             let time_to_target = target_loss.and_then(|t| time_to(i, t));
             let base_time = base.zip(target_loss).and_then(|(b, t)| time_to(b, t));
+            // The same cell on the unshaped link, to the same target loss.
+            let free_link_time = unshaped.filter(|_| c.link.shaped()).and_then(|free| {
+                let j = runs.iter().position(|r| {
+                    let d = &r.cell;
+                    d.link.name == free.name
+                        && (d.processes, &d.model, &d.exchange, &d.compressor, d.repeat)
+                            == (c.processes, &c.model, &c.exchange, &c.compressor, c.repeat)
+                })?;
+                time_to(j, target_loss?)
+            });
             let last = results[i].last();
             let epochs = results[i]
                 .iter()
@@ -264,6 +280,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                 target_loss,
                 time_to_target,
                 speedup: base_time.zip(time_to_target).map(|(b, t)| b / t.max(1e-9)),
+                free_link_bound: base_time.zip(free_link_time).map(|(b, t)| b / t.max(1e-9)),
             }
         })
         .collect()
@@ -286,6 +303,15 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
          cell's. Bytes are payload sent to other processes, per process, both directions.",
         100.0 * suite.target
     );
+    if let Some(free) = suite.links.iter().find(|l| !l.shaped()) {
+        let _ = writeln!(
+            md,
+            "\nBound, free link (shaped links): the baseline's time to target on the link over \
+             the same cell's on `{}`, the speed-up the cell would have if its own traffic cost \
+             nothing. A speed-up near it is limited by the rest of the round, not by the link.",
+            free.name
+        );
+    }
     let fmt =
         |x: Option<f64>, digits: usize| x.map_or("–".to_string(), |v| format!("{v:.digits$}"));
     for link in &suite.links {
@@ -293,11 +319,12 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
         let _ = writeln!(
             md,
             "| W | model | exchange | compressor | runs | s/epoch | up MB/proc | down MB/proc | \
-             final loss | final acc | final AUC | min loss @ s | time to target s | speed-up |"
+             final loss | final acc | final AUC | min loss @ s | time to target s | speed-up | \
+             bound, free link |"
         );
         let _ = writeln!(
             md,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         // One line per cell with its repeats folded in: medians, and how many runs reached
         // the target when not all did.
@@ -345,7 +372,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 .map_or("–".into(), |(l, t)| format!("{l:.4} @ {t:.2}"));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
                 c.processes,
                 c.model,
                 c.exchange,
@@ -360,6 +387,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 min_loss,
                 ttt,
                 med(&|r| r.speedup).map_or("–".into(), |x| format!("{x:.2}x")),
+                med(&|r| r.free_link_bound).map_or("–".into(), |x| format!("{x:.2}x")),
             );
         }
     }
@@ -507,6 +535,57 @@ mod tests {
         assert_eq!((sum[1].time_to_target, sum[1].speedup), (None, None));
         assert!(summary_markdown(&s, &sum, &[]).contains("not reached"));
         assert_eq!(summarize(&s, &[never])[0].target_loss, None);
+    }
+
+    #[test]
+    fn the_free_link_bound_divides_the_shaped_baseline_by_the_same_cell_on_loopback() {
+        let mut s = suite();
+        let slow = Link {
+            name: "slow".into(),
+            rate: Some("10mbit".into()),
+            delay: None,
+        };
+        s.links = vec![slow, Link::loopback()];
+        let cells = s.cells(); // slow: none, topk; loopback: none, topk
+        let id = |link: &str, comp: &str| {
+            cells
+                .iter()
+                .position(|c| c.link.name == link && c.compressor == comp)
+                .unwrap()
+        };
+        // Every cell ends at the same loss (0.40, the target 0.404); what differs is when.
+        let at = |i: usize, t: f64| run(cells[i].clone(), &[(9, t / 2.0, 0.45), (19, t, 0.40)], 1);
+        let runs = vec![
+            at(id("slow", "none"), 4.0),
+            at(id("slow", "topk"), 2.0),
+            at(id("loopback", "none"), 1.0),
+            at(id("loopback", "topk"), 0.5),
+        ];
+        let sum = summarize(&s, &runs);
+        let of = |link: &str, comp: &str| {
+            sum.iter()
+                .find(|x| x.cell.link.name == link && x.cell.compressor == comp)
+                .unwrap()
+        };
+        assert!((of("slow", "topk").speedup.unwrap() - 2.0).abs() < 1e-9);
+        // 4.0 s on the slow link against the same topk cell's 0.5 s without one: 8x.
+        assert!((of("slow", "topk").free_link_bound.unwrap() - 8.0).abs() < 1e-9);
+        assert!((of("slow", "none").free_link_bound.unwrap() - 4.0).abs() < 1e-9);
+        assert_eq!(of("loopback", "topk").free_link_bound, None, "unshaped");
+        let md = summary_markdown(&s, &sum, &[]);
+        assert!(md.contains("Bound, free link"), "{md}");
+        let line = md
+            .lines()
+            .find(|l| l.contains("| topk |") && l.contains("2.00x"))
+            .unwrap();
+        assert!(line.ends_with("| 8.00x |"), "{line}");
+        // Without an unshaped link there is nothing to bound by.
+        s.links.pop();
+        let only_slow: Vec<CellRun> = runs[..2].to_vec();
+        assert!(summarize(&s, &only_slow)
+            .iter()
+            .all(|x| x.free_link_bound.is_none()));
+        assert!(!summary_markdown(&s, &summarize(&s, &only_slow), &[]).contains("Bound, free"));
     }
 
     #[test]
