@@ -297,21 +297,32 @@ pub(crate) fn sketch_gradient(
                 .collect()
         }),
         Decode::Mean => {
-            // Run the receiver's queries and average the true magnitudes per answer.
+            // Run the receiver's queries and average the true magnitudes per answer. Neighbouring
+            // keys often answer the same bucket, so each of four consecutive keys adds into its
+            // own bank of sums: one bank made every add wait for the one before it.
+            const BANKS: usize = 4;
             let mut sums = [
                 vec![(0f64, 0u32); edges[0].len()],
                 vec![(0f64, 0u32); edges[1].len()],
             ];
+            let mut banks = vec![(0f64, 0u32); BANKS * sh.per_group];
             for (g, sketch) in s.sketches.iter().enumerate() {
                 let (sign, first) = sh.group_origin(g);
                 let range = s.starts[g]..s.starts[g + 1];
-                for (&k, &mag) in s.grouped_keys[range.clone()]
-                    .iter()
-                    .zip(&s.grouped_mags[range])
-                {
-                    let slot = &mut sums[sign][first + sketch.query(k) as usize];
+                banks.fill((0.0, 0));
+                let (keys, mags) = (&s.grouped_keys[range.clone()], &s.grouped_mags[range]);
+                for (i, (&k, &mag)) in keys.iter().zip(mags).enumerate() {
+                    let slot = &mut banks[sketch.query(k) as usize * BANKS + i % BANKS];
                     slot.0 += mag as f64;
                     slot.1 += 1;
+                }
+                for (answer, bank) in banks.chunks_exact(BANKS).enumerate() {
+                    if let Some(slot) = sums[sign].get_mut(first + answer) {
+                        for &(sum, n) in bank {
+                            slot.0 += sum;
+                            slot.1 += n;
+                        }
+                    }
                 }
             }
             [0, 1].map(|sign| {
