@@ -277,6 +277,11 @@ fn plain(v: &toml::Value) -> String {
 }
 
 impl Suite {
+    /// The first link without shaping: what the free-link bound of shaped links is measured on.
+    pub fn unshaped_link(&self) -> Option<&Link> {
+        self.links.iter().find(|l| !l.shaped())
+    }
+
     /// Loads and validates a suite file.
     pub fn load(path: &Path) -> Result<Suite, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;

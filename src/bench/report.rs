@@ -235,7 +235,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
             .find(|r| r.test_loss.is_some_and(|l| l <= loss))
             .map(|r| r.seconds)
     };
-    let unshaped = suite.links.iter().find(|l| !l.shaped());
+    let unshaped = suite.unshaped_link();
     runs.iter()
         .enumerate()
         .map(|(i, run)| {
@@ -303,7 +303,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
          cell's. Bytes are payload sent to other processes, per process, both directions.",
         100.0 * suite.target
     );
-    if let Some(free) = suite.links.iter().find(|l| !l.shaped()) {
+    if let Some(free) = suite.unshaped_link() {
         let _ = writeln!(
             md,
             "\nBound, free link (shaped links): the baseline's time to target on the link over \
