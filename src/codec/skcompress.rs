@@ -137,17 +137,12 @@ impl Codec for SkCompress {
         let s = &mut self.sketched;
         sketch_gradient(&sh, self.p.decode, keys, values, s);
         let lengths: Vec<u8> = deltas(&s.keys).map(|d| bit_len(d as u64) as u8).collect();
-        let cells: Vec<u8> = s
-            .sketches
-            .iter()
-            .flat_map(|s| s.cells().iter().copied())
-            .collect();
         let mut result = Ok(());
         write_message(out, ID, VERSION, dim, s.keys.len(), |w| {
             write_shape_and_table(w, &self.p, &s.table);
             write_group_counts(w, &s.counts);
             result = write_symbols(w, &lengths, LENGTH_CLASSES)
-                .and_then(|_| write_symbols(w, &cells, sh.per_group));
+                .and_then(|_| write_symbols(w, s.sketches.cells(), sh.per_group));
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
             for d in deltas(&s.keys) {
                 let len = bit_len(d as u64);
@@ -169,12 +164,7 @@ impl Codec for SkCompress {
             // The coded stream bounds the cell count before the sketches are sized for it.
             read_symbols(r, total_cells, sh.per_group, cells)?;
             u.size_sketches(&sh);
-            let mut rest = &cells[..];
-            for sketch in &mut u.sketches {
-                let (mine, others) = rest.split_at(sketch.cells().len());
-                sketch.cells_mut().copy_from_slice(mine);
-                rest = others;
-            }
+            u.sketches.cells_mut().copy_from_slice(cells);
             if n.saturating_mul(label_bits(&sh) as usize) > r.remaining_bits() {
                 return Err(CodecError::Corrupt(format!(
                     "{n} group labels do not fit in the message"
