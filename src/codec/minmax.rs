@@ -33,6 +33,23 @@ pub const MAX_ROWS: usize = 8;
 /// million keys, measured).
 const BATCH: usize = 64;
 
+/// `$obj.$method::<R>(args)` with `R` the row count `$rows` as a constant (1 to [`MAX_ROWS`]),
+/// so that the loops over a key's rows unroll.
+macro_rules! for_rows {
+    ($rows:expr, $obj:ident . $method:ident ( $($arg:expr),* )) => {
+        match $rows {
+            1 => $obj.$method::<1>($($arg),*),
+            2 => $obj.$method::<2>($($arg),*),
+            3 => $obj.$method::<3>($($arg),*),
+            4 => $obj.$method::<4>($($arg),*),
+            5 => $obj.$method::<5>($($arg),*),
+            6 => $obj.$method::<6>($($arg),*),
+            7 => $obj.$method::<7>($($arg),*),
+            _ => $obj.$method::<8>($($arg),*),
+        }
+    };
+}
+
 /// One odd multiplier per row, fixed at compile time.
 const MULTIPLIERS: [u64; MAX_ROWS] = {
     let mut m = [0u64; MAX_ROWS];
@@ -130,16 +147,7 @@ impl MinMaxSketches {
     /// For every `i`, inserts `indexes[i]` for `keys[i]` into group `groups[i]`'s sketch: in
     /// each row the cell keeps the smaller index. Panics on a group beyond the set.
     pub fn insert_all(&mut self, keys: &[u32], groups: &[u8], indexes: &[u8]) {
-        match self.rows {
-            1 => self.insert_rows::<1>(keys, groups, indexes),
-            2 => self.insert_rows::<2>(keys, groups, indexes),
-            3 => self.insert_rows::<3>(keys, groups, indexes),
-            4 => self.insert_rows::<4>(keys, groups, indexes),
-            5 => self.insert_rows::<5>(keys, groups, indexes),
-            6 => self.insert_rows::<6>(keys, groups, indexes),
-            7 => self.insert_rows::<7>(keys, groups, indexes),
-            _ => self.insert_rows::<8>(keys, groups, indexes),
-        }
+        for_rows!(self.rows, self.insert_rows(keys, groups, indexes))
     }
 
     fn insert_rows<const R: usize>(&mut self, keys: &[u32], groups: &[u8], indexes: &[u8]) {
@@ -165,16 +173,7 @@ impl MinMaxSketches {
     /// `groups[i]`: at most the smallest index ever inserted for that key there. Panics on a
     /// group beyond the set (a decoder checks its labels first).
     pub fn query_all(&self, keys: &[u32], groups: &[u8], answer: impl FnMut(usize, u8)) {
-        match self.rows {
-            1 => self.query_rows::<1>(keys, groups, answer),
-            2 => self.query_rows::<2>(keys, groups, answer),
-            3 => self.query_rows::<3>(keys, groups, answer),
-            4 => self.query_rows::<4>(keys, groups, answer),
-            5 => self.query_rows::<5>(keys, groups, answer),
-            6 => self.query_rows::<6>(keys, groups, answer),
-            7 => self.query_rows::<7>(keys, groups, answer),
-            _ => self.query_rows::<8>(keys, groups, answer),
-        }
+        for_rows!(self.rows, self.query_rows(keys, groups, answer))
     }
 
     fn query_rows<const R: usize>(
