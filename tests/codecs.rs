@@ -135,13 +135,38 @@ fn sketchml_and_skcompress_edges_never_overestimate_nor_flip_a_sign_and_keep_eve
         (3, 40, 1000),
     ] {
         let g = laplace_grad(n, dim, 0.01, seed);
+        // The same with every seventh value zero: the encoder then takes its other path, which
+        // keeps the nonzero keys apart.
+        let mut with_zeros = g.clone();
+        with_zeros
+            .values
+            .iter_mut()
+            .step_by(7)
+            .for_each(|v| *v = 0.0);
+        let nonzero = SparseGrad {
+            keys: (with_zeros.keys.iter().zip(&with_zeros.values))
+                .filter(|(_, &v)| v != 0.0)
+                .map(|(&k, _)| k)
+                .collect(),
+            values: with_zeros
+                .values
+                .iter()
+                .copied()
+                .filter(|&v| v != 0.0)
+                .collect(),
+        };
         let mut sizes = Vec::new();
-        for name in ["sketchml", "skcompress"] {
+        for (name, input, g) in [
+            ("sketchml", &g, &g),
+            ("skcompress", &g, &g),
+            ("sketchml", &with_zeros, &nonzero),
+            ("skcompress", &with_zeros, &nonzero),
+        ] {
             // The zero-side edge never overestimates. (The default table, the mean of each
             // answered bucket, may: it keeps each sign's sum instead, which plain SGD needs;
             // its index and sign properties are tested below.)
             let mut c = spec(&format!("{{ name = \"{name}\", decode = \"edge\" }}"));
-            let (buf, out) = round_trip(c.as_mut(), &g, dim, seed);
+            let (buf, out) = round_trip(c.as_mut(), input, dim, seed);
             sizes.push(buf.len());
             assert_eq!(out.keys, g.keys, "{name}: every nonzero key is sent");
             let (mut rel, mut under) = (0.0, 0);
@@ -155,9 +180,12 @@ fn sketchml_and_skcompress_edges_never_overestimate_nor_flip_a_sign_and_keep_eve
                 under += (d.abs() < t.abs()) as usize;
             }
             let mean_rel = rel / out.len() as f64;
+            // Measured: 0.21 from 3000 keys up; on the smallest shape with every seventh value
+            // zero, a bucket edge may sit far below its few values: 0.36.
+            let bound = if out.len() >= 100 { 0.30 } else { 0.40 };
             assert!(
-                mean_rel <= 0.30,
-                "seed {seed}: mean relative error {mean_rel}"
+                mean_rel <= bound,
+                "{name} seed {seed}: mean relative error {mean_rel}"
             );
             assert!(under > 0, "{name}");
         }

@@ -136,15 +136,16 @@ impl Codec for SkCompress {
         let sh = self.shape;
         let s = &mut self.sketched;
         sketch_gradient(&sh, self.p.decode, keys, values, s);
-        let lengths: Vec<u8> = deltas(&s.keys).map(|d| bit_len(d as u64) as u8).collect();
+        let sent = s.sent_keys(keys);
+        let lengths: Vec<u8> = deltas(sent).map(|d| bit_len(d as u64) as u8).collect();
         let mut result = Ok(());
-        write_message(out, ID, VERSION, dim, s.keys.len(), |w| {
+        write_message(out, ID, VERSION, dim, sent.len(), |w| {
             write_shape_and_table(w, &self.p, &s.table);
             write_group_counts(w, &s.counts);
             result = write_symbols(w, &lengths, LENGTH_CLASSES)
                 .and_then(|_| write_symbols(w, s.sketches.cells(), sh.per_group));
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
-            for d in deltas(&s.keys) {
+            for d in deltas(sent) {
                 let len = bit_len(d as u64);
                 if len >= 2 {
                     w.write((d as u64) & ((1u64 << (len - 1)) - 1), len - 1);

@@ -189,8 +189,11 @@ impl FromParams for SketchMl {
 pub(crate) struct Sketched {
     /// Per sign, the magnitude each answered bucket decodes to.
     pub(crate) table: [Vec<f32>; 2],
-    /// The keys sent (those with nonzero values), in key order.
-    pub(crate) keys: Vec<u32>,
+    /// The keys sent (those with nonzero values), in key order, when some value was zero
+    /// (see [`Sketched::sent_keys`]).
+    keys: Vec<u32>,
+    /// Whether some value was zero, so that `keys`, `local` and `mags` hold the others.
+    compacted: bool,
     /// The group of each key sent.
     pub(crate) labels: Vec<u8>,
     /// Keys per group.
@@ -200,6 +203,18 @@ pub(crate) struct Sketched {
     /// Per key sent, its bucket within its group and its magnitude.
     local: Vec<u8>,
     mags: Vec<f32>,
+}
+
+impl Sketched {
+    /// The keys sent, in key order: `keys` (those given to [`sketch_gradient`]) when none of
+    /// their values was zero.
+    pub(crate) fn sent_keys<'a>(&'a self, keys: &'a [u32]) -> &'a [u32] {
+        if self.compacted {
+            &self.keys
+        } else {
+            keys
+        }
+    }
 }
 
 /// Per sign, for every bucket of that sign: its group (numbered over both signs) and its index
@@ -232,24 +247,38 @@ pub(crate) fn sketch_gradient(
     // A value of a sign without buckets is zero (the sign has no nonzero values), and dropped.
     let codes = bucket_codes(sh, [edges[0].len().max(1), edges[1].len().max(1)]);
 
-    // 1. Bucket every value; keep the nonzero ones in key order (branch-free compaction: every
-    //    value is written, the cursor advances for a nonzero one).
+    // 1. Bucket every value. Without zero values (the usual gradient) only each key's group and
+    //    bucket in it are written; the keys and magnitudes are read from the input later. With
+    //    them, the nonzero ones are kept in key order (branch-free compaction: every value is
+    //    written, the cursor advances for a nonzero one).
     let n = keys.len();
-    s.keys.resize(n, 0);
+    s.compacted = values.iter().fold(false, |zero, &v| zero | (v == 0.0));
     s.labels.resize(n, 0);
     s.local.resize(n, 0);
-    s.mags.resize(n, 0.0);
-    let mut m = 0;
-    for (&k, &v) in keys.iter().zip(values) {
-        let (sign, mag) = ((v.to_bits() >> 31) as usize, v.abs());
-        let (g, local) = codes[sign][finders[sign].find(mag)];
-        (s.keys[m], s.labels[m], s.local[m], s.mags[m]) = (k, g, local, mag);
-        m += (v != 0.0) as usize;
+    let bucket = |v: f32| {
+        codes[(v.to_bits() >> 31) as usize][finders[(v.to_bits() >> 31) as usize].find(v.abs())]
+    };
+    if s.compacted {
+        s.keys.resize(n, 0);
+        s.mags.resize(n, 0.0);
+        let mut m = 0;
+        for (&k, &v) in keys.iter().zip(values) {
+            let (g, local) = bucket(v);
+            (s.keys[m], s.labels[m], s.local[m], s.mags[m]) = (k, g, local, v.abs());
+            m += (v != 0.0) as usize;
+        }
+        s.keys.truncate(m);
+        s.labels.truncate(m);
+        s.local.truncate(m);
+        s.mags.truncate(m);
+    } else {
+        for ((label, local), &v) in s.labels.iter_mut().zip(&mut s.local).zip(values) {
+            (*label, *local) = bucket(v);
+        }
     }
-    s.keys.truncate(m);
-    s.labels.truncate(m);
-    s.local.truncate(m);
-    s.mags.truncate(m);
+    let sent: &[u32] = if s.compacted { &s.keys } else { keys };
+    // Magnitudes as signed values (the sums take their absolute values).
+    let signed: &[f32] = if s.compacted { &s.mags } else { values };
 
     // 2. Each group's sketch, sized for its keys; then every key inserted, in key order. The
     //    inserts batch across groups, and the sketches (600 KB at d = 1M) stay in the L2 cache:
@@ -265,7 +294,7 @@ pub(crate) fn sketch_gradient(
         (sh.per_group - 1) as u8,
         s.counts.iter().map(|&n| sh.columns(n)),
     );
-    s.sketches.insert_all(&s.keys, &s.labels, &s.local);
+    s.sketches.insert_all(sent, &s.labels, &s.local);
 
     // 3. What each answered bucket decodes to.
     s.table = match decode {
@@ -282,11 +311,11 @@ pub(crate) fn sketch_gradient(
             // own bank of sums: one bank made every add wait for the one before it.
             const BANKS: usize = 4;
             let mut banks = vec![(0f64, 0u32); n_groups * sh.per_group * BANKS];
-            let (labels, mags) = (&s.labels, &s.mags);
-            s.sketches.query_all(&s.keys, labels, |i, answer| {
+            let labels = &s.labels;
+            s.sketches.query_all(sent, labels, |i, answer| {
                 let class = labels[i] as usize * sh.per_group + answer as usize;
                 let slot = &mut banks[class * BANKS + i % BANKS];
-                slot.0 += mags[i] as f64;
+                slot.0 += signed[i].abs() as f64;
                 slot.1 += 1;
             });
             let mut sums = [
@@ -499,12 +528,13 @@ impl Codec for SketchMl {
         let sh = self.shape;
         let s = &mut self.sketched;
         sketch_gradient(&sh, self.p.decode, keys, values, s);
-        write_message(out, ID, VERSION, dim, s.keys.len(), |w| {
+        let sent = s.sent_keys(keys);
+        write_message(out, ID, VERSION, dim, sent.len(), |w| {
             write_shape_and_table(w, &self.p, &s.table);
             self.p.keys.write_id(w);
             write_group_counts(w, &s.counts);
             w.write_packed(s.sketches.cells().iter().map(|&c| c as u64), sh.cell_bits);
-            self.p.keys.encode(&s.keys, w);
+            self.p.keys.encode(sent, w);
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
         });
         Ok(())
