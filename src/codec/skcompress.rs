@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::entropy::{read_symbols, write_symbols};
-use super::keys::{bit_len, KeyBuilder, KeyCoding};
+use super::keys::{bit_len, KeyCoding};
 use super::sketchml::{
     label_bits, read_shape_and_table, sketch_gradient, write_group_counts, write_shape_and_table,
     Decode, Shape, SketchMlParams, Sketched, Unsketch,
@@ -174,18 +174,21 @@ impl Codec for SkCompress {
             u.labels.resize(n, 0);
             r.read_packed(&mut u.labels, label_bits(&sh), u8::MAX as u64)?;
             out.keys.reserve(n);
-            let mut builder = KeyBuilder::new(h.dim);
-            let mut prev = None;
+            // A delta of bit length `len` is its leading one (none for 0) and `len - 1` bits below
+            // it; each key is the one after the previous key plus its delta (the first: 0 plus
+            // it), so keys only increase, and each is checked against the dimension.
+            let mut next = 0u64;
             for &len in lengths.iter() {
                 let len = len as u32;
-                let d = match len {
-                    0 => 0,
-                    1 => 1,
-                    _ => (1u64 << (len - 1)) | r.read(len - 1)?,
-                };
-                let delta = if prev.is_none() { d } else { d + 1 };
-                builder.push_delta(prev, delta, &mut out.keys)?;
-                prev = out.keys.last().copied();
+                let key = next + ((1u64 << len) >> 1 | r.read(len.saturating_sub(1))?);
+                if key >= h.dim as u64 {
+                    return Err(CodecError::BadKeys(format!(
+                        "decoded key {key} (dimension {})",
+                        h.dim
+                    )));
+                }
+                out.keys.push(key as u32);
+                next = key + 1;
             }
             u.values(&sh, &table, &out.keys, &mut out.values)
         })
