@@ -219,6 +219,53 @@ fn pull_trains_the_broadcast_model_with_fewer_downlink_bytes() {
 fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
     use gradflow::codec::none::NoneCodec;
     use gradflow::codec::{Codec, EncodeContext};
+    use gradflow::exchange::DATA;
+    // The fault: every change claims a key its sender does not own.
+    let e = run_with_faulty_changes(|mut e, owners, dim| {
+        if e.kind == DATA {
+            let k = (0..dim).find(|&k| owners.owner(k) != e.src).unwrap();
+            e.payload.clear();
+            let ctx = EncodeContext::default();
+            NoneCodec
+                .encode(&[k], &[0.5], dim, ctx, &mut e.payload)
+                .unwrap();
+        }
+        e
+    });
+    assert!(
+        e.contains("bad model change from worker") && e.contains("is owned by worker"),
+        "{e}"
+    );
+}
+
+/// A round starts as soon as every owner's change and the worker's own `applied` mark are in
+/// (not only once timely's frontier says nothing more can come): a mark forged by another
+/// worker, which would start a round early, is an error naming its sender.
+#[test]
+fn an_applied_mark_from_another_worker_is_an_error() {
+    use gradflow::exchange::APPLIED;
+    // The fault: every change is replaced by an `applied` mark from its sender.
+    let e = run_with_faulty_changes(|mut e, _, _| {
+        e.kind = APPLIED;
+        e.payload.clear();
+        e
+    });
+    assert!(e.contains("an `applied` mark from worker"), "{e}");
+}
+
+/// Trains a 2-worker job whose model changes pass through `fault` on their way back to the
+/// gradient step; returns the error that stopped the run.
+fn run_with_faulty_changes(
+    fault: impl Fn(
+            gradflow::exchange::Envelope,
+            &gradflow::exchange::Owners,
+            u32,
+        ) -> gradflow::exchange::Envelope
+        + Send
+        + Sync
+        + Copy
+        + 'static,
+) -> String {
     use gradflow::dataflow::{
         aggregate, collect, gradient, Rows, Supervisor, WorkerData, WorkerState,
     };
@@ -256,16 +303,7 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
                     None,
                 );
                 aggregate(grads, &plan, state.clone(), sup.clone())
-                    // The fault: every change claims a key its sender does not own.
-                    .map(move |mut e: Envelope| {
-                        let k = (0..dim).find(|&k| owners.owner(k) != e.src).unwrap();
-                        e.payload.clear();
-                        let ctx = EncodeContext::default();
-                        NoneCodec
-                            .encode(&[k], &[0.5], dim, ctx, &mut e.payload)
-                            .unwrap();
-                        e
-                    })
+                    .map(move |e: Envelope| fault(e, &owners, dim))
                     .connect_loop(handle);
                 collect(stats, &plan, rows.clone(), Box::new(|_| {}), sup.clone());
             });
@@ -276,9 +314,5 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
             worker.drop_dataflow(id);
         }
     });
-    let e = supervisor.message().expect("the run must fail");
-    assert!(
-        e.contains("bad model change from worker") && e.contains("is owned by worker"),
-        "{e}"
-    );
+    supervisor.message().expect("the run must fail")
 }

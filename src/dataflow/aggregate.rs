@@ -10,13 +10,13 @@ use super::{add_changes, codec_or_fail, ms, one_from_each, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::EncodeContext;
 use crate::exchange::pull::Request;
-use crate::exchange::{broadcast, write_f32s};
+use crate::exchange::{applied, broadcast, write_f32s};
 use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners, DATA};
 use crate::sparse::SparseGrad;
 
 /// The aggregation operator. Input: gradient envelopes (routed to their `dest`). Output: model
-/// changes for the other workers (`sharded`), nothing (`allgather`: every worker updates its own
-/// replica).
+/// changes for the other workers (`sharded`; `allgather` updates every replica in place), and
+/// the [`applied`] envelope to this worker's own gradient step.
 ///
 /// Round `r` runs once every gradient of round `r` is in: decode, sum in worker order weighted
 /// by batch rows, take the optimizer step on the summed keys; `allgather` adds it to the local
@@ -38,73 +38,82 @@ pub fn aggregate<'s>(
     let mut downlink = Downlink::new(downlink_codec);
     let mut aggregator = Aggregator::default();
     let mut change = SparseGrad::default();
-    per_round(grads, "Aggregate", supervisor, move |r, mut msgs, out| {
-        let st = &mut *state.borrow_mut();
-        let remote = |w: u32| plan.process_of(w) != plan.process_of(me);
-        msgs.iter()
-            .for_each(|m| st.received(true, m.payload.len(), remote(m.src)));
-        // Gradients first, then pull requests.
-        msgs.sort_by_key(|m| (m.kind, m.src));
-        let split = msgs.partition_point(|m| m.kind == DATA);
-        let (gradients, requests) = msgs.split_at_mut(split);
-        one_from_each(gradients, peers as usize)
-            .map_err(|e| format!("worker {me}, round {r}: gradients: {e}"))?;
-        // Decode and sum, in worker order.
-        let t_agg = Instant::now();
-        let sum = aggregator
-            .aggregate(codec.as_mut(), gradients, plan.dim)
-            .map_err(|e| format!("worker {me}, round {r}: bad gradient message: {e}"))?;
-        if plan.exchange == ExchangeKind::Sharded && peers > 1 {
-            if let Some(&k) = sum.keys.iter().find(|&&k| owners.owner(k) != me) {
-                return Err(format!(
-                    "worker {me}, round {r}: received key {k}, which worker {} owns",
-                    owners.owner(k)
-                ));
+    // One gradient from every worker, and pull requests (how many, nobody knows in advance).
+    let expected = (!plan.pull).then_some(peers as usize);
+    per_round(
+        grads,
+        "Aggregate",
+        expected,
+        supervisor,
+        move |r, mut msgs, out| {
+            let st = &mut *state.borrow_mut();
+            let remote = |w: u32| plan.process_of(w) != plan.process_of(me);
+            msgs.iter()
+                .for_each(|m| st.received(true, m.payload.len(), remote(m.src)));
+            // Gradients first, then pull requests.
+            msgs.sort_by_key(|m| (m.kind, m.src));
+            let split = msgs.partition_point(|m| m.kind == DATA);
+            let (gradients, requests) = msgs.split_at_mut(split);
+            one_from_each(gradients, peers as usize)
+                .map_err(|e| format!("worker {me}, round {r}: gradients: {e}"))?;
+            // Decode and sum, in worker order.
+            let t_agg = Instant::now();
+            let sum = aggregator
+                .aggregate(codec.as_mut(), gradients, plan.dim)
+                .map_err(|e| format!("worker {me}, round {r}: bad gradient message: {e}"))?;
+            if plan.exchange == ExchangeKind::Sharded && peers > 1 {
+                if let Some(&k) = sum.keys.iter().find(|&&k| owners.owner(k) != me) {
+                    return Err(format!(
+                        "worker {me}, round {r}: received key {k}, which worker {} owns",
+                        owners.owner(k)
+                    ));
+                }
             }
-        }
-        st.aggregate_ms = ms(t_agg);
-        // Optimizer step on the summed keys.
-        let t_update = Instant::now();
-        change.keys.clone_from(&sum.keys);
-        st.optimizer
-            .step(r, &sum.keys, &sum.values, &mut change.values);
-        // Apply it here; `sharded` sends it, encoded, to every other replica (or, pulling,
-        // answers the requests with the new weights).
-        let applied = if plan.exchange == ExchangeKind::Sharded && !plan.pull {
-            let ctx = EncodeContext {
-                seed: plan.seed,
-                round: r,
-                worker: me,
-                piece: 0,
+            st.aggregate_ms = ms(t_agg);
+            // Optimizer step on the summed keys.
+            let t_update = Instant::now();
+            change.keys.clone_from(&sum.keys);
+            st.optimizer
+                .step(r, &sum.keys, &sum.values, &mut change.values);
+            // Apply it here; `sharded` sends it, encoded, to every other replica (or, pulling,
+            // answers the requests with the new weights).
+            let mine = if plan.exchange == ExchangeKind::Sharded && !plan.pull {
+                let ctx = EncodeContext {
+                    seed: plan.seed,
+                    round: r,
+                    worker: me,
+                    piece: 0,
+                };
+                let mut payload = Vec::new();
+                let others = (peers > 1).then_some(&mut payload);
+                let decoded = downlink
+                    .encode(&mut st.downlink, &mut change, plan.dim, ctx, others)
+                    .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+                broadcast(me, 0, (0..peers).filter(|&d| d != me), payload, |e| {
+                    st.sent(false, e.payload.len(), remote(e.dest));
+                    out.push(e);
+                });
+                decoded
+            } else {
+                &change
             };
-            let mut payload = Vec::new();
-            let others = (peers > 1).then_some(&mut payload);
-            let decoded = downlink
-                .encode(&mut st.downlink, &mut change, plan.dim, ctx, others)
+            add_changes(mine, &mut st.weights)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
-            broadcast(me, 0, (0..peers).filter(|&d| d != me), payload, |e| {
-                st.sent(false, e.payload.len(), remote(e.dest));
-                out.push(e);
-            });
-            decoded
-        } else {
-            &change
-        };
-        add_changes(applied, &mut st.weights)
-            .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
-        for m in requests.iter() {
-            let answer = answer_pull(m, &owners, me, &st.weights).map_err(|e| {
-                format!(
-                    "worker {me}, round {r}: bad pull request from worker {}: {e}",
-                    m.src
-                )
-            })?;
-            st.sent(false, answer.payload.len(), remote(m.src));
-            out.push(answer);
-        }
-        st.update_ms = ms(t_update);
-        Ok(())
-    })
+            for m in requests.iter() {
+                let answer = answer_pull(m, &owners, me, &st.weights).map_err(|e| {
+                    format!(
+                        "worker {me}, round {r}: bad pull request from worker {}: {e}",
+                        m.src
+                    )
+                })?;
+                st.sent(false, answer.payload.len(), remote(m.src));
+                out.push(answer);
+            }
+            out.push(applied(me));
+            st.update_ms = ms(t_update);
+            Ok(())
+        },
+    )
 }
 
 /// The answer to a pull request: the owner's current weights of the requested keys, f32 in

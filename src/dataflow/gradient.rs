@@ -16,14 +16,16 @@ use timely::dataflow::Stream;
 
 use super::checkpoint::Carried;
 use super::{at, codec_or_fail, ms, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
-use super::{WorkerData, WorkerState};
+use super::{Arrivals, WorkerData, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{Codec, EncodeContext};
 use crate::data::partition::mix64;
 use crate::data::table::PreparedRow;
 use crate::exchange::pull::{keys_by_owner, Request};
 use crate::exchange::sketch::{part, sketch_seed, write_slice, SketchShape};
-use crate::exchange::{read_f32s, Envelope, ExchangeKind, Owners, Router, DATA, PULL_REQUEST};
+use crate::exchange::{
+    read_f32s, Envelope, ExchangeKind, Owners, Router, APPLIED, DATA, PULL_REQUEST,
+};
 use crate::metrics::WireCounters;
 use crate::model::{EvalPart, GradientWorkspace};
 use crate::sparse::SparseGrad;
@@ -31,8 +33,10 @@ use crate::sparse::SparseGrad;
 /// The gradient operator. Input: model changes (routed to their `dest`). Outputs: gradient
 /// envelopes (one per receiving worker per round) and round statistics.
 ///
-/// The operator gathers what arrives, and runs round `r` once nothing more can arrive for it
-/// (its input frontiers have passed `r`), in named steps ([`GradientStep::round`]): apply the
+/// The operator gathers what arrives, and runs round `r` once its input is complete: its input
+/// frontiers have passed `r` or, without `train.pull`, the changes of every other owner and this
+/// worker's own [`crate::exchange::APPLIED`] mark are in (and the other inputs have passed `r`),
+/// in named steps ([`GradientStep::round`]): apply the
 /// changes of round `r - 1`, report the previous round's exchange, checkpoint, evaluate (at
 /// epoch ends and every `eval_every` rounds), take the next mini-batch, compute its gradient,
 /// encode it (memory and codec) and send it; then it holds its capabilities for round `r + 1`.
@@ -90,14 +94,23 @@ pub fn gradient<'s>(
         caps.iter_mut().for_each(|c| c.downgrade(&start));
         let mut stats_cap = caps.pop();
         let mut grad_cap = caps.pop();
-        let mut stash: BTreeMap<u64, Vec<Envelope>> = BTreeMap::new();
+        // Round r's input is complete when the frontiers have passed r or, without pulls, when
+        // the changes of every other owner (`sharded`) and this worker's own `APPLIED` are in
+        // and the other inputs (stop decisions, a program's rows) have passed r.
+        let expected = (!plan.pull).then_some(match plan.exchange {
+            ExchangeKind::Sharded => peers as usize,
+            _ => 1,
+        });
+        let mut arrivals: Arrivals<()> = Arrivals::new(expected);
         let mut stops: BTreeMap<u64, String> = BTreeMap::new();
         let mut envelopes = Vec::new();
         move |frontiers| {
             // 1. What arrived: model changes and stop decisions by round, a program's rows.
             input.for_each(|cap, batch| {
                 if let Some(t) = cap.least() {
-                    stash.entry(round_of(t)).or_default().append(batch);
+                    if let Err(e) = arrivals.add(round_of(t), batch, || ()) {
+                        supervisor.fail(format!("worker {me}: model changes: {e}"));
+                    }
                 }
             });
             if let Some(stop_input) = stop_input.as_mut() {
@@ -132,14 +145,17 @@ pub fn gradient<'s>(
                 }
             }
             let worker = step.as_mut().expect("built above");
-            // 3. Every round for which nothing more can arrive: run it, send its messages and
-            // statistics, and hold the capabilities for the next round (none after the last).
+            // 3. Every round whose input is complete: run it, send its messages and statistics,
+            // and hold the capabilities for the next round (none after the last).
             while let Some(cap) = grad_cap.as_mut() {
-                if frontiers.iter().any(|f| f.less_equal(cap.time())) {
+                if frontiers[1..].iter().any(|f| f.less_equal(cap.time())) {
                     break;
                 }
                 let r = round_of(cap.time());
-                let changes = stash.remove(&r).unwrap_or_default();
+                let passed = !frontiers[0].less_equal(cap.time());
+                let Some((_, changes)) = arrivals.take(r, passed) else {
+                    break;
+                };
                 let st = &mut *state.borrow_mut();
                 let run = worker.begin(r, &stops, st);
                 let stats = match run.and_then(|_| worker.round(r, changes, st, &mut envelopes)) {
@@ -458,6 +474,16 @@ impl GradientStep {
         st: &mut WorkerState,
     ) -> Result<(), String> {
         for msg in changes {
+            if msg.kind == APPLIED {
+                // This worker's own update is in its replica; from anyone else it is a forgery.
+                if msg.src != self.me || !msg.payload.is_empty() {
+                    return Err(format!(
+                        "worker {}, round {r}: an `applied` mark from worker {}",
+                        self.me, msg.src
+                    ));
+                }
+                continue;
+            }
             let remote = self.plan.process_of(msg.src) != self.plan.process_of(self.me);
             st.received(false, msg.payload.len(), remote);
             let bad = |e: String| {

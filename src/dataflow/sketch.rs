@@ -12,13 +12,14 @@ use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
 use crate::exchange::sketch::{candidates, part, put_slice, sketch_seed, values_at};
-use crate::exchange::{broadcast, read_f32s, write_f32s};
+use crate::exchange::{applied, broadcast, read_f32s, write_f32s};
 use crate::exchange::{Envelope, DATA};
 use crate::sparse::SparseGrad;
 
 /// Steps 2-5 of Sketched-SGD. Input: the column slices of every worker's sketch (routed to the
-/// slice's owner). Output: nothing but its frontier: every worker applies the same top-k update
-/// to its own replica, and the feedback edge only tells the next round that this one is done.
+/// slice's owner). Output: only the [`applied`] envelope to this worker's own gradient step:
+/// every worker applies the same top-k update to its own replica, and the feedback edge only
+/// tells the next round that this one is done.
 pub fn sketch_exchange<'s>(
     slices: Stream<'s, RoundTime, Vec<Envelope>>,
     plan: &TrainPlan,
@@ -55,6 +56,7 @@ pub fn sketch_exchange<'s>(
     let exact = per_round(
         summed,
         "Candidates",
+        Some(peers),
         supervisor.clone(),
         move |r, mut msgs, out| {
             let st = &mut *st3.borrow_mut();
@@ -114,48 +116,55 @@ pub fn sketch_exchange<'s>(
     let (mut total, mut buf, mut update, mut changes) =
         (Vec::new(), Vec::new(), SparseGrad::default(), Vec::new());
     let mut taken = SparseGrad::default();
-    per_round(sums, "ApplyTopK", supervisor, move |r, mut msgs, _out| {
-        let st = &mut *state.borrow_mut();
-        let t = Instant::now();
-        one_from_each(&mut msgs, peers)
-            .map_err(|e| format!("worker {me}, round {r}: sums: {e}"))?;
-        let n = st.candidates.len();
-        total.clear();
-        total.resize(n, 0f32);
-        for m in &msgs {
-            st.received(false, m.payload.len(), remote(m.src));
-            let (a, b) = part(n, peers, m.src as usize);
-            read_f32s(&m.payload, b - a, &mut buf).map_err(|e| bad(r, "sums", m.src, e))?;
-            total[a..b].copy_from_slice(&buf);
-        }
-        let top = largest(&total, shape.k);
-        update.keys.clear();
-        update
-            .keys
-            .extend(top.iter().map(|&i| st.candidates[i as usize]));
-        update.values.clear();
-        update
-            .values
-            .extend(top.iter().map(|&i| total[i as usize] / peers as f32));
-        st.optimizer
-            .step(r, &update.keys, &update.values, &mut changes);
-        std::mem::swap(&mut update.values, &mut changes);
-        add_changes(&update, &mut st.weights)
-            .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
-        // Momentum-factor masking: this worker's v at the k coordinates counts as sent.
-        taken.keys.clone_from(&update.keys);
-        values_at(
-            &st.compensated.keys,
-            &st.compensated.values,
-            &update.keys,
-            &mut taken.values,
-        );
-        let compensated = std::mem::take(&mut st.compensated);
-        st.memory.update(&compensated, filter_zero(&mut taken));
-        st.compensated = compensated;
-        st.update_ms = ms(t);
-        Ok(())
-    })
+    per_round(
+        sums,
+        "ApplyTopK",
+        Some(peers),
+        supervisor,
+        move |r, mut msgs, out| {
+            let st = &mut *state.borrow_mut();
+            let t = Instant::now();
+            one_from_each(&mut msgs, peers)
+                .map_err(|e| format!("worker {me}, round {r}: sums: {e}"))?;
+            let n = st.candidates.len();
+            total.clear();
+            total.resize(n, 0f32);
+            for m in &msgs {
+                st.received(false, m.payload.len(), remote(m.src));
+                let (a, b) = part(n, peers, m.src as usize);
+                read_f32s(&m.payload, b - a, &mut buf).map_err(|e| bad(r, "sums", m.src, e))?;
+                total[a..b].copy_from_slice(&buf);
+            }
+            let top = largest(&total, shape.k);
+            update.keys.clear();
+            update
+                .keys
+                .extend(top.iter().map(|&i| st.candidates[i as usize]));
+            update.values.clear();
+            update
+                .values
+                .extend(top.iter().map(|&i| total[i as usize] / peers as f32));
+            st.optimizer
+                .step(r, &update.keys, &update.values, &mut changes);
+            std::mem::swap(&mut update.values, &mut changes);
+            add_changes(&update, &mut st.weights)
+                .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+            // Momentum-factor masking: this worker's v at the k coordinates counts as sent.
+            taken.keys.clone_from(&update.keys);
+            values_at(
+                &st.compensated.keys,
+                &st.compensated.values,
+                &update.keys,
+                &mut taken.values,
+            );
+            let compensated = std::mem::take(&mut st.compensated);
+            st.memory.update(&compensated, filter_zero(&mut taken));
+            st.compensated = compensated;
+            out.push(applied(me));
+            st.update_ms = ms(t);
+            Ok(())
+        },
+    )
 }
 
 /// Steps 2 and 4 share a shape: sum one round's f32 payloads of `len` values, one from each
@@ -180,32 +189,38 @@ impl SumStep {
         let (state, mut acc, mut buf) = (state.clone(), Vec::new(), Vec::new());
         let SumStep { me, peers, threads } = self;
         let remote = move |w: u32| w as usize / threads != me as usize / threads;
-        per_round(input, name, supervisor.clone(), move |r, mut msgs, out| {
-            let st = &mut *state.borrow_mut();
-            let t = Instant::now();
-            one_from_each(&mut msgs, peers)
-                .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
-            acc.clear();
-            acc.resize(len, 0f32);
-            for m in &msgs {
-                st.received(true, m.payload.len(), remote(m.src));
-                read_f32s(&m.payload, len, &mut buf).map_err(|e| {
-                    format!(
-                        "worker {me}, round {r}: bad {what} from worker {}: {e}",
-                        m.src
-                    )
-                })?;
-                acc.iter_mut().zip(&buf).for_each(|(a, b)| *a += b);
-            }
-            let mut payload = Vec::with_capacity(4 * len);
-            write_f32s(acc.iter().copied(), &mut payload);
-            broadcast(me, 0, 0..peers as u32, payload, |e| {
-                st.sent(false, e.payload.len(), remote(e.dest));
-                out.push(e);
-            });
-            st.aggregate_ms += ms(t);
-            Ok(())
-        })
+        per_round(
+            input,
+            name,
+            Some(peers),
+            supervisor.clone(),
+            move |r, mut msgs, out| {
+                let st = &mut *state.borrow_mut();
+                let t = Instant::now();
+                one_from_each(&mut msgs, peers)
+                    .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
+                acc.clear();
+                acc.resize(len, 0f32);
+                for m in &msgs {
+                    st.received(true, m.payload.len(), remote(m.src));
+                    read_f32s(&m.payload, len, &mut buf).map_err(|e| {
+                        format!(
+                            "worker {me}, round {r}: bad {what} from worker {}: {e}",
+                            m.src
+                        )
+                    })?;
+                    acc.iter_mut().zip(&buf).for_each(|(a, b)| *a += b);
+                }
+                let mut payload = Vec::with_capacity(4 * len);
+                write_f32s(acc.iter().copied(), &mut payload);
+                broadcast(me, 0, 0..peers as u32, payload, |e| {
+                    st.sent(false, e.payload.len(), remote(e.dest));
+                    out.push(e);
+                });
+                st.aggregate_ms += ms(t);
+                Ok(())
+            },
+        )
     }
 }
 

@@ -70,8 +70,8 @@ pub struct Envelope {
     pub src: u32,
     /// Mini-batch rows behind a gradient (0 for model updates).
     pub rows: u32,
-    /// What the payload is: [`DATA`] (codec message, sketch slice, values) or
-    /// [`PULL_REQUEST`].
+    /// What the payload is: [`DATA`] (codec message, sketch slice, values), [`PULL_REQUEST`]
+    /// or [`APPLIED`].
     pub kind: u8,
     /// Codec bytes.
     #[serde(with = "serde_bytes")]
@@ -86,6 +86,21 @@ pub const ENVELOPE_OVERHEAD: usize = 3 * 4 + 1 + 8;
 pub const DATA: u8 = 0;
 /// [`Envelope::kind`] of a [`pull::Request`].
 pub const PULL_REQUEST: u8 = 1;
+/// [`Envelope::kind`] of the empty envelope a worker's exchange sends to its own gradient step
+/// once the round's update is in its replica: with the other owners' changes, it completes
+/// the next round's input by count (see [`applied`]).
+pub const APPLIED: u8 = 2;
+
+/// The envelope that tells worker `me`'s gradient step its own update of the round is applied.
+pub fn applied(me: u32) -> Envelope {
+    Envelope {
+        dest: me,
+        src: me,
+        rows: 0,
+        kind: APPLIED,
+        payload: Vec::new(),
+    }
+}
 
 /// Emits one envelope of `payload` from `src` to each of `dests`: the same bytes, copied for
 /// all but the last destination.
