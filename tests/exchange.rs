@@ -277,7 +277,9 @@ fn run_with_faulty_changes(
 
     let j = job(&["train.epochs=1"]);
     let (data, dim) = j.load_worker_data(0, 1).unwrap();
-    let plan = j.plan(dim, 2);
+    // One thread per process, as the plan sees it: the two workers (threads here) count as two
+    // processes, whose messages to each other are what the checks are for.
+    let plan = j.plan(dim, 1);
     let supervisor = Supervisor::new();
     let sup = supervisor.clone();
     let data = std::sync::Mutex::new(Some(data));

@@ -511,13 +511,11 @@ impl GradientStep {
             if d != self.plan.dim {
                 return Err(bad(format!("dimension {d}, expected {}", self.plan.dim)));
             }
+            // Ownership is checked on what may have crossed a socket (see `aggregate`).
             let owners = &self.owners;
-            if let Some(&k) = self
-                .scratch
-                .keys
-                .iter()
-                .find(|&&k| owners.owner(k) != msg.src)
-            {
+            let not_owned = |k: &&u32| owners.owner(**k) != msg.src;
+            let stray = remote.then(|| self.scratch.keys.iter().find(not_owned));
+            if let Some(&k) = stray.flatten() {
                 return Err(bad(format!(
                     "key {k} is owned by worker {}",
                     owners.owner(k)
