@@ -16,7 +16,7 @@ use timely::CommunicationConfig;
 use crate::dataflow::checkpoint::{self, Checkpoints};
 use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{
-    build_training, InitialWeights, Supervisor, TrainHandle, TrainPlan, Training,
+    build_training, InitialWeights, ReplicaSlot, Supervisor, TrainHandle, TrainPlan, Training,
 };
 use crate::handshake::{self, Credentials};
 use crate::job::Job;
@@ -156,6 +156,8 @@ pub struct RunOutcome {
     /// `(worker, digest of its final replica)` for this process's workers: replicas that must
     /// agree bit for bit have equal digests.
     pub replica_digests: Vec<(u32, u64)>,
+    /// Whether this process's workers kept one replica of the model (`train.replica`).
+    pub shared_replica: bool,
     /// Wall-clock seconds of the run (start-up included).
     pub seconds: f64,
     /// Whether a program's loop stopped early ([`crate::dataflow::Training::gradient_until`]):
@@ -192,6 +194,8 @@ struct WorkerReport {
     index: u32,
     traffic: Traffic,
     digest: u64,
+    /// Whether the worker's replica was its process's, shared.
+    shared: bool,
     /// Worker 0 only.
     first: Option<FirstWorker>,
     /// Notes about the data (every worker reads the same files, so worker 0's stand for all).
@@ -292,6 +296,8 @@ pub fn run_program(
         Some(path) => Some(Arc::new(WarmStart::load(path, job.data.max_dim)?)),
         None => None,
     };
+    // The workers of a process keep one replica of the model when the job allows it.
+    let replica = ReplicaSlot::default();
     let guards = timely::execute::execute_from(
         builders.0,
         builders.1,
@@ -347,6 +353,13 @@ pub fn run_program(
             let mut training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
             if let Some(inputs) = job.program_inputs() {
                 training.expect_rows(inputs);
+            }
+            if let Err(e) = training.share_replica(&replica, index as u32, threads * processes) {
+                sup.fail(e.clone());
+                if let Some(h) = heartbeat {
+                    h.stop(worker);
+                }
+                return Err(e);
             }
             if index == 0 && process == 0 {
                 let csv = job.output.metrics.as_deref();
@@ -407,7 +420,8 @@ pub fn run_program(
             Ok(WorkerReport {
                 index: index as u32,
                 traffic: st.traffic_total,
-                digest: replica_digest(&st.weights),
+                digest: st.weights.read(replica_digest),
+                shared: st.weights.is_shared(),
                 first,
                 notes,
                 features,
@@ -455,6 +469,7 @@ pub fn run_program(
                 }
                 outcome.traffic.add(&report.traffic);
                 outcome.replica_digests.push((report.index, report.digest));
+                outcome.shared_replica |= report.shared;
                 if let Some(first) = report.first {
                     output = Some(first.output);
                     outcome.stopped = first.stopped;

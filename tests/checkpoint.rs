@@ -295,7 +295,11 @@ fn the_other_exchanges_and_memories_resume_bit_for_bit() {
         "compressor = { name = \"topk\", ratio = 0.2 }\nmemory = \"residual\"",
         "exchange = \"allgather\"\ncompressor = { name = \"qsgd\" }\nmemory = \"lazy_residual\"",
     );
-    for job in [sketch, allgather] {
+    // And `sharded` with one replica for the process's two workers (the first restores it),
+    // with Adam and top-k with its residual memory.
+    let shared = base.replace("seed = 11\n", "seed = 11\nreplica = \"process\"\n");
+    assert!(shared.contains("replica"));
+    for job in [sketch, allgather, shared] {
         let (dir, _) = setup(&job);
         finish(start(dir.path(), 1, &[]));
         let full = std::fs::read(dir.path().join("model.txt")).unwrap();

@@ -213,6 +213,57 @@ fn pull_trains_the_broadcast_model_with_fewer_downlink_bytes() {
     assert_eq!(local.weights, broadcast[0].weights);
 }
 
+/// The workers of a process may keep one replica of the model (`train.replica`): each owner
+/// adds its keys' change once for all of them and sends the others a mark instead. The model
+/// is the one of a replica per worker bit for bit, with the lossless downlink and with a lossy
+/// one (whose residual decides what is added), under plain SGD; the logical downlink bytes
+/// (what the protocol costs between machines) are the same.
+#[test]
+fn a_replica_shared_by_the_workers_of_a_process_trains_the_same_model() {
+    let lossy = "train.downlink={ name = \"topk\", ratio = 0.3 }";
+    for downlink in [None, Some(lossy)] {
+        let run = |replica: &str| {
+            let mode = format!("train.replica=\"{replica}\"");
+            let mut overrides = vec!["train.epochs=2", mode.as_str()];
+            overrides.extend(downlink);
+            run_local(&job(&overrides), 2)
+        };
+        let (own, shared) = (run("worker"), run("process"));
+        assert!(!own.shared_replica && shared.shared_replica);
+        assert_eq!(own.weights, shared.weights, "downlink {downlink:?}");
+        assert_eq!(epoch_losses(&own.rows), epoch_losses(&shared.rows));
+        assert!(shared.traffic.logical_down > 0);
+        assert_eq!(own.traffic.logical_down, shared.traffic.logical_down);
+    }
+}
+
+/// `auto` shares a replica from about a core's L2 cache on (1 MiB: 262,144 weights), where it
+/// was measured faster, and only where it can be shared: `sharded` without pulls, all workers
+/// in one process; `process` asks for it and is an error where it cannot be.
+#[test]
+fn replicas_are_shared_where_they_can_be_and_pay() {
+    let shares = |overrides: &[&str], dim: u32, threads: usize, peers: usize| {
+        job(overrides).plan(dim, threads).shares_replica(peers)
+    };
+    assert_eq!(shares(&[], 262_144, 2, 2), Ok(true));
+    assert_eq!(shares(&[], 262_143, 2, 2), Ok(false), "fits a core's L2");
+    assert_eq!(shares(&[], 1 << 20, 1, 1), Ok(false), "one worker");
+    assert_eq!(shares(&[], 1 << 20, 1, 2), Ok(false), "two processes");
+    assert_eq!(shares(&["train.pull=true"], 1 << 20, 2, 2), Ok(false));
+    let allgather = "train.exchange=\"allgather\"";
+    assert_eq!(shares(&[allgather], 1 << 20, 2, 2), Ok(false));
+    let process = "train.replica=\"process\"";
+    assert_eq!(shares(&[process], 100, 2, 2), Ok(true));
+    let e = shares(&[process], 100, 1, 2).unwrap_err();
+    assert!(e.contains("every worker in one process"), "{e}");
+    assert_eq!(
+        shares(&["train.replica=\"worker\""], 1 << 20, 2, 2),
+        Ok(false)
+    );
+    // The FIELDS job's 105,060 weights stay one replica per worker.
+    assert!(!run_local(&job(&["train.epochs=1"]), 2).shared_replica);
+}
+
 /// A model change that touches a key its sender does not own (a faulty or hostile peer) stops
 /// the run with an error naming the sender and the key, instead of forking the replicas.
 #[test]
@@ -221,7 +272,7 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
     use gradflow::codec::{Codec, EncodeContext};
     use gradflow::exchange::DATA;
     // The fault: every change claims a key its sender does not own.
-    let e = run_with_faulty_changes(|mut e, owners, dim| {
+    let e = run_with_faulty_changes(false, |mut e, owners, dim| {
         if e.kind == DATA {
             let k = (0..dim).find(|&k| owners.owner(k) != e.src).unwrap();
             e.payload.clear();
@@ -245,7 +296,7 @@ fn a_change_to_a_key_the_sender_does_not_own_is_an_error() {
 fn an_applied_mark_from_another_worker_is_an_error() {
     use gradflow::exchange::APPLIED;
     // The fault: every change is replaced by an `applied` mark from its sender.
-    let e = run_with_faulty_changes(|mut e, _, _| {
+    let e = run_with_faulty_changes(false, |mut e, _, _| {
         e.kind = APPLIED;
         e.payload.clear();
         e
@@ -253,9 +304,25 @@ fn an_applied_mark_from_another_worker_is_an_error() {
     assert!(e.contains("an `applied` mark from worker"), "{e}");
 }
 
+/// A worker that shares its replica gets marks from the other owners, not changes: a change
+/// from one of them would be added a second time, and is an error.
+#[test]
+fn a_change_from_a_worker_sharing_the_replica_is_an_error() {
+    use gradflow::exchange::{APPLIED, DATA};
+    let e = run_with_faulty_changes(true, |mut e, _, _| {
+        if e.kind == APPLIED && e.src != e.dest {
+            e.kind = DATA;
+        }
+        e
+    });
+    assert!(e.contains("which shares this worker's replica"), "{e}");
+}
+
 /// Trains a 2-worker job whose model changes pass through `fault` on their way back to the
-/// gradient step; returns the error that stopped the run.
+/// gradient step; returns the error that stopped the run. `shared`: the workers are one
+/// process's and share a replica; otherwise the plan sees them as two processes.
 fn run_with_faulty_changes(
+    shared: bool,
     fault: impl Fn(
             gradflow::exchange::Envelope,
             &gradflow::exchange::Owners,
@@ -279,7 +346,8 @@ fn run_with_faulty_changes(
     let (data, dim) = j.load_worker_data(0, 1).unwrap();
     // One thread per process, as the plan sees it: the two workers (threads here) count as two
     // processes, whose messages to each other are what the checks are for.
-    let plan = j.plan(dim, 1);
+    let plan = j.plan(dim, if shared { 2 } else { 1 });
+    let slot = gradflow::dataflow::ReplicaSlot::default();
     let supervisor = Supervisor::new();
     let sup = supervisor.clone();
     let data = std::sync::Mutex::new(Some(data));
@@ -291,6 +359,10 @@ fn run_with_faulty_changes(
             WorkerData::default()
         };
         let (state, rows) = (WorkerState::shared(&plan), Rc::new(RefCell::default()));
+        if shared {
+            let first = worker.index() == 0;
+            slot.share(&mut state.borrow_mut().weights, first).unwrap();
+        }
         let (plan, sup) = (plan.clone(), sup.clone());
         worker.dataflow::<(), _, _>(|scope| {
             scope.iterative::<u64, _, _>(|inner| {

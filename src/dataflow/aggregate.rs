@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use timely::dataflow::Stream;
 
-use super::{add_changes, codec_or_fail, ms, one_from_each, per_round};
+use super::{codec_or_fail, ms, one_from_each, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::EncodeContext;
 use crate::exchange::pull::Request;
@@ -21,7 +21,8 @@ use crate::sparse::SparseGrad;
 /// Round `r` runs once every gradient of round `r` is in: decode, sum in worker order weighted
 /// by batch rows, take the optimizer step on the summed keys; `allgather` adds it to the local
 /// replica, `sharded` encodes it (plus the downlink residual) and every replica, this one
-/// included, adds the decoded change.
+/// included, adds the decoded change. Workers that share a replica ([`crate::dataflow::Replica`])
+/// add it once: the owner adds it and sends the others an [`applied`] mark in its place.
 pub fn aggregate<'s>(
     grads: Stream<'s, RoundTime, Vec<Envelope>>,
     plan: &TrainPlan,
@@ -93,18 +94,24 @@ pub fn aggregate<'s>(
                 let decoded = downlink
                     .encode(&mut st.downlink, &mut change, plan.dim, ctx, others)
                     .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+                // A replica shared with the other workers gets this change once, below: they
+                // are told so instead of being sent it (the bytes still count as logical
+                // downlink, what the protocol costs between machines).
+                let shared = st.weights.is_shared();
                 broadcast(me, 0, (0..peers).filter(|&d| d != me), payload, |e| {
                     st.sent(false, e.payload.len(), remote(e.dest));
-                    out.push(e);
+                    out.push(if shared { applied(me, e.dest) } else { e });
                 });
                 decoded
             } else {
                 &change
             };
-            add_changes(mine, &mut st.weights)
+            st.weights
+                .add(mine)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
             for m in requests.iter() {
-                let answer = answer_pull(m, &owners, me, &st.weights).map_err(|e| {
+                let answer = st.weights.read(|w| answer_pull(m, &owners, me, w));
+                let answer = answer.map_err(|e| {
                     format!(
                         "worker {me}, round {r}: bad pull request from worker {}: {e}",
                         m.src
@@ -113,7 +120,7 @@ pub fn aggregate<'s>(
                 st.sent(false, answer.payload.len(), remote(m.src));
                 out.push(answer);
             }
-            out.push(applied(me));
+            out.push(applied(me, me));
             st.update_ms = ms(t_update);
             Ok(())
         },

@@ -252,7 +252,7 @@ impl Checkpoints {
             worker,
             workers: self.0.workers as u32,
             dim: st.weights.len() as u32,
-            weights: NonZero::of(&st.weights),
+            weights: st.weights.read(NonZero::of),
             memory: saved(&format!("memory '{}'", st.memory.name()), st.memory.save())?,
             optimizer: saved("update rule", st.optimizer.save())?,
             downlink: saved(
@@ -676,10 +676,10 @@ pub fn restore_worker_from(
         ));
     }
     let field = |what: &str| format!("{name}: {what}");
-    if st.weights.iter().any(|w| w.to_bits() != 0) {
-        st.weights.fill(0.0); // a warm start's weights: the checkpoint's replace them
-    }
-    f.weights.restore(&mut st.weights, &field("weights"))?;
+    st.weights.restore_with(|weights| {
+        weights.fill(0.0); // a warm start's weights: the checkpoint's replace them
+        f.weights.restore(weights, &field("weights"))
+    })?;
     st.memory.restore(&f.memory).map_err(|e| field(&e))?;
     st.optimizer.restore(&f.optimizer).map_err(|e| field(&e))?;
     st.restored_optimizer = Some(f.optimizer);

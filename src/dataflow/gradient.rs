@@ -421,7 +421,9 @@ impl GradientStep {
         if self.plan.evaluates_after(r) || (r == self.rounds && r > 0) {
             let started = Instant::now();
             let loss = &*self.plan.loss;
-            stats.eval = Some(EvalPart::evaluate(&self.data.test, &st.weights, loss));
+            // SAFETY: the gradient step's window (see `Replica::in_round`).
+            let weights = unsafe { st.weights.in_round() };
+            stats.eval = Some(EvalPart::evaluate(&self.data.test, weights, loss));
             stats.prev_eval_ms = ms(started);
         }
     }
@@ -442,14 +444,11 @@ impl GradientStep {
         };
         let rows = &self.order[batch];
         let loss = &*self.plan.loss;
-        let sums = (self.workspace).minibatch(
-            &self.data.train,
-            rows,
-            &st.weights,
-            loss,
-            l2,
-            &mut self.grad,
-        );
+        // SAFETY: the gradient step's window: every owner's change of the last round is in,
+        // and no owner writes this round's before this worker's gradient reaches it.
+        let weights = unsafe { st.weights.in_round() };
+        let sums =
+            (self.workspace).minibatch(&self.data.train, rows, weights, loss, l2, &mut self.grad);
         stats.gradient_ms = ms(started);
         stats.has_gradient = true;
         stats.loss_sum = sums.loss_sum;
@@ -473,10 +472,14 @@ impl GradientStep {
         changes: Vec<Envelope>,
         st: &mut WorkerState,
     ) -> Result<(), String> {
+        let shared = st.weights.is_shared();
+        let same_process = |w: u32| self.plan.process_of(w) == self.plan.process_of(self.me);
         for msg in changes {
             if msg.kind == APPLIED {
-                // This worker's own update is in its replica; from anyone else it is a forgery.
-                if msg.src != self.me || !msg.payload.is_empty() {
+                // This worker's own update is in its replica, and so is that of a worker it
+                // shares the replica with; from anyone else a mark is a forgery.
+                let sharer = shared && same_process(msg.src);
+                if !(msg.src == self.me || sharer) || !msg.payload.is_empty() {
                     return Err(format!(
                         "worker {}, round {r}: an `applied` mark from worker {}",
                         self.me, msg.src
@@ -484,7 +487,15 @@ impl GradientStep {
                 }
                 continue;
             }
-            let remote = self.plan.process_of(msg.src) != self.plan.process_of(self.me);
+            if shared && same_process(msg.src) {
+                // Its owner has added it to the replica both share: a second time would be wrong.
+                return Err(format!(
+                    "worker {}, round {r}: a model change from worker {}, which shares this \
+                     worker's replica",
+                    self.me, msg.src
+                ));
+            }
+            let remote = !same_process(msg.src);
             st.received(false, msg.payload.len(), remote);
             let bad = |e: String| {
                 format!(
@@ -500,7 +511,7 @@ impl GradientStep {
                     .keys_at(&p.owners, msg.src);
                 read_f32s(&msg.payload, keys.len(), &mut p.values).map_err(bad)?;
                 for (&k, &v) in keys.iter().zip(&p.values) {
-                    st.weights[k as usize] = v;
+                    st.weights.set(k as usize, v);
                 }
                 continue;
             }
@@ -521,7 +532,8 @@ impl GradientStep {
                     owners.owner(k)
                 )));
             }
-            super::add_changes(&self.scratch, &mut st.weights)
+            st.weights
+                .add(&self.scratch)
                 .map_err(|e| format!("worker {}, round {r}: model diverged: {e}", self.me))?;
         }
         Ok(())

@@ -36,6 +36,7 @@ mod evaluations;
 mod gradient;
 pub mod heartbeat;
 mod plan;
+mod replica;
 mod sketch;
 pub mod supervisor;
 
@@ -44,6 +45,7 @@ pub use collect::collect;
 pub use evaluations::{evaluations, Evaluation};
 pub use gradient::{gradient, Rows};
 pub use plan::{InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState};
+pub use replica::{Replica, ReplicaMode, ReplicaSlot};
 pub use sketch::sketch_exchange;
 pub use supervisor::Supervisor;
 
@@ -66,7 +68,6 @@ use crate::exchange::{Envelope, ExchangeKind};
 use crate::metrics::{MetricsRow, RowOutput, WireCounters};
 use crate::model::{LossFn, ModelLoss};
 use crate::optim::UpdateRule;
-use crate::sparse::SparseGrad;
 
 /// The timestamp inside the training scope: `()` outside, the round inside.
 pub type RoundTime = timely::order::Product<(), u64>;
@@ -160,10 +161,33 @@ impl Training {
         &self.supervisor
     }
 
-    /// This worker's model state. Within round `r` the weights are the model after the changes
-    /// of round `r - 1`: the gradient step applies them before it computes round `r`'s batch.
+    /// This worker's model state. Within round `r`'s gradient step the weights are the model
+    /// after the changes of round `r - 1` (the step applies them before it computes round
+    /// `r`'s batch); a replica shared by the workers of a process may, outside that step,
+    /// already hold some owners' changes of round `r`.
     pub fn state(&self) -> Rc<RefCell<WorkerState>> {
         self.state.clone()
+    }
+
+    /// Makes this worker (`worker`, its index) keep the model in one replica with the other
+    /// workers of its process that call this with the same `slot`, when the plan allows it
+    /// ([`TrainPlan::shares_replica`]; otherwise it keeps its own, and this does nothing, or
+    /// returns an error when the job asked for a shared one that it cannot have).
+    /// Each owner then adds its keys' changes once for all of them, instead of every worker
+    /// adding every change. Call it before the dataflow is built and before a checkpoint is
+    /// restored (the process's first worker restores the shared weights). The runtime calls
+    /// it for every job.
+    pub fn share_replica(
+        &mut self,
+        slot: &ReplicaSlot,
+        worker: u32,
+        peers: usize,
+    ) -> Result<(), String> {
+        if !self.plan.shares_replica(peers)? {
+            return Ok(());
+        }
+        let first = self.plan.leads_process(worker);
+        slot.share(&mut self.state.borrow_mut().weights, first)
     }
 
     /// Trains with `loss` instead of the job's `model.loss` (call it before [`Self::gradient`]
@@ -567,28 +591,6 @@ fn one_from_each(msgs: &mut [Envelope], peers: usize) -> Result<(), String> {
     }
 }
 
-/// Adds a decoded model change to a replica, and checks that the weights it touched stay
-/// finite (in the same pass; the failing key is looked up only on failure).
-fn add_changes(change: &SparseGrad, weights: &mut [f32]) -> Result<(), String> {
-    let mut finite = true;
-    for (&k, &c) in change.keys.iter().zip(&change.values) {
-        let w = &mut weights[k as usize];
-        *w += c;
-        finite &= w.is_finite();
-    }
-    if finite {
-        return Ok(());
-    }
-    match change
-        .keys
-        .iter()
-        .find(|&&k| !weights[k as usize].is_finite())
-    {
-        Some(k) => Err(format!("weight {k} is not finite")),
-        None => Ok(()),
-    }
-}
-
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
@@ -667,17 +669,5 @@ mod tests {
         let e = a.add(6, &mut from(0), || 6).unwrap_err();
         assert!(e.contains("round 6"), "{e}");
         a.add(8, &mut from(0), || 8).unwrap();
-    }
-
-    /// A change is added key by key; one that overflows a weight is an error naming that
-    /// weight's key (the check runs in the same pass as the addition).
-    #[test]
-    fn changes_are_added_and_an_overflow_names_its_key() {
-        let mut weights = vec![1.0f32, 2.0, f32::MAX, 4.0];
-        let change = |keys: Vec<u32>, values: Vec<f32>| SparseGrad { keys, values };
-        add_changes(&change(vec![0, 3], vec![0.5, -1.0]), &mut weights).unwrap();
-        assert_eq!(weights, vec![1.5, 2.0, f32::MAX, 3.0]);
-        let e = add_changes(&change(vec![1, 2], vec![1.0, f32::MAX]), &mut weights).unwrap_err();
-        assert_eq!(e, "weight 2 is not finite");
     }
 }

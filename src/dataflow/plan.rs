@@ -6,6 +6,7 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{Carried, Checkpoints};
+use super::replica::ReplicaMode;
 use crate::codec::CodecSpec;
 use crate::data::table::PreparedRow;
 use crate::data::Dataset;
@@ -65,6 +66,8 @@ pub struct TrainPlan {
     pub seed: u64,
     /// Worker threads per process (to tell which receivers are in another process).
     pub threads_per_process: usize,
+    /// Whether the workers of a process share one replica of the model (`train.replica`).
+    pub replica: ReplicaMode,
     /// Warm start: the weights every replica starts from (zeros when `None`).
     pub initial_weights: Option<InitialWeights>,
     /// The round the loop starts at: 0, or the checkpoint's round when resuming (the workers'
@@ -108,6 +111,30 @@ impl TrainPlan {
     /// The process of worker `w`.
     pub fn process_of(&self, w: u32) -> usize {
         w as usize / self.threads_per_process
+    }
+
+    /// Whether the `peers` workers keep one replica of the model instead of one each
+    /// ([`super::Training::share_replica`]), an error when `train.replica = "process"` asks
+    /// for what cannot be: replicas are shared under `sharded` without pulls, when every
+    /// worker is a thread of one process. (In a cluster, a change from another process would
+    /// have to be added once per process and the process's other workers told: one more step,
+    /// not built; pulled weights differ per worker.)
+    pub fn shares_replica(&self, peers: usize) -> Result<bool, String> {
+        let possible = self.exchange == ExchangeKind::Sharded
+            && !self.pull
+            && self.threads_per_process == peers;
+        match self.replica {
+            ReplicaMode::Worker => Ok(false),
+            ReplicaMode::Auto => Ok(possible
+                && peers > 1
+                && self.dim as usize * 4 >= super::replica::SHARE_FROM_BYTES),
+            ReplicaMode::Process if possible => Ok(peers > 1),
+            ReplicaMode::Process => Err(
+                "train.replica = \"process\": one replica per process needs the sharded \
+                 exchange without pull, and every worker in one process"
+                    .into(),
+            ),
+        }
     }
 
     /// Whether worker `w` is its process's first (it speaks for the process: wire counts,
@@ -215,8 +242,9 @@ fn check_row(row: &PreparedRow, dim: u32, loss: &dyn ModelLoss) -> Result<(), St
 /// Model state a worker's operators share: its replica of the weights, its error-feedback
 /// memory, and what the downstream operators leave for the next round's statistics.
 pub struct WorkerState {
-    /// Full replica of the model.
-    pub weights: crate::mem::ZeroedArray<f32>,
+    /// Full replica of the model: this worker's own, or shared by the workers of its process
+    /// ([`super::Training::share_replica`]).
+    pub weights: super::Replica,
     /// The uplink memory.
     pub memory: Box<dyn Memory>,
     /// The update rule of the keys this worker updates (`sharded`: those it owns; `allgather`
@@ -257,7 +285,7 @@ impl WorkerState {
             weights.copy_from_slice(w);
         }
         Rc::new(RefCell::new(WorkerState {
-            weights,
+            weights: super::Replica::own(weights),
             memory: plan.memory.build(plan.dim),
             optimizer: plan.update_rule(0, plan.dim),
             downlink: Residual::new(plan.dim),

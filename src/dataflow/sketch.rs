@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use timely::dataflow::Stream;
 
-use super::{add_changes, ms, one_from_each, per_round};
+use super::{ms, one_from_each, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
@@ -147,7 +147,8 @@ pub fn sketch_exchange<'s>(
             st.optimizer
                 .step(r, &update.keys, &update.values, &mut changes);
             std::mem::swap(&mut update.values, &mut changes);
-            add_changes(&update, &mut st.weights)
+            st.weights
+                .add(&update)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
             // Momentum-factor masking: this worker's v at the k coordinates counts as sent.
             taken.keys.clone_from(&update.keys);
@@ -160,7 +161,7 @@ pub fn sketch_exchange<'s>(
             let compensated = std::mem::take(&mut st.compensated);
             st.memory.update(&compensated, filter_zero(&mut taken));
             st.compensated = compensated;
-            out.push(applied(me));
+            out.push(applied(me, me));
             st.update_ms = ms(t);
             Ok(())
         },

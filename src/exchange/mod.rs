@@ -87,15 +87,17 @@ pub const DATA: u8 = 0;
 /// [`Envelope::kind`] of a [`pull::Request`].
 pub const PULL_REQUEST: u8 = 1;
 /// [`Envelope::kind`] of the empty envelope a worker's exchange sends to its own gradient step
-/// once the round's update is in its replica: with the other owners' changes, it completes
+/// once the round's update is in its replica (and, when the workers of a process share one
+/// replica, to theirs instead of its change): with the other owners' changes, it completes
 /// the next round's input by count (see [`applied`]).
 pub const APPLIED: u8 = 2;
 
-/// The envelope that tells worker `me`'s gradient step its own update of the round is applied.
-pub fn applied(me: u32) -> Envelope {
+/// The envelope that tells worker `dest`'s gradient step that worker `src`'s update of the
+/// round is in `dest`'s replica.
+pub fn applied(src: u32, dest: u32) -> Envelope {
     Envelope {
-        dest: me,
-        src: me,
+        dest,
+        src,
         rows: 0,
         kind: APPLIED,
         payload: Vec::new(),

@@ -17,7 +17,7 @@ use crate::data::synth::{self, CtrParams, GsparParams};
 use crate::data::table::{FeatureSpec, JoinSpec, LabelSpec, TableInput, TableSpec};
 use crate::data::{Dataset, LibsvmOptions, Part, RowFilter};
 use crate::dataflow::checkpoint::CheckpointSpec;
-use crate::dataflow::{ProgramInputs, TrainPlan, WorkerData};
+use crate::dataflow::{ProgramInputs, ReplicaMode, TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
@@ -301,6 +301,9 @@ pub struct TrainSection {
     /// `sharded` only: each worker asks the owners for the weights of its next mini-batch's
     /// keys (and of its test rows before an evaluation) instead of receiving every change.
     pub pull: bool,
+    /// Where the workers of a process keep the model: `auto` (default: one per process when
+    /// it can be shared and is larger than about a core's L2 cache), `worker` or `process`.
+    pub replica: ReplicaMode,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
     /// Seed of every random choice (split, batches, randomised codecs).
@@ -328,6 +331,7 @@ impl Default for TrainSection {
             downlink: CodecSpec::default(),
             ownership: Ownership::Hashed,
             pull: false,
+            replica: ReplicaMode::Auto,
             sketch: SketchParams::default(),
             seed: 42,
             eval_every: 0,
@@ -614,6 +618,15 @@ impl Job {
                     "train.pull: pulled weights travel exact; train.downlink must be none".into(),
                 );
             }
+        }
+        if self.train.replica == ReplicaMode::Process
+            && (self.train.exchange != ExchangeKind::Sharded || self.train.pull)
+        {
+            return Err(
+                "train.replica = \"process\": one replica per process needs the sharded \
+                 exchange without pull"
+                    .into(),
+            );
         }
         self.optimizer.validate()
     }
@@ -1227,6 +1240,7 @@ impl Job {
             downlink: self.train.downlink.clone(),
             ownership: self.train.ownership,
             pull: self.train.pull,
+            replica: self.train.replica,
             dump_gradients: self.output.gradients.clone(),
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
@@ -1474,6 +1488,11 @@ mod tests {
                 "[train]\npull = true\ndownlink = { name = \"topk\" }\n",
                 "train.downlink must be none",
             ),
+            (
+                "[train]\nreplica = \"process\"\nexchange = \"allgather\"\n",
+                "train.replica",
+            ),
+            ("[train]\nreplica = \"everywhere\"\n", "replica"),
             (
                 "[train]\ndownlink = { name = \"topk\", ratio = 2.0 }\n",
                 "train.downlink",
