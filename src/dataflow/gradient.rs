@@ -322,7 +322,11 @@ impl GradientStep {
                 self.rounds = r;
             }
         }
-        if let Some(w) = &self.wire {
+        // The round after the last trains nothing and has no metrics row: bytes sent from
+        // there on (the last changes, on a slow send thread; the final statistics) count for
+        // the last round, whose row then waits for the end of the run, instead of for a round
+        // no row takes.
+        if let Some(w) = self.wire.as_ref().filter(|_| r < self.rounds) {
             w.mark_round(r);
         }
         match &self.plan.checkpoints {
