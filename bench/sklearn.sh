@@ -2,12 +2,16 @@
 # One epoch of logistic regression: gradflow (Adam, 1% mini-batches, 1 and 2 workers) against
 # scikit-learn's SGDClassifier (log loss, one pass of partial_fit), on the same generated
 # LibSVM file, measured in the same run. Prints seconds per epoch (median over the epochs) and
-# the ratios. Needs Python 3 with scikit-learn (pip install scikit-learn); the issue's shape:
+# the ratios. -w 1 and -w 2 run in PAIRS alternating pairs (this VM's speed drifts by tens of
+# percent within minutes): the table gives the median pair, the last line every pair's range
+# and the scaling of the gradient stage alone (no communication in it: what the two cores
+# allowed at that moment). Needs Python 3 with scikit-learn (pip install scikit-learn); the
+# issue's shape:
 #
-#   bash bench/sklearn.sh [rows] [features] [nnz]     (default 600000 100000 15)
+#   bash bench/sklearn.sh [rows] [features] [nnz] [pairs]     (default 600000 100000 15 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rows=${1:-600000}; dim=${2:-100000}; nnz=${3:-15}
+rows=${1:-600000}; dim=${2:-100000}; nnz=${3:-15}; pairs=${4:-3}
 python3 -c "import sklearn" 2>/dev/null || { echo "scikit-learn is not installed (pip install scikit-learn)"; exit 1; }
 cargo build --release -q
 out=$(mktemp -d)
@@ -27,20 +31,16 @@ lr = 0.01
 epochs = 5
 batch_fraction = 0.01
 TOML
-epoch_seconds() {  # median seconds per epoch from a metrics CSV (epoch rows' cumulative seconds)
-  python3 - "$1" <<'PY'
-import csv, statistics, sys
-t = [float(r["seconds"]) for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "epoch"]
-print(statistics.median(b - a for a, b in zip([0.0] + t, t)))
-PY
-}
-declare -A whole  # wall seconds of the whole run: loading and 5 epochs
-for w in 1 2; do
-  start=$EPOCHREALTIME
-  ./target/release/gradflow train "$out/job.toml" -w $w -q --metrics "$out/m$w.csv" > "$out/log$w" 2>&1
-  whole[$w]=$(python3 -c "print($EPOCHREALTIME - $start)")
+# Each pair: -w 1 then -w 2; for each run its metrics CSV and the whole run's wall seconds
+# (loading and 5 epochs).
+runs=()
+for p in $(seq "$pairs"); do
+  for w in 1 2; do
+    start=$EPOCHREALTIME
+    ./target/release/gradflow train "$out/job.toml" -w $w -q --metrics "$out/m$w-$p.csv" > "$out/log" 2>&1
+    runs+=("$out/m$w-$p.csv" "$(python3 -c "print($EPOCHREALTIME - $start)")")
+  done
 done
-g1=$(epoch_seconds "$out/m1.csv"); g2=$(epoch_seconds "$out/m2.csv")
 sk=$(python3 - "$out/train.svm" <<'PY'
 import statistics, sys, time
 import numpy as np
@@ -57,12 +57,33 @@ for _ in range(5):
 print(statistics.median(times))
 PY
 )
-python3 - "$rows" "$dim" "$nnz" "$g1" "$g2" "$sk" "${whole[1]}" "${whole[2]}" <<'PY'
-import sys
-rows, dim, nnz, g1, g2, sk, r1, r2 = sys.argv[1:4] + [float(x) for x in sys.argv[4:]]
-print(f"{rows} rows x {nnz} nonzeros, {dim} features; seconds per epoch (median of 5):")
+python3 - "$rows" "$dim" "$nnz" "$sk" "${runs[@]}" <<'PY'
+import csv, statistics, sys
+rows, dim, nnz, sk = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+runs = sys.argv[5:]
+
+def epoch(f):  # median seconds per epoch (epoch rows' cumulative seconds)
+    t = [float(r["seconds"]) for r in csv.DictReader(open(f)) if r["kind"] == "epoch"]
+    return statistics.median(b - a for a, b in zip([0.0] + t, t))
+
+def gradient(f):  # mean gradient stage per round after round 5, ms
+    return statistics.mean(float(r["gradient_ms"]) for r in csv.DictReader(open(f))
+                           if r["kind"] == "round" and int(r["round"]) >= 5)
+
+pairs = []
+for i in range(0, len(runs), 4):
+    f1, f2 = runs[i], runs[i + 2]
+    pairs.append((epoch(f1), epoch(f2), float(runs[i + 1]), float(runs[i + 3]),
+                  gradient(f1) / gradient(f2)))
+pairs.sort(key=lambda p: p[0] / p[1])
+g1, g2, r1, r2, _ = pairs[len(pairs) // 2]
+span = lambda xs: f"{min(xs):.2f}-{max(xs):.2f}x"
+print(f"{rows} rows x {nnz} nonzeros, {dim} features; seconds per epoch (median of 5), "
+      f"the median of {len(pairs)} alternating pairs of runs:")
 print("| gradflow -w 1 | gradflow -w 2 | SGDClassifier (CPU) | sklearn / -w 1 | -w 1 / -w 2 |")
 print("|---|---|---|---|---|")
 print(f"| {g1:.3f} | {g2:.3f} | {sk:.3f} | {sk / g1:.2f}x | {g1 / g2:.2f}x |")
 print(f"whole run (loading and 5 epochs): -w 1 {r1:.2f} s, -w 2 {r2:.2f} s: {r1 / r2:.2f}x")
+print(f"every pair: per epoch {span([p[0] / p[1] for p in pairs])}, whole run "
+      f"{span([p[2] / p[3] for p in pairs])}, the gradient stage alone {span([p[4] for p in pairs])}")
 PY
