@@ -737,6 +737,12 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
             println!("model: {}", path.display());
         }
         let workers = spec.workers * spec.processes;
+        if outcome.shared_replica {
+            println!(
+                "replica: one model for the {} workers of the process (train.replica)",
+                spec.workers
+            );
+        }
         match &outcome.stopped {
             Some((round, why)) => println!(
                 "stopped early: trained {round} of {} rounds (into epoch {} of {}) on {workers} \
