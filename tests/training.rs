@@ -1074,9 +1074,20 @@ fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
         excess(&drifting, &reference, 3) > 0.03,
         "no drift to catch: {drifting:?} against {reference:?}"
     );
-    // With a lazy residual it stays within 1% from epoch 3 on (measured: at most +0.1%; the
-    // first two epochs are up to 7% above while the residuals build up).
-    let fixed = losses(&[&adam[..], &[sketchml, "train.memory=\"lazy_residual\""]].concat());
+    // With a lazy residual and the default `mean` table it stays within 1% from epoch 3 on
+    // (the first two epochs are above while the residuals build up; measured: -0.28%). Over
+    // twenty hash seeds of the sketch (a throwaway build that read its multipliers from the
+    // environment; README, SketchML notes) it stayed within 1% for 17, at most +3.5%; with
+    // `decode = "edge"` for 8 of 20, up to +24%, and the shipped seed was one of those 8 by
+    // chance: that is why this checks `mean`, not `edge` as it once did.
+    let default_table = "train.compressor={name=\"sketchml\"}";
+    let fixed = losses(
+        &[
+            &adam[..],
+            &[default_table, "train.memory=\"lazy_residual\""],
+        ]
+        .concat(),
+    );
     assert!(
         excess(&fixed, &reference, 2) < 0.01,
         "lazy residual: {fixed:?} against {reference:?}"
@@ -1085,7 +1096,7 @@ fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
     // epoch (measured: at most +0.05%; without memory it lags by 0.8%).
     let sgd = ["optimizer.kind=\"sgd\"", "optimizer.lr=0.1"];
     let reference = losses(&[&sgd[..], &["train.compressor={name=\"none\"}"]].concat());
-    let default = losses(&[&sgd[..], &["train.compressor={name=\"sketchml\"}"]].concat());
+    let default = losses(&[&sgd[..], &[default_table]].concat());
     assert!(
         excess(&default, &reference, 0) < 0.005,
         "sgd: {default:?} against {reference:?}"
