@@ -152,29 +152,33 @@ fn same_seed_same_model_and_exchanges_agree() {
 }
 
 /// How far above the uncompressed test loss each codec may end any epoch of the job below, as
-/// a fraction, under (Adam, plain SGD). About twice the worst excess measured (in the
-/// comment, in %), so that a broken codec fails and noise does not. The papers' FastSGD is
-/// held to 0.5%. Where the excess is large it is the codec's design meeting this set (1%
-/// batches of sparse one-hot rows, λ = 1e-6), not noise: unbiased sparsifiers and quantisers
-/// (randomk, gspar, qsgd, terngrad) rescale rare coordinates by 1/p, which Adam's per-key
-/// normalisation turns into full-size noisy steps; signSGD under Adam runs without memory (see
-/// the README); SketchML's excess under Adam is at epoch 1 and gone by epoch 3.
+/// a fraction, under (Adam, plain SGD): at least 1.2x the worst excess over eight training
+/// seeds (`bash bench/tolerances.sh`, seeds 42 and 1-7; the range is in the comment, in %,
+/// Adam then SGD), so that a broken codec fails and another trajectory does not. The test runs
+/// seed 42, which was the best of the eight for sketchml under Adam: its tolerance was once
+/// twice seed 42's excess, 1.5%, and seeds 1 and 3 exceed that. The papers' FastSGD is held to
+/// 0.5%. Where the excess is large it is the codec's design meeting this set (1% batches of
+/// sparse one-hot rows, λ = 1e-6), not noise: unbiased sparsifiers and quantisers (randomk,
+/// gspar, qsgd, terngrad) rescale rare coordinates by 1/p, which Adam's per-key normalisation
+/// turns into full-size noisy steps; signSGD under Adam runs without memory (see the README);
+/// SketchML's excess under Adam is largest at epoch 1 and shrinks each epoch (at epoch 3:
+/// +0.28% to +0.70% at seeds 42, 1 and 3).
 const TOLERANCES: &[(&str, f64, f64)] = &[
     ("none", 0.0, 0.0),
     ("none64", 0.0, 0.0),
-    ("zipml", 0.001, 0.001),      // +0.004 / +0.000
-    ("fastsgd", 0.005, 0.005),    // +0.014 / +0.224
-    ("sketchml", 0.015, 0.005),   // +0.943 / -0.023 (lazy residual under SGD; +1.256 without)
-    ("skcompress", 0.015, 0.005), // the same numbers: the same values, coded smaller
-    ("gspar", 0.15, 0.02),        // +7.18 / +0.89
-    ("topk", 0.012, 0.001),       // +0.603 / +0.001, with its residual
-    ("randomk", 0.40, 0.09),      // +20.5 / +4.33
-    ("threshold", 0.007, 0.001),  // +0.343 / +0.005, with its residual
-    ("qsgd", 0.05, 0.002),        // +2.38 / +0.083
-    ("terngrad", 0.08, 0.016),    // +3.86 / +0.80
-    ("signsgd", 0.60, 0.13),      // +31.8 / +6.49 (residual under SGD only)
-    ("signsgd-vote", 0.60, 0.13), // +31.6 / +6.48
-    ("logquant", 0.003, 0.001),   // +0.157 / -0.045
+    ("zipml", 0.001, 0.001),      // -0.002..+0.032 / -0.002..+0.006
+    ("fastsgd", 0.005, 0.005),    // -0.001..+0.011 / +0.157..+0.204
+    ("sketchml", 0.020, 0.005),   // +0.943..+1.624 / -0.130..+0.227 (lazy residual under SGD)
+    ("skcompress", 0.020, 0.005), // the same numbers: the same values, coded smaller
+    ("gspar", 0.15, 0.02),        // +6.54..+7.21 / +0.51..+1.10
+    ("topk", 0.012, 0.001),       // +0.539..+0.673 / +0.001, with its residual
+    ("randomk", 0.40, 0.10),      // +19.3..+22.5 / +3.66..+8.17
+    ("threshold", 0.007, 0.001),  // +0.305..+0.386 / +0.001..+0.008, with its residual
+    ("qsgd", 0.05, 0.003),        // +2.03..+2.42 / +0.034..+0.253
+    ("terngrad", 0.08, 0.018),    // +4.36..+5.37 / +0.90..+1.47
+    ("signsgd", 0.60, 0.13),      // +23.8..+27.1 / +5.69..+6.50 (residual under SGD only)
+    ("signsgd-vote", 0.60, 0.13), // +23.6..+26.8 / +5.68..+6.49
+    ("logquant", 0.0035, 0.001),  // +0.099..+0.254 / -0.110..-0.003
 ];
 
 /// Every codec, with its paper's memory, against the uncompressed run at the same epoch, under
@@ -182,21 +186,7 @@ const TOLERANCES: &[(&str, f64, f64)] = &[
 /// field-structured CTR set with weak regularisation.
 #[test]
 fn every_codec_stays_within_its_tolerance_of_uncompressed_training_at_every_epoch() {
-    const JOB: &str = r#"
-[data]
-test_fraction = 0.2
-[data.synth]
-kind = "fields"
-rows = 60000
-seed = 3
-[model]
-loss = "logistic"
-lambda = 1e-6
-[train]
-epochs = 3
-batch_fraction = 0.01
-seed = 42
-"#;
+    const JOB: &str = include_str!("../bench/tolerances.toml");
     let losses = |table: &str, optimizer: &[&str]| {
         let mut overrides = vec![format!("train.compressor={table}")];
         overrides.extend(optimizer.iter().map(|o| o.to_string()));
@@ -1068,10 +1058,11 @@ fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
     let sketchml = "train.compressor={name=\"sketchml\",decode=\"edge\"}";
     let reference = losses(&[&adam[..], &["train.compressor={name=\"none\"}"]].concat());
     // The set catches the drift: without memory, sketchml ends epochs 4-6 above uncompressed
-    // by more than 3% (measured: +3.5%, +7.6%, +6.7%; `decode = "mean"`: +5.7%, +10.7%, +11%).
+    // by more than 2% (measured: +3.5%, +7.6%, +6.7%; `decode = "mean"`: +5.7%, +10.7%, +11%;
+    // at training seeds 1-7 the worst of epochs 4-6 was +2.9% to +9.7%).
     let drifting = losses(&[&adam[..], &[sketchml, "train.memory=\"none\""]].concat());
     assert!(
-        excess(&drifting, &reference, 3) > 0.03,
+        excess(&drifting, &reference, 3) > 0.02,
         "no drift to catch: {drifting:?} against {reference:?}"
     );
     // With a lazy residual and the default `mean` table it stays within 1% from epoch 3 on
@@ -1079,7 +1070,8 @@ fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
     // twenty hash seeds of the sketch (a throwaway build that read its multipliers from the
     // environment; README, SketchML notes) it stayed within 1% for 17, at most +3.5%; with
     // `decode = "edge"` for 8 of 20, up to +24%, and the shipped seed was one of those 8 by
-    // chance: that is why this checks `mean`, not `edge` as it once did.
+    // chance: that is why this checks `mean`, not `edge` as it once did. At training seeds
+    // 1-7 (the shipped hash) `mean` stayed within -1.5% to +0.5%.
     let default_table = "train.compressor={name=\"sketchml\"}";
     let fixed = losses(
         &[
@@ -1093,7 +1085,8 @@ fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
         "lazy residual: {fixed:?} against {reference:?}"
     );
     // Plain SGD gets the lazy residual by default, and tracks uncompressed SGD from the first
-    // epoch (measured: at most +0.05%; without memory it lags by 0.8%).
+    // epoch (measured: at most +0.05%, at seeds 1-7 +0.04% to +0.11%; without memory it lags
+    // by 0.8%).
     let sgd = ["optimizer.kind=\"sgd\"", "optimizer.lr=0.1"];
     let reference = losses(&[&sgd[..], &["train.compressor={name=\"none\"}"]].concat());
     let default = losses(&[&sgd[..], &[default_table]].concat());
