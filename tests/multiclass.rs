@@ -204,12 +204,14 @@ fn every_codec_and_exchange_trains_softmax_within_tolerance_of_uncompressed() {
 }
 
 /// How far above uncompressed training a codec's test log loss may be at any epoch, under Adam
-/// or plain SGD: about 1.5 times the worst measured of both exchanges (2026-11-23). Under Adam
+/// or plain SGD: about 1.5 times the worst measured of both exchanges (2026-11-23), and at
+/// least 1.2 times the worst over eight training seeds (42 and 1-7, 2026-11-25: only randomk
+/// under SGD needed more, +8.71% at seed 1 with `allgather`, where seed 42 gave +3.81%). Under Adam
 /// the sparsifiers (with their residual) and TernGrad lag in the first epochs (+14% to +87% at
 /// epoch 1, within 1% of the accuracy); plain SGD keeps them within 5%.
 fn tolerance(codec: &str, adam: bool) -> f64 {
     let (adam_bound, sgd_bound) = match codec {
-        "randomk" => (1.3, 0.08),
+        "randomk" => (1.3, 0.11),
         "gspar" => (0.75, 0.06),
         "topk" => (0.4, 0.02),
         "terngrad" => (0.22, 0.07),
