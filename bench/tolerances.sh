@@ -15,8 +15,11 @@ seeds=${1:-42 1 2 3 4}
 cargo build --release -q
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-codecs=(none none64 zipml fastsgd sketchml skcompress gspar topk randomk threshold qsgd terngrad
-  signsgd signsgd,vote=true logquant)
+# The codecs the test holds to a tolerance, read from its TOLERANCES table (`signsgd-vote` is
+# `signsgd` with `vote = true`), so that a codec added there is audited here too.
+mapfile -t codecs < <(sed -n '/^const TOLERANCES/,/^];/p' tests/training.rs \
+  | grep -oE '^ *\("[a-z0-9-]+"' | tr -d ' ("' | sed 's/^signsgd-vote$/signsgd,vote=true/')
+((${#codecs[@]} > 0)) || { echo "no TOLERANCES table found in tests/training.rs"; exit 1; }
 optimizers=("adam|0.01" "sgd|2.0")
 for seed in $seeds; do
   for o in "${optimizers[@]}"; do
