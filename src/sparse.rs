@@ -29,7 +29,9 @@ impl SparseGrad {
     ///
     /// The merge is branch-free: each step writes the smaller key and advances past it in
     /// one or both inputs by comparison results, so interleaved keys (two workers' gradient
-    /// pieces) cost no mispredicted branches.
+    /// pieces) cost no mispredicted branches. A step waits for the loads the previous one
+    /// chose (about 10 cycles), so two lanes merge the halves below and above a splitter key
+    /// in turn, each hiding the other's wait: 29 → 17 µs for 6,500 + 7,000 keys.
     pub fn add_scaled(&mut self, other: &SparseGrad, scale: f32, scratch: &mut SparseGrad) {
         if self.is_empty() {
             self.keys.extend_from_slice(&other.keys);
@@ -37,50 +39,220 @@ impl SparseGrad {
             return;
         }
         let (n, m) = (self.len(), other.len());
-        scratch.keys.clear();
-        scratch.values.clear();
-        scratch.keys.resize(n + m, 0);
-        scratch.values.resize(n + m, 0.0);
-        let (ak, av) = (&self.keys[..], &self.values[..]);
-        let bk = &other.keys[..];
-        let (ok, ov) = (&mut scratch.keys[..], &mut scratch.values[..]);
-        // `other`'s values, scaled, wait at `ov[n..]`: the merge writes `ov[o]` with
-        // `o <= i + j < n + j`, below every value it has yet to read. (Scaling inside the loop
-        // makes the compiler branch on which side the product is for.)
-        for (out, &v) in ov[n..].iter_mut().zip(&other.values) {
-            *out = scale * v;
+        scratch.clear();
+        scratch.keys.reserve(n + m);
+        // `other`'s values, scaled, wait past the largest output, at `n + m..n + 2m`.
+        // (Scaling inside the loop makes the compiler branch on which side the product is
+        // for.)
+        scratch.values.reserve(n + 2 * m);
+        let scaled = &mut scratch.values.spare_capacity_mut()[n + m..n + 2 * m];
+        for (out, &v) in scaled.iter_mut().zip(&other.values) {
+            out.write(scale * v);
         }
-        let (mut i, mut j, mut o) = (0, 0, 0);
-        while i < n && j < m {
-            let (a, b) = (ak[i], bk[j]);
-            let (x, y) = (av[i], ov[n + j]);
-            let (take_a, take_b) = (a <= b, b <= a);
-            ok[o] = a.min(b);
+        // Lane 1 takes the keys from `self.keys[n / 2]` on (every key of `other` below it goes
+        // to lane 0) and writes after lane 0's largest output.
+        let a_split = n / 2;
+        let b_split = other.keys.partition_point(|&k| k < self.keys[a_split]);
+        let (out_keys, out_values) = (scratch.keys.as_mut_ptr(), scratch.values.as_mut_ptr());
+        // SAFETY: the inputs' lengths are as given (`scaled` at `out_values + n + m` holds `m`
+        // initialised values); lane 0 writes below `a_split + b_split` and lane 1 from there
+        // below `n + m`, within the reserved capacity and below the scaled values, and the
+        // lanes read nothing either writes. Every position below the returned length was
+        // written.
+        unsafe {
+            let b_values = out_values.add(n + m).cast_const();
+            let a = Side::new(&self.keys, &self.values);
+            let b = Side {
+                keys: other.keys.as_ptr(),
+                values: b_values,
+                len: m,
+            };
+            let out = Out {
+                keys: out_keys,
+                values: out_values,
+            };
+            let (lo, hi) = (a.split(a_split), b.split(b_split));
+            let written = merge_two_lanes(lo, hi, out, a_split + b_split);
+            scratch.keys.set_len(written);
+            scratch.values.set_len(written);
+        }
+        std::mem::swap(self, scratch);
+    }
+}
+
+/// One input of a merge: `len` keys and values from two pointers.
+#[derive(Clone, Copy)]
+struct Side {
+    keys: *const u32,
+    values: *const f32,
+    len: usize,
+}
+
+impl Side {
+    fn new(keys: &[u32], values: &[f32]) -> Side {
+        debug_assert_eq!(keys.len(), values.len());
+        Side {
+            keys: keys.as_ptr(),
+            values: values.as_ptr(),
+            len: keys.len(),
+        }
+    }
+
+    /// The first `at` pairs and the rest.
+    ///
+    /// # Safety
+    /// `at <= self.len`.
+    unsafe fn split(self, at: usize) -> (Side, Side) {
+        let rest = Side {
+            // SAFETY: `at <= len` (the caller's promise).
+            keys: unsafe { self.keys.add(at) },
+            values: unsafe { self.values.add(at) },
+            len: self.len - at,
+        };
+        (Side { len: at, ..self }, rest)
+    }
+}
+
+/// Where a merge writes.
+#[derive(Clone, Copy)]
+struct Out {
+    keys: *mut u32,
+    values: *mut f32,
+}
+
+/// A merge in progress: positions in its two inputs and its output.
+struct Lane {
+    a: Side,
+    b: Side,
+    out: Out,
+    i: usize,
+    j: usize,
+    o: usize,
+}
+
+impl Lane {
+    fn active(&self) -> bool {
+        self.i < self.a.len && self.j < self.b.len
+    }
+
+    /// One step of the branch-free merge.
+    ///
+    /// # Safety
+    /// [`Self::active`], and the output holds position `o`.
+    #[inline(always)]
+    unsafe fn step(&mut self) {
+        // SAFETY: `i < a.len`, `j < b.len` (active) and `o` is in the output (the caller's
+        // promise).
+        unsafe {
+            let (x, y) = (*self.a.keys.add(self.i), *self.b.keys.add(self.j));
+            let (u, v) = (*self.a.values.add(self.i), *self.b.values.add(self.j));
+            let (take_a, take_b) = (x <= y, y <= x);
+            *self.out.keys.add(self.o) = x.min(y);
             // Each side contributes its value or -0.0, the exact identity of addition
             // (x + -0.0 == x bit for bit, -0.0 included), chosen by masks, not branches.
-            ov[o] = or_negative_zero(x, take_a) + or_negative_zero(y, take_b);
-            i += take_a as usize;
-            j += take_b as usize;
-            o += 1;
+            *self.out.values.add(self.o) =
+                or_negative_zero(u, take_a) + or_negative_zero(v, take_b);
+            self.i += take_a as usize;
+            self.j += take_b as usize;
+            self.o += 1;
         }
-        let (rest_a, rest_b) = (n - i, m - j);
-        ok[o..o + rest_a].copy_from_slice(&ak[i..]);
-        ov[o..o + rest_a].copy_from_slice(&av[i..]);
-        o += rest_a;
-        ok[o..o + rest_b].copy_from_slice(&bk[j..]);
-        ov.copy_within(n + j.., o);
-        o += rest_b;
-        scratch.keys.truncate(o);
-        scratch.values.truncate(o);
-        std::mem::swap(self, scratch);
+    }
+
+    /// Runs the merge to its end (the rest of the longer input copied) and returns the
+    /// output's length.
+    ///
+    /// # Safety
+    /// The output holds `a.len + b.len` positions from the lane's start, and overlaps
+    /// neither input.
+    unsafe fn finish(mut self) -> usize {
+        // SAFETY: the caller's promises.
+        unsafe {
+            while self.active() {
+                self.step();
+            }
+            for (side, at) in [(self.a, self.i), (self.b, self.j)] {
+                let rest = side.len - at;
+                std::ptr::copy_nonoverlapping(side.keys.add(at), self.out.keys.add(self.o), rest);
+                std::ptr::copy_nonoverlapping(
+                    side.values.add(at),
+                    self.out.values.add(self.o),
+                    rest,
+                );
+                self.o += rest;
+            }
+        }
+        self.o
+    }
+}
+
+/// Merges `lo` (the lower parts of both inputs, every key below every key of `hi`'s) into
+/// `out` and `hi` into `out` from `hi_start = lo.0.len + lo.1.len`, the two lanes stepping in
+/// turn, then moves `hi`'s output down behind `lo`'s; returns the length written.
+///
+/// # Safety
+/// `out` holds `hi_start + hi.0.len + hi.1.len` positions and overlaps no input.
+unsafe fn merge_two_lanes(
+    (a_lo, a_hi): (Side, Side),
+    (b_lo, b_hi): (Side, Side),
+    out: Out,
+    hi_start: usize,
+) -> usize {
+    // SAFETY: the caller's promises; each lane writes only its own part of `out`.
+    unsafe {
+        let mut lo = Lane {
+            a: a_lo,
+            b: b_lo,
+            out,
+            i: 0,
+            j: 0,
+            o: 0,
+        };
+        let mut hi = Lane {
+            a: a_hi,
+            b: b_hi,
+            out: Out {
+                keys: out.keys.add(hi_start),
+                values: out.values.add(hi_start),
+            },
+            i: 0,
+            j: 0,
+            o: 0,
+        };
+        while lo.active() && hi.active() {
+            lo.step();
+            hi.step();
+        }
+        let low = lo.finish();
+        let high = hi.finish();
+        std::ptr::copy(out.keys.add(hi_start), out.keys.add(low), high);
+        std::ptr::copy(out.values.add(hi_start), out.values.add(low), high);
+        low + high
     }
 }
 
 /// `x` when `keep`, else -0.0, without a branch.
 #[inline(always)]
 fn or_negative_zero(x: f32, keep: bool) -> f32 {
-    let mask = (keep as u32).wrapping_neg();
+    let mask = opaque((keep as u32).wrapping_neg());
     f32::from_bits((x.to_bits() & mask) | ((-0.0f32).to_bits() & !mask))
+}
+
+/// `x`, hidden from the optimiser: a mask made from a comparison stays a mask. Seen as one,
+/// the compiler turns the masked value into a conditional load and the merge into a branch
+/// on every step (that measured 50 µs against 17 for the two lanes' 13,500 keys).
+#[inline(always)]
+fn opaque(x: u32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut x = x;
+        // SAFETY: an empty instruction: it reads and writes only `x`'s register.
+        unsafe {
+            std::arch::asm!("/* {0:e} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags))
+        };
+        x
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::hint::black_box(x)
 }
 
 /// Walks the union of two strictly increasing key lists in order, calling `f(key, i, j)` with
@@ -139,11 +311,16 @@ mod tests {
         })]
 
         /// The merge equals a map's sum key by key, bit for bit (a key in one input keeps its
-        /// value exactly, -0.0 included), whatever the overlap and lengths.
+        /// value exactly, -0.0 included), whatever the overlap and lengths: short inputs, and
+        /// long ones over wide key ranges (long runs of both lanes, one input past the
+        /// other's splitter, one lane done long before the other).
         #[test]
         fn add_scaled_is_the_keywise_sum(
-            a in proptest::collection::btree_map(0u32..64, value(), 0..40),
-            b in proptest::collection::btree_map(0u32..64, value(), 0..40),
+            (a, b) in prop_oneof![
+                (keys_values(64, 40), keys_values(64, 40)),
+                (keys_values(3000, 600), keys_values(3000, 600)),
+                (keys_values(400, 300), keys_values(100_000, 300)),
+            ],
             scale in prop_oneof![Just(1.0f32), Just(0.5), Just(-0.25)],
         ) {
             let mut want = a.clone();
@@ -163,6 +340,11 @@ mod tests {
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&got.values), bits(&sparse(&want).values));
         }
+    }
+
+    /// Up to `len` keys below `range` with their values.
+    fn keys_values(range: u32, len: usize) -> impl Strategy<Value = BTreeMap<u32, f32>> {
+        proptest::collection::btree_map(0..range, value(), 0..len)
     }
 
     #[test]

@@ -33,8 +33,10 @@ pub struct Owners {
     pub dim: u32,
     /// Number of owners (workers).
     pub parts: u32,
-    /// Seed of the hash (from the job seed).
+    /// Seed of the hash (from the job seed): the odd multiplier `a` of `(a·x + b) >> 32`.
     pub seed: u64,
+    /// The hash's addend `b` (from the job seed).
+    pub addend: u64,
 }
 
 impl Owners {
@@ -44,7 +46,8 @@ impl Owners {
             scheme,
             dim,
             parts,
-            seed: mix64(job_seed, 0x0e_4e_e5),
+            seed: mix64(job_seed, 0x0e_4e_e5) | 1,
+            addend: mix64(job_seed, 0xadd),
         }
     }
 
@@ -56,7 +59,13 @@ impl Owners {
         }
         match self.scheme {
             Ownership::Hashed => {
-                (((mix64(self.seed, key as u64) >> 32) * self.parts as u64) >> 32) as u32
+                // Multiply-add-shift (Dietzfelbinger), a 2-universal hash: one multiply a key
+                // instead of a full mix (four), since the split runs it on every key.
+                let h = (key as u64)
+                    .wrapping_mul(self.seed)
+                    .wrapping_add(self.addend)
+                    >> 32;
+                ((h * self.parts as u64) >> 32) as u32
             }
             Ownership::Ranges => {
                 // The w with lo(w) <= key < lo(w + 1), lo(w) = ⌊D·w/W⌋.
@@ -104,28 +113,38 @@ impl Owners {
                 // Every pair is written at both pieces' cursors and only its owner's cursor
                 // moves past it: one pass, no branch on the (random) owner (22 µs against
                 // 35 µs for the pushes below on 13,000 keys). With more owners the pushes
-                // stay: a counting sort measured slower (46 µs against 34 µs).
+                // stay: a counting sort measured slower (46 µs against 34 µs). The writes go
+                // to spare capacity, not to zeros written first (8 µs against 12).
                 let [first, second] = &mut pieces[..] else {
                     unreachable!("two pieces")
                 };
                 let n = v.len();
                 for piece in [&mut *first, &mut *second] {
-                    piece.keys.resize(n + 1, 0);
-                    piece.values.resize(n + 1, 0.0);
+                    piece.keys.reserve(n);
+                    piece.values.reserve(n);
                 }
-                let (k0, v0) = (&mut first.keys[..], &mut first.values[..]);
-                let (k1, v1) = (&mut second.keys[..], &mut second.values[..]);
+                let (k0, v0) = (first.keys.as_mut_ptr(), first.values.as_mut_ptr());
+                let (k1, v1) = (second.keys.as_mut_ptr(), second.values.as_mut_ptr());
                 let (mut at0, mut at1) = (0, 0);
                 for (&k, &x) in v.keys.iter().zip(&v.values) {
                     let second_owns = self.owner(k) as usize;
-                    (k0[at0], v0[at0], k1[at1], v1[at1]) = (k, x, k, x);
+                    // SAFETY: both pieces hold `n` pairs of capacity and each cursor has
+                    // passed fewer than `n` pairs so far.
+                    unsafe {
+                        (*k0.add(at0), *v0.add(at0)) = (k, x);
+                        (*k1.add(at1), *v1.add(at1)) = (k, x);
+                    }
                     at0 += 1 - second_owns;
                     at1 += second_owns;
                 }
-                first.keys.truncate(at0);
-                first.values.truncate(at0);
-                second.keys.truncate(at1);
-                second.values.truncate(at1);
+                // SAFETY: the pieces were empty, and every position below a final cursor was
+                // written (a cursor's position is written before it moves past it).
+                unsafe {
+                    first.keys.set_len(at0);
+                    first.values.set_len(at0);
+                    second.keys.set_len(at1);
+                    second.values.set_len(at1);
+                }
             }
             Ownership::Hashed => {
                 for (&k, &x) in v.keys.iter().zip(&v.values) {
