@@ -87,6 +87,35 @@ fn keys_decode_exactly_for_every_codec() {
     }
 }
 
+/// Every codec tells the length of the message it would write without keeping it (what a
+/// change costs between machines when the workers share a replica), errors included.
+#[test]
+fn encoded_len_is_the_length_of_the_message() {
+    let dim = 1_000_000;
+    let g = laplace_grad(5000, dim, 0.01, 3);
+    for name in CODEC_NAMES {
+        let ctx = EncodeContext {
+            seed: 9,
+            round: 4,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        codec(name)
+            .encode(&g.keys, &g.values, dim, ctx, &mut out)
+            .unwrap();
+        let len = codec(name)
+            .encoded_len(&g.keys, &g.values, dim, ctx)
+            .unwrap();
+        assert_eq!(len, out.len(), "{name}");
+        let mut bad = g.values.clone();
+        bad[17] = f32::NAN;
+        let err = codec(name)
+            .encoded_len(&g.keys, &bad, dim, ctx)
+            .unwrap_err();
+        assert!(matches!(err, CodecError::NonFinite { .. }), "{name}: {err}");
+    }
+}
+
 #[test]
 fn every_key_coder_keeps_keys_exact_inside_a_codec() {
     let dim = 29_000_000;

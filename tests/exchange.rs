@@ -362,8 +362,8 @@ fn run_with_faulty_changes(
         };
         let (state, rows) = (WorkerState::shared(&plan), Rc::new(RefCell::default()));
         if shared {
-            let first = worker.index() == 0;
-            slot.share(&mut state.borrow_mut().weights, first).unwrap();
+            slot.share(&mut state.borrow_mut().weights, worker.index(), 2)
+                .unwrap();
         }
         let (plan, sup) = (plan.clone(), sup.clone());
         worker.dataflow::<(), _, _>(|scope| {

@@ -176,6 +176,20 @@ pub trait Codec: Send {
     ) -> Result<(), CodecError>;
     /// Decodes a whole message into `out` (cleared first); returns the dimension it declares.
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError>;
+    /// The length of the message [`Codec::encode`] would append for these pairs, without
+    /// keeping it: what a message costs between machines where it need not be sent (to
+    /// workers that share the sender's replica). The default encodes into a scratch buffer.
+    fn encoded_len(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        dim: u32,
+        ctx: EncodeContext,
+    ) -> Result<usize, CodecError> {
+        let mut out = Vec::new();
+        self.encode(keys, values, dim, ctx, &mut out)?;
+        Ok(out.len())
+    }
     /// The key coder the codec applies to the transmitted key set, used to split a message's
     /// size into key and value bits; `None` where keys are not coded as one set (grouped
     /// codecs), and the split is not reported.

@@ -45,6 +45,18 @@ impl Codec for NoneCodec {
         Ok(())
     }
 
+    /// The header and 8 bytes a pair, checked as [`Codec::encode`] checks.
+    fn encoded_len(
+        &mut self,
+        keys: &[u32],
+        values: &[f32],
+        _dim: u32,
+        _ctx: EncodeContext,
+    ) -> Result<usize, CodecError> {
+        check_finite(keys, values)?;
+        Ok(super::HEADER_LEN + 8 * keys.len())
+    }
+
     fn decode(&mut self, bytes: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         let (h, body) = read_header(bytes, ID, VERSION)?;
         let n = h.count as usize;

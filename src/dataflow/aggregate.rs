@@ -89,20 +89,36 @@ pub fn aggregate<'s>(
                     worker: me,
                     piece: 0,
                 };
-                let mut payload = Vec::new();
-                let others = (peers > 1).then_some(&mut payload);
-                let decoded = downlink
-                    .encode(&mut st.downlink, &mut change, plan.dim, ctx, others)
-                    .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
-                // A replica shared with the other workers gets this change once, below: they
-                // are told so instead of being sent it (the bytes still count as logical
-                // downlink, what the protocol costs between machines).
-                let shared = st.weights.is_shared();
-                broadcast(me, 0, (0..peers).filter(|&d| d != me), payload, |e| {
-                    st.sent(false, e.payload.len(), remote(e.dest));
-                    out.push(if shared { applied(me, e.dest) } else { e });
-                });
-                decoded
+                let others = (0..peers).filter(|&d| d != me);
+                if st.weights.is_shared() {
+                    // The other workers share this replica: they get a mark instead of the
+                    // change, whose bytes still count as logical downlink (what the protocol
+                    // costs between machines).
+                    let (decoded, bytes) = downlink
+                        .encode_unsent(&mut st.downlink, &mut change, plan.dim, ctx)
+                        .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+                    for d in others {
+                        st.sent(false, bytes, remote(d));
+                        out.push(applied(me, d));
+                    }
+                    decoded
+                } else {
+                    let mut payload = Vec::new();
+                    let decoded = downlink
+                        .encode(
+                            &mut st.downlink,
+                            &mut change,
+                            plan.dim,
+                            ctx,
+                            (peers > 1).then_some(&mut payload),
+                        )
+                        .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+                    broadcast(me, 0, others, payload, |e| {
+                        st.sent(false, e.payload.len(), remote(e.dest));
+                        out.push(e);
+                    });
+                    decoded
+                }
             } else {
                 &change
             };

@@ -186,8 +186,9 @@ impl Training {
         if !self.plan.shares_replica(peers)? {
             return Ok(());
         }
-        let first = self.plan.leads_process(worker);
-        slot.share(&mut self.state.borrow_mut().weights, first)
+        let threads = self.plan.threads_per_process;
+        let place = worker as usize % threads;
+        slot.share(&mut self.state.borrow_mut().weights, place, threads)
     }
 
     /// Trains with `loss` instead of the job's `model.loss` (call it before [`Self::gradient`]

@@ -66,6 +66,29 @@ impl Downlink {
         Ok(&self.decoded)
     }
 
+    /// As [`Downlink::encode`] for a change that no other replica is sent (the other workers
+    /// share the owner's): returns what the replica adds, and the length the message would
+    /// have (its logical bytes), which a lossless codec tells without encoding.
+    pub fn encode_unsent<'a>(
+        &'a mut self,
+        residual: &mut Residual,
+        change: &'a mut SparseGrad,
+        dim: u32,
+        ctx: EncodeContext,
+    ) -> Result<(&'a SparseGrad, usize), CodecError> {
+        if self.codec.is_lossless() {
+            let ctx = EncodeContext {
+                piece: DOWNLINK_PIECE,
+                ..ctx
+            };
+            let bytes = (self.codec).encoded_len(&change.keys, &change.values, dim, ctx)?;
+            return Ok((change, bytes));
+        }
+        let mut payload = Vec::new();
+        let decoded = self.encode(residual, change, dim, ctx, Some(&mut payload))?;
+        Ok((decoded, payload.len()))
+    }
+
     /// Decodes a change another owner sent (same codec).
     pub fn decode(&mut self, payload: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         self.codec.decode(payload, out)
