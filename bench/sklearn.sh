@@ -7,15 +7,21 @@
 # the scaling of the gradient stage alone (no communication in it: what the two cores allowed
 # at that moment) and the ratio of each run's fastest epoch (interference only adds time, so
 # the fastest is the least disturbed: a reading of the code beside the median's reading of the
-# machine). Needs Python 3 with scikit-learn (pip install scikit-learn); the
-# issue's shape:
+# machine). Before every pair it measures how far apart the two CPUs are (`cargo bench --bench
+# core_latency`: one cache line's round trip between them; on this VM about 120 ns or about
+# 580 ns, as the hypervisor places the two vCPUs) and prints it beside the pair's ratio: all
+# that two workers share crosses between the cores at that cost. Needs Python 3 with
+# scikit-learn (pip install scikit-learn); the issue's shape:
 #
 #   bash bench/sklearn.sh [rows] [features] [nnz] [pairs]     (default 600000 100000 15 3)
+#
+# W2_SET='train.replica="process"' adds that override to the -w 2 runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=${1:-600000}; dim=${2:-100000}; nnz=${3:-15}; pairs=${4:-3}
 python3 -c "import sklearn" 2>/dev/null || { echo "scikit-learn is not installed (pip install scikit-learn)"; exit 1; }
 cargo build --release -q
+cargo bench -q --bench core_latency --no-run 2>/dev/null
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 ./target/release/gradflow data synth --rows "$rows" --dim "$dim" --nnz "$nnz" --out "$out/train.svm" >/dev/null
@@ -36,10 +42,15 @@ TOML
 # Each pair: -w 1 then -w 2; for each run its metrics CSV and the whole run's wall seconds
 # (loading and 5 epochs).
 runs=()
+latencies=()
 for p in $(seq "$pairs"); do
+  latencies+=("$(cargo bench -q --bench core_latency 2>/dev/null | grep -o '[0-9]* ns' | tr -d ' ns' || true)")
   for w in 1 2; do
     start=$EPOCHREALTIME
-    ./target/release/gradflow train "$out/job.toml" -w $w -q --metrics "$out/m$w-$p.csv" > "$out/log" 2>&1
+    set_w2=()
+    [[ $w == 2 && -n ${W2_SET:-} ]] && set_w2=(--set "$W2_SET")
+    ./target/release/gradflow train "$out/job.toml" -w $w -q --metrics "$out/m$w-$p.csv" \
+      "${set_w2[@]}" > "$out/log" 2>&1
     runs+=("$out/m$w-$p.csv" "$(python3 -c "print($EPOCHREALTIME - $start)")")
   done
 done
@@ -59,10 +70,11 @@ for _ in range(5):
 print(statistics.median(times))
 PY
 )
-python3 - "$rows" "$dim" "$nnz" "$sk" "${runs[@]}" <<'PY'
+python3 - "$rows" "$dim" "$nnz" "$sk" "${latencies[*]}" "${runs[@]}" <<'PY'
 import csv, statistics, sys
 rows, dim, nnz, sk = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-runs = sys.argv[5:]
+latency = sys.argv[5].split(" ")
+runs = sys.argv[6:]
 
 def epochs(f):  # seconds of each epoch (epoch rows' cumulative seconds)
     t = [float(r["seconds"]) for r in csv.DictReader(open(f)) if r["kind"] == "epoch"]
@@ -82,9 +94,10 @@ pairs = []
 for i in range(0, len(runs), 4):
     f1, f2 = runs[i], runs[i + 2]
     pairs.append((epoch(f1), epoch(f2), float(runs[i + 1]), float(runs[i + 3]),
-                  gradient(f1) / gradient(f2), fastest(f1) / fastest(f2)))
+                  gradient(f1) / gradient(f2), fastest(f1) / fastest(f2), latency[i // 4]))
+in_order = [f"{p[0] / p[1]:.2f}x ({p[6] or '?'} ns)" for p in pairs]
 pairs.sort(key=lambda p: p[0] / p[1])
-g1, g2, r1, r2, _, _ = pairs[len(pairs) // 2]
+g1, g2, r1, r2, _, _, _ = pairs[len(pairs) // 2]
 span = lambda xs: f"{min(xs):.2f}-{max(xs):.2f}x"
 print(f"{rows} rows x {nnz} nonzeros, {dim} features; seconds per epoch (median of 5), "
       f"the median of {len(pairs)} alternating pairs of runs:")
@@ -94,6 +107,8 @@ print(f"| {g1:.3f} | {g2:.3f} | {sk:.3f} | {sk / g1:.2f}x | {g1 / g2:.2f}x |")
 print(f"whole run (loading and 5 epochs): -w 1 {r1:.2f} s, -w 2 {r2:.2f} s: {r1 / r2:.2f}x")
 print(f"every pair: per epoch {span([p[0] / p[1] for p in pairs])}, whole run "
       f"{span([p[2] / p[3] for p in pairs])}, the gradient stage alone {span([p[4] for p in pairs])}")
+print("per epoch, pair by pair in the order run, with the cpu round trip measured before it: "
+      + ", ".join(in_order))
 fast = sorted(p[5] for p in pairs)
 print(f"fastest epoch of each run, -w 1 / -w 2: {statistics.median(fast):.2f}x at the median pair, "
       f"{span(fast)} over the pairs")
