@@ -162,7 +162,7 @@ fn killed_and_resumed_equals_uninterrupted(processes: usize, kill_all: bool) {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|r| r.parse().ok())
         .unwrap_or_else(|| panic!("no resume note: {err}"));
-    assert!(resumed_at > 0 && resumed_at % 40 == 0, "{err}");
+    assert!(resumed_at > 0 && resumed_at.is_multiple_of(40), "{err}");
     let got = std::fs::read(run.path().join("model.txt")).unwrap();
     assert!(
         got == expected,

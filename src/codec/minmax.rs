@@ -8,6 +8,7 @@
 //! Hashing: multiply-shift with a fixed odd multiplier per row, then Lemire's multiply-high
 //! range reduction to `cols`; deterministic and identical on sender and receiver.
 
+use super::cpu::avx512;
 use crate::data::partition::mix64;
 
 /// SketchML's groups of MinMaxSketches (§3.3): one sketch per group, all with the same rows and
@@ -21,8 +22,19 @@ pub struct MinMaxSketches {
     /// Per group: its columns, and where its cells start (one more entry: the end).
     cols: Vec<u64>,
     starts: Vec<usize>,
+    /// The same as `u32`, for the vector path (empty when some value does not fit).
+    cols32: Vec<u32>,
+    starts32: Vec<u32>,
+    /// Every cell, then [`GATHER_PAD`] bytes that no group owns: a 4-byte gather at the last
+    /// cell stays inside the buffer.
     cells: Vec<u8>,
 }
+
+/// Blocks of sixteen keys the AVX-512 query gathers before it hands out their answers.
+const QUERY_BLOCKS: usize = 4;
+
+/// Bytes after the last cell (see [`MinMaxSketches::cells`]).
+const GATHER_PAD: usize = 3;
 
 /// Most rows a sketch may have.
 pub const MAX_ROWS: usize = 8;
@@ -98,8 +110,22 @@ impl MinMaxSketches {
             self.cols.push(c as u64);
             self.starts.push(self.starts.last().unwrap() + rows * c);
         }
+        let total = *self.starts.last().unwrap();
         self.cells.clear();
-        self.cells.resize(*self.starts.last().unwrap(), max_index);
+        self.cells.resize(total + GATHER_PAD, max_index);
+        // The vector path addresses cells with 32-bit signed offsets.
+        let fits = total + GATHER_PAD < i32::MAX as usize;
+        self.cols32.clear();
+        self.starts32.clear();
+        if fits {
+            self.cols32.extend(self.cols.iter().map(|&c| c as u32));
+            self.starts32.extend(self.starts.iter().map(|&s| s as u32));
+        }
+    }
+
+    /// Number of cells.
+    fn total(&self) -> usize {
+        self.cells.len() - GATHER_PAD
     }
 
     /// Number of groups.
@@ -109,12 +135,13 @@ impl MinMaxSketches {
 
     /// Every group's cells, group after group, each row by row.
     pub fn cells(&self) -> &[u8] {
-        &self.cells
+        &self.cells[..self.total()]
     }
 
     /// The cells, to fill from a message (each at most [`Self::max_index`]).
     pub fn cells_mut(&mut self) -> &mut [u8] {
-        &mut self.cells
+        let total = self.total();
+        &mut self.cells[..total]
     }
 
     /// Group `g`'s cells, row by row.
@@ -147,6 +174,21 @@ impl MinMaxSketches {
     /// For every `i`, inserts `indexes[i]` for `keys[i]` into group `groups[i]`'s sketch: in
     /// each row the cell keeps the smaller index. Panics on a group beyond the set.
     pub fn insert_all(&mut self, keys: &[u32], groups: &[u8], indexes: &[u8]) {
+        assert!(keys.len() == groups.len() && keys.len() == indexes.len());
+        #[cfg(target_arch = "x86_64")]
+        if self.vector_path() {
+            let g = groups.iter().fold(0u8, |m, &g| m.max(g));
+            assert!(
+                (g as usize) < self.groups(),
+                "group {g} beyond {}",
+                self.groups()
+            );
+            // SAFETY: as in `query_all`.
+            let done =
+                unsafe { for_rows!(self.rows, self.insert_rows_avx512(keys, groups, indexes)) };
+            let rest = (&keys[done..], &groups[done..], &indexes[done..]);
+            return for_rows!(self.rows, self.insert_rows(rest.0, rest.1, rest.2));
+        }
         for_rows!(self.rows, self.insert_rows(keys, groups, indexes))
     }
 
@@ -172,8 +214,140 @@ impl MinMaxSketches {
     /// Calls `answer(i, a)` for every `i` in order, `a` the largest of `keys[i]`'s cells in group
     /// `groups[i]`: at most the smallest index ever inserted for that key there. Panics on a
     /// group beyond the set (a decoder checks its labels first).
-    pub fn query_all(&self, keys: &[u32], groups: &[u8], answer: impl FnMut(usize, u8)) {
+    ///
+    /// With AVX-512 (checked at run time) sixteen keys at a time: their columns hashed in
+    /// vector registers and their cells gathered (see [`Self::query_rows_avx512`]), the same
+    /// answers as the scalar loop's.
+    pub fn query_all(&self, keys: &[u32], groups: &[u8], mut answer: impl FnMut(usize, u8)) {
+        assert_eq!(keys.len(), groups.len(), "a group for every key");
+        #[cfg(target_arch = "x86_64")]
+        if self.vector_path() {
+            let g = groups.iter().fold(0u8, |m, &g| m.max(g));
+            assert!(
+                (g as usize) < self.groups(),
+                "group {g} beyond {}",
+                self.groups()
+            );
+            // SAFETY: AVX-512F is present (checked), every group is in the set (checked), and
+            // the cells fit 32-bit offsets (`cols32` is filled only then).
+            let done =
+                unsafe { for_rows!(self.rows, self.query_rows_avx512(keys, groups, &mut answer)) };
+            let rest = (&keys[done..], &groups[done..]);
+            return for_rows!(
+                self.rows,
+                self.query_rows(rest.0, rest.1, |i, a| answer(done + i, a))
+            );
+        }
         for_rows!(self.rows, self.query_rows(keys, groups, answer))
+    }
+
+    /// Whether queries take the AVX-512 path: the CPU has it, `GRADFLOW_NO_AVX512` is not set
+    /// (tests and benchmarks compare both paths), and every offset fits 32 bits.
+    #[cfg(target_arch = "x86_64")]
+    fn vector_path(&self) -> bool {
+        !self.cols32.is_empty() && avx512()
+    }
+
+    /// The AVX-512 query loop over the whole blocks of sixteen keys; returns how many keys it
+    /// answered (a multiple of 16; the caller answers the rest): each block's cells located
+    /// in vector registers ([`VectorHash::offsets`]) and gathered as 4-byte words at their byte
+    /// offsets, masked to their byte; the answer is the rows' maximum. Four blocks' answers
+    /// are gathered before any is handed out, so that their cells' misses overlap (one block
+    /// at a time, each gather waited for its cells).
+    ///
+    /// # Safety
+    /// AVX-512F is available, every `groups[i]` is below [`Self::groups`], and the cells'
+    /// offsets fit 32 bits (`cols32` and `starts32` are filled).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn query_rows_avx512<const R: usize>(
+        &self,
+        keys: &[u32],
+        groups: &[u8],
+        answer: &mut impl FnMut(usize, u8),
+    ) -> usize {
+        use std::arch::x86_64::*;
+        let blocks = keys.len() / 16;
+        let hash = VectorHash::new(self);
+        let byte = _mm512_set1_epi32(0xFF);
+        let base = self.cells.as_ptr() as *const i32;
+        let mut out = [0u32; 16 * QUERY_BLOCKS];
+        for batch in 0..blocks.div_ceil(QUERY_BLOCKS) {
+            let first = batch * QUERY_BLOCKS;
+            let here = (blocks - first).min(QUERY_BLOCKS);
+            for (q, out) in out.chunks_exact_mut(16).take(here).enumerate() {
+                let at = 16 * (first + q);
+                // SAFETY: the block is inside `keys` and `groups`, its groups in the set (the
+                // caller's promise); each offset is a cell's, and the word read from it ends
+                // within GATHER_PAD.
+                let answers = unsafe {
+                    let offsets = hash.offsets::<R>(self, &keys[at..at + 16], &groups[at..at + 16]);
+                    offsets.iter().fold(_mm512_setzero_si512(), |a, &offset| {
+                        let cell = _mm512_i32gather_epi32::<1>(offset, base);
+                        _mm512_max_epu32(a, _mm512_and_si512(cell, byte))
+                    })
+                };
+                // SAFETY: 64 bytes into a chunk of 16 u32.
+                unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), answers) };
+            }
+            for (j, &a) in out[..16 * here].iter().enumerate() {
+                answer(16 * first + j, a as u8);
+            }
+        }
+        16 * blocks
+    }
+
+    /// The AVX-512 insert loop over whole batches of [`BATCH`] keys (see
+    /// [`Self::insert_rows`]); returns how many keys it inserted. The cells are located in
+    /// vector registers and each lowered by a scalar read-modify-write: two keys of a block
+    /// may share a cell, which a scatter would not order.
+    ///
+    /// # Safety
+    /// As [`Self::query_rows_avx512`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn insert_rows_avx512<const R: usize>(
+        &mut self,
+        keys: &[u32],
+        groups: &[u8],
+        indexes: &[u8],
+    ) -> usize {
+        use std::arch::x86_64::*;
+        let hash = VectorHash::new(self);
+        let batches = keys.len() / BATCH;
+        let mut at = [[0u32; 16]; BATCH / 16 * MAX_ROWS];
+        for b in 0..batches {
+            for q in 0..BATCH / 16 {
+                let i = b * BATCH + 16 * q;
+                // SAFETY: the block is inside the inputs, its groups in the set (the caller's
+                // promise).
+                let offsets =
+                    unsafe { hash.offsets::<R>(self, &keys[i..i + 16], &groups[i..i + 16]) };
+                for (r, offset) in offsets.iter().enumerate() {
+                    let row = &mut at[q * R + r];
+                    // SAFETY: 64 bytes into an array of 16 u32.
+                    unsafe { _mm512_storeu_si512(row.as_mut_ptr().cast(), *offset) };
+                    for &cell in row.iter() {
+                        // SAFETY: a prefetch is a hint; the offset is a cell's anyway.
+                        unsafe {
+                            _mm_prefetch::<_MM_HINT_T0>(
+                                self.cells.as_ptr().add(cell as usize).cast(),
+                            )
+                        };
+                    }
+                }
+            }
+            for q in 0..BATCH / 16 {
+                let indexes = &indexes[b * BATCH + 16 * q..][..16];
+                for row in &at[q * R..(q + 1) * R] {
+                    for (&cell, &index) in row.iter().zip(indexes) {
+                        let c = &mut self.cells[cell as usize];
+                        *c = lower(*c, index);
+                    }
+                }
+            }
+        }
+        batches * BATCH
     }
 
     fn query_rows<const R: usize>(
@@ -201,6 +375,93 @@ impl MinMaxSketches {
         let mut a = 0;
         self.query_all(&[key], &[g], |_, x| a = x);
         a
+    }
+}
+
+/// What the AVX-512 paths need to locate sixteen keys' cells at once: each group's columns and
+/// first cell in registers (for up to 16 groups; beyond, they are gathered from memory).
+#[cfg(target_arch = "x86_64")]
+struct VectorHash {
+    few: bool,
+    cols: std::arch::x86_64::__m512i,
+    starts: std::arch::x86_64::__m512i,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl VectorHash {
+    #[target_feature(enable = "avx512f")]
+    fn new(set: &MinMaxSketches) -> VectorHash {
+        use std::arch::x86_64::*;
+        let table = |v: &[u32]| {
+            let mut t = [0u32; 16];
+            let n = v.len().min(16);
+            t[..n].copy_from_slice(&v[..n]);
+            // SAFETY: 64 bytes read from a local array of 16 u32.
+            unsafe { _mm512_loadu_si512(t.as_ptr().cast()) }
+        };
+        VectorHash {
+            few: set.groups() <= 16,
+            cols: table(&set.cols32),
+            starts: table(&set.starts32),
+        }
+    }
+
+    /// The cell offsets of 16 keys, row by row: per row the column
+    /// `((key·m >> 32) · cols) >> 32` of [`column`] in 32-bit halves (`key·m >> 32` is
+    /// `hi(key·m_lo) + key·m_hi` modulo 2³²), after the row's first cell.
+    ///
+    /// # Safety
+    /// `keys` and `groups` hold 16 entries, every group is in `set`, and `set`'s offsets fit
+    /// 32 bits.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn offsets<const R: usize>(
+        &self,
+        set: &MinMaxSketches,
+        keys: &[u32],
+        groups: &[u8],
+    ) -> [std::arch::x86_64::__m512i; R] {
+        use std::arch::x86_64::*;
+        debug_assert!(keys.len() == 16 && groups.len() == 16);
+        // SAFETY: 16 keys and 16 groups (the caller's promise); groups index `cols32` and
+        // `starts32` (in the set).
+        let (key, g) = unsafe {
+            (
+                _mm512_loadu_si512(keys.as_ptr().cast()),
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(groups.as_ptr().cast())),
+            )
+        };
+        let (cols, mut row_start) = if self.few {
+            (
+                _mm512_permutexvar_epi32(g, self.cols),
+                _mm512_permutexvar_epi32(g, self.starts),
+            )
+        } else {
+            unsafe {
+                (
+                    _mm512_i32gather_epi32::<4>(g, set.cols32.as_ptr() as *const i32),
+                    _mm512_i32gather_epi32::<4>(g, set.starts32.as_ptr() as *const i32),
+                )
+            }
+        };
+        let odd = 0xAAAA;
+        let cols_odd = _mm512_srli_epi64::<32>(cols);
+        let key_odd = _mm512_srli_epi64::<32>(key);
+        std::array::from_fn(|r| {
+            let m = MULTIPLIERS[r];
+            let (m_lo, m_hi) = (
+                _mm512_set1_epi64(m as u32 as i64),
+                _mm512_set1_epi32((m >> 32) as u32 as i32),
+            );
+            let even = _mm512_srli_epi64::<32>(_mm512_mul_epu32(key, m_lo));
+            let hi = _mm512_mask_blend_epi32(odd, even, _mm512_mul_epu32(key_odd, m_lo));
+            let h = _mm512_add_epi32(hi, _mm512_mullo_epi32(key, m_hi));
+            let even = _mm512_srli_epi64::<32>(_mm512_mul_epu32(h, cols));
+            let odd_col = _mm512_mul_epu32(_mm512_srli_epi64::<32>(h), cols_odd);
+            let column = _mm512_mask_blend_epi32(odd, even, odd_col);
+            let offset = _mm512_add_epi32(row_start, column);
+            row_start = _mm512_add_epi32(row_start, cols);
+            offset
+        })
     }
 }
 
@@ -264,6 +525,49 @@ mod tests {
                 answered += 1;
             });
             assert_eq!(answered, items.len());
+        }
+    }
+
+    /// The AVX-512 inserts and queries (where the CPU has them) leave the cells and give the
+    /// answers of the scalar loops: one
+    /// to eight rows, up to 16 groups (a permutation) and more (a gather), key counts that
+    /// are not a multiple of a block, keys over the whole u32 range, columns from 1 to 2^20.
+    #[test]
+    fn vector_queries_answer_what_the_scalar_loop_answers() {
+        #[cfg(target_arch = "x86_64")]
+        if !avx512() {
+            eprintln!("no AVX-512 here: only the scalar path runs");
+        }
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state = mix64(state, 1);
+            state
+        };
+        for (rows, groups, n) in [(1, 2, 1000), (2, 8, 4099), (3, 16, 77), (8, 40, 2048)] {
+            let cols: Vec<usize> = (0..groups)
+                .map(|g| [1, 7, 300, 1 << 20][g % 4] + g)
+                .collect();
+            let keys: Vec<u32> = (0..n).map(|_| next() as u32).collect();
+            let labels: Vec<u8> = (0..n).map(|_| (next() % groups as u64) as u8).collect();
+            let indexes: Vec<u8> = (0..n).map(|_| (next() % 32) as u8).collect();
+            let mut set = MinMaxSketches::default();
+            set.reset(rows, 31, cols.clone());
+            set.insert_all(&keys, &labels, &indexes);
+            let mut one_by_one = MinMaxSketches::default();
+            one_by_one.reset(rows, 31, cols.clone());
+            for_rows!(rows, one_by_one.insert_rows(&keys, &labels, &indexes));
+            assert!(
+                set.cells() == one_by_one.cells(),
+                "{rows} rows, {groups} groups, {n} keys"
+            );
+            let mut scalar = Vec::new();
+            for_rows!(rows, set.query_rows(&keys, &labels, |_, a| scalar.push(a)));
+            let mut answers = Vec::new();
+            set.query_all(&keys, &labels, |i, a| {
+                assert_eq!(i, answers.len(), "answers in order");
+                answers.push(a);
+            });
+            assert_eq!(answers, scalar, "{rows} rows, {groups} groups, {n} keys");
         }
     }
 

@@ -142,7 +142,9 @@ pub struct BucketFinder {
     /// Edge bits, then `steps` sentinels (`u32::MAX`, above every finite value).
     edges: Vec<u32>,
     first_prefix: u32,
+    /// `slots` entries, then one of padding (a 4-byte gather at the last slot stays inside).
     table: Vec<u16>,
+    slots: usize,
     steps: usize,
 }
 
@@ -159,9 +161,11 @@ impl BucketFinder {
         };
         let first_in = |p: u32| bucket_of(edges, f32::from_bits(p << PREFIX_SHIFT));
         let last_in = |p: u32| bucket_of(edges, f32::from_bits(((p + 1) << PREFIX_SHIFT) - 1));
-        let table: Vec<u16> = (first_prefix..=last_prefix)
+        let mut table: Vec<u16> = (first_prefix..=last_prefix)
             .map(|p| first_in(p) as u16)
             .collect();
+        let slots = table.len();
+        table.push(0);
         let steps = (first_prefix..=last_prefix)
             .map(|p| last_in(p) - first_in(p))
             .max()
@@ -171,6 +175,7 @@ impl BucketFinder {
             edges: bits,
             first_prefix,
             table,
+            slots,
             steps,
         }
     }
@@ -179,13 +184,47 @@ impl BucketFinder {
     #[inline]
     pub fn find(&self, m: f32) -> usize {
         let bits = m.to_bits();
-        let slot = ((bits >> PREFIX_SHIFT).saturating_sub(self.first_prefix) as usize)
-            .min(self.table.len().saturating_sub(1));
-        let mut b = self.table.get(slot).copied().unwrap_or(0) as usize;
+        let slot =
+            ((bits >> PREFIX_SHIFT).saturating_sub(self.first_prefix) as usize).min(self.slots - 1);
+        let mut b = self.table[slot] as usize;
         for _ in 0..self.steps {
             b += (self.edges[b + 1] <= bits) as usize;
         }
         b
+    }
+
+    /// [`Self::find`] for sixteen magnitudes at once (their float bits, one per 32-bit lane):
+    /// the table entry gathered as a 4-byte word at its 2-byte slot (the padding keeps the
+    /// last one inside) and masked, then the same steps, each a gather of the next edge.
+    ///
+    /// # Safety
+    /// AVX-512F is available.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn find16(
+        &self,
+        bits: std::arch::x86_64::__m512i,
+    ) -> std::arch::x86_64::__m512i {
+        use std::arch::x86_64::*;
+        let first = _mm512_set1_epi32(self.first_prefix as i32);
+        let prefix = _mm512_srli_epi32::<{ PREFIX_SHIFT }>(bits);
+        let slot = _mm512_sub_epi32(_mm512_max_epu32(prefix, first), first);
+        let slot = _mm512_min_epu32(slot, _mm512_set1_epi32(self.slots as i32 - 1));
+        // SAFETY: slots are below `slots`, and the word at the last one ends in the padding;
+        // `b + 1` stays within the edges and their `steps + 1` sentinels (each step moves past
+        // an edge at most, and the table's entry is at most `steps` edges below the bucket).
+        unsafe {
+            let entry = _mm512_i32gather_epi32::<2>(slot, self.table.as_ptr() as *const i32);
+            let mut b = _mm512_and_si512(entry, _mm512_set1_epi32(0xFFFF));
+            let one = _mm512_set1_epi32(1);
+            for _ in 0..self.steps {
+                let next = _mm512_add_epi32(b, one);
+                let edge = _mm512_i32gather_epi32::<4>(next, self.edges.as_ptr() as *const i32);
+                let past = _mm512_cmple_epu32_mask(edge, bits);
+                b = _mm512_mask_add_epi32(b, past, b, one);
+            }
+            b
+        }
     }
 }
 

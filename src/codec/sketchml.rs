@@ -112,10 +112,10 @@ pub(crate) struct Shape {
 
 impl Shape {
     pub(crate) fn new(bins: u32, groups: u32, rows: u32, ratio: f32) -> Result<Shape, String> {
-        if !(2..=4096).contains(&bins) || bins % 2 != 0 {
+        if !(2..=4096).contains(&bins) || !bins.is_multiple_of(2) {
             return Err(format!("bins: must be even and in 2..=4096, got {bins}"));
         }
-        if !(2..=bins).contains(&groups) || groups % 2 != 0 {
+        if !(2..=bins).contains(&groups) || !groups.is_multiple_of(2) {
             return Err(format!(
                 "groups: must be even and in 2..=bins, got {groups}"
             ));
@@ -230,6 +230,71 @@ fn bucket_codes(sh: &Shape, buckets: [usize; 2]) -> [Vec<(u8, u8)>; 2] {
     })
 }
 
+/// Writes the group and the bucket in it of the values of whole blocks of sixteen, with
+/// AVX-512 where the CPU has it ([`super::cpu`]); returns how many it wrote (0 without it). Each
+/// value is looked up with both signs' finders ([`BucketFinder::find16`]) and codes, and its
+/// sign picks one: the same as the scalar loop's `codes[sign][finders[sign].find(|v|)]` (a
+/// finder answers a bucket of its own for any magnitude). None of the values is zero.
+fn bucket_all_avx512(
+    finders: &[BucketFinder; 2],
+    codes: &[Vec<(u8, u8)>; 2],
+    values: &[f32],
+    labels: &mut [u8],
+    local: &mut [u8],
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if super::cpu::avx512() {
+        // Each bucket's (group, local) as one word to gather: group in the low byte.
+        let words = codes.each_ref().map(|c| {
+            c.iter()
+                .map(|&(g, l)| g as u32 | (l as u32) << 8)
+                .collect::<Vec<u32>>()
+        });
+        // SAFETY: AVX-512F is present; see the function for the rest.
+        return unsafe { bucket_blocks(finders, &words, values, labels, local) };
+    }
+    0
+}
+
+/// The AVX-512 loop of [`bucket_all_avx512`] over `codes` as words.
+///
+/// # Safety
+/// AVX-512F is available; `labels` and `local` are as long as `values`; every finder's
+/// buckets are below its sign's number of codes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn bucket_blocks(
+    finders: &[BucketFinder; 2],
+    codes: &[Vec<u32>; 2],
+    values: &[f32],
+    labels: &mut [u8],
+    local: &mut [u8],
+) -> usize {
+    use std::arch::x86_64::*;
+    let blocks = values.len() / 16;
+    let magnitude = _mm512_set1_epi32(0x7FFF_FFFF);
+    for b in 0..blocks {
+        let at = 16 * b;
+        // SAFETY: the block is inside `values`, `labels` and `local`; buckets index their
+        // sign's codes (the caller's promise).
+        unsafe {
+            let bits = _mm512_loadu_si512(values.as_ptr().add(at).cast());
+            let negative = _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512());
+            let mag = _mm512_and_si512(bits, magnitude);
+            let [up, down] = [0, 1].map(|sign| {
+                let bucket = finders[sign].find16(mag);
+                _mm512_i32gather_epi32::<4>(bucket, codes[sign].as_ptr() as *const i32)
+            });
+            let code = _mm512_mask_blend_epi32(negative, up, down);
+            let group = _mm512_cvtepi32_epi8(_mm512_and_si512(code, _mm512_set1_epi32(0xFF)));
+            let within = _mm512_cvtepi32_epi8(_mm512_srli_epi32::<8>(code));
+            _mm_storeu_si128(labels.as_mut_ptr().add(at).cast(), group);
+            _mm_storeu_si128(local.as_mut_ptr().add(at).cast(), within);
+        }
+    }
+    16 * blocks
+}
+
 /// Buckets, groups and sketches a gradient into `s` (zero values are dropped), with the table
 /// of what each answered bucket decodes to.
 pub(crate) fn sketch_gradient(
@@ -272,7 +337,9 @@ pub(crate) fn sketch_gradient(
         s.local.truncate(m);
         s.mags.truncate(m);
     } else {
-        for ((label, local), &v) in s.labels.iter_mut().zip(&mut s.local).zip(values) {
+        let done = bucket_all_avx512(&finders, &codes, values, &mut s.labels, &mut s.local);
+        let rest = s.labels[done..].iter_mut().zip(&mut s.local[done..]);
+        for ((label, local), &v) in rest.zip(&values[done..]) {
             (*label, *local) = bucket(v);
         }
     }
@@ -559,5 +626,47 @@ impl Codec for SketchMl {
             r.read_packed(&mut u.labels, label_bits(&sh), u8::MAX as u64)?;
             u.values(&sh, &table, &out.keys, &mut out.values)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::partition::mix64;
+
+    /// The AVX-512 bucketing (where the CPU has it) writes the groups and buckets of the
+    /// scalar loop: values of both signs over many magnitudes, one sign alone, magnitudes
+    /// above the largest edge, a length that is not a multiple of a block.
+    #[test]
+    fn vector_bucketing_equals_the_scalar_loop() {
+        if !crate::codec::cpu::avx512() {
+            eprintln!("no AVX-512 here: only the scalar path runs");
+        }
+        let sh = Shape::new(256, 8, 2, 0.3).unwrap();
+        let value = |i: u64, signs: u64| {
+            let h = mix64(7, i);
+            let m = f32::from_bits(0x3000_0000 + (h as u32 % 0x1800_0000)); // ~5e-10 .. ~1e3
+            let negative = signs == 1 || (signs == 2 && h >> 63 == 1);
+            if negative {
+                -m
+            } else {
+                m
+            }
+        };
+        for (n, signs) in [(10_007usize, 2u64), (4096, 1), (333, 0)] {
+            let values: Vec<f32> = (0..n as u64).map(|i| value(i, signs)).collect();
+            // Edges from the first half only: the rest reaches past the largest edge.
+            let SignedEdges { edges, max } = signed_bucket_edges(&values[..n / 2], sh.half);
+            let finders = [0, 1].map(|s| BucketFinder::new(&edges[s], max[s]));
+            let codes = bucket_codes(&sh, [edges[0].len().max(1), edges[1].len().max(1)]);
+            let (mut labels, mut local) = (vec![0u8; n], vec![0u8; n]);
+            let done = bucket_all_avx512(&finders, &codes, &values, &mut labels, &mut local);
+            assert!(done <= n && done.is_multiple_of(16));
+            for (i, &v) in values.iter().enumerate().take(done) {
+                let sign = (v.to_bits() >> 31) as usize;
+                let want = codes[sign][finders[sign].find(v.abs())];
+                assert_eq!((labels[i], local[i]), want, "value {v} ({i} of {n})");
+            }
+        }
     }
 }

@@ -61,7 +61,9 @@ impl<T: Word> Column<T> {
     /// it over the old one, which leaves a mapped file as it was.
     pub fn mapped(map: &Arc<Mmap>, at: usize, len: usize) -> Option<Self> {
         let end = len.checked_mul(std::mem::size_of::<T>())?.checked_add(at)?;
-        let aligned = (map.as_ptr() as usize).wrapping_add(at) % std::mem::align_of::<T>() == 0;
+        let aligned = (map.as_ptr() as usize)
+            .wrapping_add(at)
+            .is_multiple_of(std::mem::align_of::<T>());
         (end <= map.len() && aligned).then(|| Column {
             // (`at` is within the map: `at + len·size <= map.len()`)
             ptr: map[at..].as_ptr() as *const T,

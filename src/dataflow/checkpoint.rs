@@ -222,7 +222,7 @@ impl Checkpoints {
     /// not the round a resumed run starts at: that one exists).
     pub fn due(&self, r: u64, plan: &super::TrainPlan) -> bool {
         let every = self.every();
-        every > 0 && r > 0 && r != plan.start_round && r < plan.rounds() && r % every == 0
+        every > 0 && r > 0 && r != plan.start_round && r < plan.rounds() && r.is_multiple_of(every)
     }
 
     fn every(&self) -> u64 {

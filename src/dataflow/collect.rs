@@ -264,7 +264,7 @@ fn complete(
     // them (`train.eval_every`).
     let Some(eval) = acc.eval else { return };
     let s = eval.summary(&*plan.loss);
-    if (q + 1) % plan.rounds_per_epoch != 0 {
+    if !(q + 1).is_multiple_of(plan.rounds_per_epoch) {
         emit(MetricsRow {
             kind: "eval",
             epoch: epoch_number,

@@ -105,7 +105,8 @@ impl TrainPlan {
     /// every `eval_every` rounds.
     pub fn evaluates_after(&self, r: u64) -> bool {
         r > 0
-            && (r % self.rounds_per_epoch == 0 || (self.eval_every > 0 && r % self.eval_every == 0))
+            && (r.is_multiple_of(self.rounds_per_epoch)
+                || (self.eval_every > 0 && r.is_multiple_of(self.eval_every)))
     }
 
     /// The process of worker `w`.
@@ -140,7 +141,7 @@ impl TrainPlan {
     /// Whether worker `w` is its process's first (it speaks for the process: wire counts,
     /// checkpoints).
     pub fn leads_process(&self, w: u32) -> bool {
-        w as usize % self.threads_per_process == 0
+        (w as usize).is_multiple_of(self.threads_per_process)
     }
 
     /// Features per row before the intercept (the model has [`Self::dim`] =

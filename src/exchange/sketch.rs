@@ -293,7 +293,7 @@ mod tests {
                 let values = keys
                     .iter()
                     .map(|k| {
-                        if heavy.contains(k) && (*k as usize + w) % 4 != 0 {
+                        if heavy.contains(k) && !(*k as usize + w).is_multiple_of(4) {
                             1.0
                         } else {
                             rng.random_range(-0.05f32..0.05)

@@ -175,7 +175,11 @@ impl ModelFile {
             if let Some(k) = line.strip_prefix("classes ") {
                 let k = k.trim();
                 classes = match k.parse::<u32>() {
-                    Ok(k) if k >= 2 && dim % k == 0 && intercept.is_none_or(|i| i % k == 0) => {
+                    Ok(k)
+                        if k >= 2
+                            && dim.is_multiple_of(k)
+                            && intercept.is_none_or(|i| i % k == 0) =>
+                    {
                         Some(k)
                     }
                     _ => {

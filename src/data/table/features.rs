@@ -158,7 +158,7 @@ pub fn date_part(column: &str, s: &str, part: DatePart) -> Result<u32, BadValue>
 }
 
 fn leap(y: u32) -> bool {
-    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+    (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400)
 }
 
 /// Days since 1970-01-01 (a Thursday) of a proleptic Gregorian date (H. Hinnant's algorithm).

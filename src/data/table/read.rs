@@ -242,7 +242,7 @@ pub fn read_cells(
             })?;
             let s = s.trim();
             let i = cells.ends.len();
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 cells.missing.push(0);
             }
             if missing.iter().any(|m| m == s) {
