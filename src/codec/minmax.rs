@@ -176,14 +176,8 @@ impl MinMaxSketches {
     pub fn insert_all(&mut self, keys: &[u32], groups: &[u8], indexes: &[u8]) {
         assert!(keys.len() == groups.len() && keys.len() == indexes.len());
         #[cfg(target_arch = "x86_64")]
-        if self.vector_path() {
-            let g = groups.iter().fold(0u8, |m, &g| m.max(g));
-            assert!(
-                (g as usize) < self.groups(),
-                "group {g} beyond {}",
-                self.groups()
-            );
-            // SAFETY: as in `query_all`.
+        if self.vector_path(groups) {
+            // SAFETY: see `vector_path`.
             let done =
                 unsafe { for_rows!(self.rows, self.insert_rows_avx512(keys, groups, indexes)) };
             let rest = (&keys[done..], &groups[done..], &indexes[done..]);
@@ -221,15 +215,8 @@ impl MinMaxSketches {
     pub fn query_all(&self, keys: &[u32], groups: &[u8], mut answer: impl FnMut(usize, u8)) {
         assert_eq!(keys.len(), groups.len(), "a group for every key");
         #[cfg(target_arch = "x86_64")]
-        if self.vector_path() {
-            let g = groups.iter().fold(0u8, |m, &g| m.max(g));
-            assert!(
-                (g as usize) < self.groups(),
-                "group {g} beyond {}",
-                self.groups()
-            );
-            // SAFETY: AVX-512F is present (checked), every group is in the set (checked), and
-            // the cells fit 32-bit offsets (`cols32` is filled only then).
+        if self.vector_path(groups) {
+            // SAFETY: see `vector_path`.
             let done =
                 unsafe { for_rows!(self.rows, self.query_rows_avx512(keys, groups, &mut answer)) };
             let rest = (&keys[done..], &groups[done..]);
@@ -241,11 +228,22 @@ impl MinMaxSketches {
         for_rows!(self.rows, self.query_rows(keys, groups, answer))
     }
 
-    /// Whether queries take the AVX-512 path: the CPU has it, `GRADFLOW_NO_AVX512` is not set
-    /// (tests and benchmarks compare both paths), and every offset fits 32 bits.
+    /// Whether inserts and queries of keys in `groups` take the AVX-512 path: the CPU has it
+    /// ([`avx512`]) and every cell offset fits 32 bits (`cols32` is filled only then), which
+    /// with every group in the set (checked here: beyond it is a panic, as in the scalar loops)
+    /// is what the vector loops need to stay inside their tables and cells.
     #[cfg(target_arch = "x86_64")]
-    fn vector_path(&self) -> bool {
-        !self.cols32.is_empty() && avx512()
+    fn vector_path(&self, groups: &[u8]) -> bool {
+        if self.cols32.is_empty() || !avx512() {
+            return false;
+        }
+        let g = groups.iter().fold(0u8, |m, &g| m.max(g));
+        assert!(
+            (g as usize) < self.groups(),
+            "group {g} beyond {}",
+            self.groups()
+        );
+        true
     }
 
     /// The AVX-512 query loop over the whole blocks of sixteen keys; returns how many keys it
