@@ -39,9 +39,12 @@ pub enum ReplicaMode {
 }
 
 /// `auto` shares replicas from this size on: about a core's L2 cache. Measured on two cores
-/// (AMD EPYC, 1 MiB L2 per core): a 0.4 MB model trains as fast or faster with a replica per
-/// worker (each adds every change, but into lines its own cache holds; a shared one moves the
-/// lines the other core wrote), a 4 MB and a 40 MB model faster with one per process.
+/// (AMD EPYC, 1 MiB L2 per core): a 4 MB and a 40 MB model train faster with one per process.
+/// A 0.4 MB model is close either way, and which wins depends on where the two cores are: with
+/// the owners' staggered passes ([`Replica::add`]) a shared replica was 3-6% faster per epoch
+/// on cores that share a cache (a line's round trip 100-140 ns) and 10% slower on cores of
+/// different chiplets (450-630 ns), where a replica per worker moves changes between them in
+/// bulk instead of line by line.
 pub const SHARE_FROM_BYTES: usize = 1 << 20;
 
 /// The weights a worker trains: a replica of the whole model.
