@@ -210,7 +210,7 @@ impl MinMaxSketches {
     /// group beyond the set (a decoder checks its labels first).
     ///
     /// With AVX-512 (checked at run time) sixteen keys at a time: their columns hashed in
-    /// vector registers and their cells gathered (see [`Self::query_rows_avx512`]), the same
+    /// vector registers and their cells gathered (`query_rows_avx512`), the same
     /// answers as the scalar loop's.
     pub fn query_all(&self, keys: &[u32], groups: &[u8], mut answer: impl FnMut(usize, u8)) {
         assert_eq!(keys.len(), groups.len(), "a group for every key");
