@@ -218,16 +218,22 @@ impl Sketched {
 }
 
 /// Per sign, for every bucket of that sign: its group (numbered over both signs) and its index
-/// within the group, so that the per-value loop divides nothing.
-fn bucket_codes(sh: &Shape, buckets: [usize; 2]) -> [Vec<(u8, u8)>; 2] {
+/// within the group, so that the per-value loop divides nothing; one word each, the group in
+/// the low byte and the index in the next ([`split_code`]), which the vector loop gathers.
+fn bucket_codes(sh: &Shape, buckets: [usize; 2]) -> [Vec<u32>; 2] {
     [0, 1].map(|sign| {
         (0..buckets[sign])
             .map(|b| {
                 let g = sign * sh.groups_per_sign + b / sh.per_group;
-                (g as u8, (b % sh.per_group) as u8)
+                g as u32 | ((b % sh.per_group) as u32) << 8
             })
             .collect()
     })
+}
+
+/// A bucket's code as (group, index within the group).
+fn split_code(code: u32) -> (u8, u8) {
+    (code as u8, (code >> 8) as u8)
 }
 
 /// Writes the group and the bucket in it of the values of whole blocks of sixteen, with
@@ -237,26 +243,20 @@ fn bucket_codes(sh: &Shape, buckets: [usize; 2]) -> [Vec<(u8, u8)>; 2] {
 /// finder answers a bucket of its own for any magnitude). None of the values is zero.
 fn bucket_all_avx512(
     finders: &[BucketFinder; 2],
-    codes: &[Vec<(u8, u8)>; 2],
+    codes: &[Vec<u32>; 2],
     values: &[f32],
     labels: &mut [u8],
     local: &mut [u8],
 ) -> usize {
     #[cfg(target_arch = "x86_64")]
     if super::cpu::avx512() {
-        // Each bucket's (group, local) as one word to gather: group in the low byte.
-        let words = codes.each_ref().map(|c| {
-            c.iter()
-                .map(|&(g, l)| g as u32 | (l as u32) << 8)
-                .collect::<Vec<u32>>()
-        });
         // SAFETY: AVX-512F is present; see the function for the rest.
-        return unsafe { bucket_blocks(finders, &words, values, labels, local) };
+        return unsafe { bucket_blocks(finders, codes, values, labels, local) };
     }
     0
 }
 
-/// The AVX-512 loop of [`bucket_all_avx512`] over `codes` as words.
+/// The AVX-512 loop of [`bucket_all_avx512`].
 ///
 /// # Safety
 /// AVX-512F is available; `labels` and `local` are as long as `values`; every finder's
@@ -321,7 +321,8 @@ pub(crate) fn sketch_gradient(
     s.labels.resize(n, 0);
     s.local.resize(n, 0);
     let bucket = |v: f32| {
-        codes[(v.to_bits() >> 31) as usize][finders[(v.to_bits() >> 31) as usize].find(v.abs())]
+        let sign = (v.to_bits() >> 31) as usize;
+        split_code(codes[sign][finders[sign].find(v.abs())])
     };
     if s.compacted {
         s.keys.resize(n, 0);
@@ -664,7 +665,7 @@ mod tests {
             assert!(done <= n && done.is_multiple_of(16));
             for (i, &v) in values.iter().enumerate().take(done) {
                 let sign = (v.to_bits() >> 31) as usize;
-                let want = codes[sign][finders[sign].find(v.abs())];
+                let want = split_code(codes[sign][finders[sign].find(v.abs())]);
                 assert_eq!((labels[i], local[i]), want, "value {v} ({i} of {n})");
             }
         }
