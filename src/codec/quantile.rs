@@ -180,6 +180,11 @@ impl BucketFinder {
         }
     }
 
+    /// How many buckets it answers: every answer is below this (1 without edges).
+    pub fn buckets(&self) -> usize {
+        (self.edges.len() - self.steps - 1).max(1)
+    }
+
     /// The bucket of magnitude `m` (`0 <= m <= max`).
     #[inline]
     pub fn find(&self, m: f32) -> usize {

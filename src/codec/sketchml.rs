@@ -248,9 +248,12 @@ fn bucket_all_avx512(
     labels: &mut [u8],
     local: &mut [u8],
 ) -> usize {
+    assert!(labels.len() == values.len() && local.len() == values.len());
+    assert!((0..2).all(|s| codes[s].len() >= finders[s].buckets()));
     #[cfg(target_arch = "x86_64")]
     if super::cpu::avx512() {
-        // SAFETY: AVX-512F is present; see the function for the rest.
+        // SAFETY: AVX-512F is present, the outputs are as long as the values and every
+        // finder's answers index its sign's codes (both asserted).
         return unsafe { bucket_blocks(finders, codes, values, labels, local) };
     }
     0
@@ -665,7 +668,9 @@ mod tests {
             assert!(done <= n && done.is_multiple_of(16));
             for (i, &v) in values.iter().enumerate().take(done) {
                 let sign = (v.to_bits() >> 31) as usize;
-                let want = split_code(codes[sign][finders[sign].find(v.abs())]);
+                let bucket = finders[sign].find(v.abs());
+                assert!(bucket < finders[sign].buckets(), "{v}: bucket {bucket}");
+                let want = split_code(codes[sign][bucket]);
                 assert_eq!((labels[i], local[i]), want, "value {v} ({i} of {n})");
             }
         }
