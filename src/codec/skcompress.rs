@@ -176,19 +176,25 @@ impl Codec for SkCompress {
             out.keys.reserve(n);
             // A delta of bit length `len` is its leading one (none for 0) and `len - 1` bits below
             // it; each key is the one after the previous key plus its delta (the first: 0 plus
-            // it), so keys only increase, and each is checked against the dimension.
+            // it), so keys only increase and the last is the largest: it alone is checked
+            // against the dimension (a key at 2^32 or more wraps in `keys` but not in `next`).
             let mut next = 0u64;
-            for &len in lengths.iter() {
-                let len = len as u32;
-                let key = next + ((1u64 << len) >> 1 | r.read(len.saturating_sub(1))?);
-                if key >= h.dim as u64 {
-                    return Err(CodecError::BadKeys(format!(
-                        "decoded key {key} (dimension {})",
-                        h.dim
-                    )));
-                }
-                out.keys.push(key as u32);
-                next = key + 1;
+            let fields = lengths.iter().map(|&len| len as u32);
+            r.read_fields(
+                fields,
+                |&len| len.saturating_sub(1),
+                |len, low| {
+                    let key = next + ((1u64 << len) >> 1 | low);
+                    out.keys.push(key as u32);
+                    next = key + 1;
+                },
+            )?;
+            if n > 0 && next > h.dim as u64 {
+                return Err(CodecError::BadKeys(format!(
+                    "decoded keys reach {} (dimension {})",
+                    next - 1,
+                    h.dim
+                )));
             }
             u.values(&sh, &table, &out.keys, &mut out.values)
         })
