@@ -5,6 +5,12 @@
 use super::CodecError;
 
 /// Appends bit fields to a byte vector.
+///
+/// Fewer than 8 bits wait in the accumulator between fields; each field is added to it and the
+/// accumulator is stored, all eight bytes, at the vector's end (into spare capacity), which
+/// then grows by the whole bytes it holds. No branch depends on the data (the technique of
+/// Giesen's "Writing bits in far too many ways"; a flush of every 32 bits cost a mispredicted
+/// branch on every few fields).
 pub struct BitWriter<'a> {
     out: &'a mut Vec<u8>,
     acc: u64,
@@ -25,14 +31,24 @@ impl<'a> BitWriter<'a> {
     #[inline]
     pub fn write(&mut self, value: u64, bits: u32) {
         debug_assert!(bits <= 32 && value >> bits == 0);
-        // `used < 32` on entry, so the accumulator never overflows; flush whole 32-bit words.
+        // `used < 8` on entry, so the accumulator never overflows.
         self.acc |= value << self.used;
         self.used += bits;
-        if self.used >= 32 {
-            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
-            self.acc >>= 32;
-            self.used -= 32;
+        if self.out.capacity() - self.out.len() < 8 {
+            self.out.reserve(8);
         }
+        let len = self.out.len();
+        let whole = self.used / 8;
+        // SAFETY: the vector has at least 8 bytes of spare capacity after `len` (reserved just
+        // above), so the unaligned 8-byte store stays within its allocation; `whole <= 4` of
+        // those bytes, now initialised, become part of the vector.
+        unsafe {
+            let end = self.out.as_mut_ptr().add(len);
+            std::ptr::write_unaligned(end.cast::<u64>(), self.acc.to_le());
+            self.out.set_len(len + whole as usize);
+        }
+        self.acc >>= whole * 8;
+        self.used -= whole * 8;
     }
 
     /// Writes `value` in unary: `value` one-bits then a zero.
@@ -134,6 +150,43 @@ pub fn read_signs(
     Ok(())
 }
 
+/// A [`BitReader`]'s buffer inside [`BitReader::buffered`]: the next `avail` bits of the input
+/// (at least 56), lowest first.
+pub struct Buffered {
+    acc: u64,
+    avail: u32,
+}
+
+impl Buffered {
+    /// The buffered bits (those above `avail` are zero or the input's next bits).
+    #[inline]
+    pub fn peek(&self) -> u64 {
+        self.acc
+    }
+
+    /// How many bits are buffered.
+    #[inline]
+    pub fn avail(&self) -> u32 {
+        self.avail
+    }
+
+    /// Drops the next `bits <= avail()` bits (`bits < 64`).
+    #[inline]
+    pub fn consume(&mut self, bits: u32) {
+        debug_assert!(bits <= self.avail && bits < 64);
+        self.acc >>= bits;
+        self.avail -= bits;
+    }
+
+    /// Reads the next `bits <= 32` bits.
+    #[inline]
+    pub fn take(&mut self, bits: u32) -> u64 {
+        let v = self.acc & ((1u64 << bits) - 1);
+        self.consume(bits);
+        v
+    }
+}
+
 /// Reads bit fields written by [`BitWriter`].
 pub struct BitReader<'a> {
     bytes: &'a [u8],
@@ -188,41 +241,58 @@ impl<'a> BitReader<'a> {
         Ok(v)
     }
 
+    /// Runs `step` on the buffer, topped up to at least 56 bits before each call, while eight
+    /// bytes of input remain and `step` returns `true`; `step` consumes at most the bits it
+    /// is shown. The buffer stays in registers and is topped up without a branch (an unaligned
+    /// 8-byte load, advancing by the whole bytes it adds: variant 4 of Giesen's "Reading bits
+    /// in far too many ways"). The caller reads what is left the checked way.
+    #[inline]
+    pub fn buffered(&mut self, mut step: impl FnMut(&mut Buffered) -> bool) {
+        // The top-up needs fewer than 64 bits buffered: give a full buffer's last byte back to
+        // the input (it came from there: bytes are buffered in order).
+        if self.avail == 64 {
+            self.acc &= u64::MAX >> 8;
+            self.avail = 56;
+            self.pos -= 1;
+        }
+        let mut b = Buffered {
+            acc: self.acc,
+            avail: self.avail,
+        };
+        let (bytes, mut pos) = (self.bytes, self.pos);
+        while let Some(next8) = bytes.get(pos..pos + 8) {
+            // The next eight bytes shifted in above the buffered bits, of which the whole
+            // bytes count (the rest are read again next time).
+            b.acc |= u64::from_le_bytes(next8.try_into().unwrap()) << b.avail;
+            pos += ((63 - b.avail) >> 3) as usize;
+            b.avail |= 56;
+            if !step(&mut b) {
+                break;
+            }
+        }
+        // Only the buffered bits stay in the buffer (`finish` checks them for padding).
+        self.acc = b.acc & ((1u64 << b.avail) - 1);
+        (self.avail, self.pos) = (b.avail, pos);
+    }
+
     /// Reads one field per item, of `width(&item) <= 32` bits, and hands each to `sink` with
-    /// its item: the same bits as one [`read`](Self::read) per field. While eight bytes of
-    /// input remain, the buffer stays in registers and is topped up without a branch (an
-    /// unaligned 8-byte load, advancing by the whole bytes it adds; the technique of Giesen's
-    /// "Reading bits in far too many ways", variant 4); the last fields take the checked path.
+    /// its item: the same bits as one [`read`](Self::read) per field, [`buffered`](Self::buffered)
+    /// but for the last few.
     pub fn read_fields<T>(
         &mut self,
         items: impl IntoIterator<Item = T>,
         width: impl Fn(&T) -> u32,
         mut sink: impl FnMut(T, u64),
     ) -> Result<(), CodecError> {
-        let mut items = items.into_iter();
-        // The top-up below needs fewer than 64 bits buffered: give a full buffer's last byte
-        // back to the input (it came from there: bytes are buffered in order).
-        if self.avail == 64 {
-            self.acc &= u64::MAX >> 8;
-            self.avail = 56;
-            self.pos -= 1;
-        }
-        let (bytes, mut acc, mut avail, mut pos) = (self.bytes, self.acc, self.avail, self.pos);
-        while let Some(next8) = bytes.get(pos..pos + 8) {
-            let Some(item) = items.next() else { break };
-            // Buffer bits up to 56-63: the next eight bytes shifted in above the buffered
-            // bits, of which the whole bytes count (the rest are read again next time).
-            acc |= u64::from_le_bytes(next8.try_into().unwrap()) << avail;
-            pos += ((63 - avail) >> 3) as usize;
-            avail |= 56;
-            let w = width(&item);
-            debug_assert!(w <= 32);
-            sink(item, acc & ((1u64 << w) - 1));
-            acc >>= w;
-            avail -= w;
-        }
-        // Only the buffered bits stay in the buffer (`finish` checks them for padding).
-        (self.acc, self.avail, self.pos) = (acc & ((1u64 << avail) - 1), avail, pos);
+        let mut items = items.into_iter().peekable();
+        self.buffered(|b| match items.next() {
+            Some(item) => {
+                let w = width(&item);
+                sink(item, b.take(w));
+                items.peek().is_some()
+            }
+            None => false,
+        });
         for item in items {
             let v = self.read(width(&item))?;
             sink(item, v);

@@ -32,12 +32,31 @@ pub fn encode(keys: &[u32], w: &mut BitWriter) {
 }
 
 /// Reads `k` and `n` gaps. Gaps are at least 1 by construction, so keys only need checking
-/// against the dimension.
+/// against the dimension. Codes that fit the reader's buffer are read
+/// [`buffered`](BitReader::buffered); a longer one, a key out of range and the last few bytes
+/// take the checked path.
 pub fn decode(n: usize, dim: u32, r: &mut BitReader, out: &mut Vec<u32>) -> Result<(), CodecError> {
     let k = r.read(5)? as u32;
     let max_q = (dim as u64) >> k;
     let mut next = 0u64;
-    for _ in 0..n {
+    let mut left = n;
+    r.buffered(|b| {
+        let q = (!b.peek()).trailing_zeros();
+        if left == 0 || q + 1 + k > b.avail() {
+            return false;
+        }
+        let low = (b.peek() >> (q + 1)) & ((1u64 << k) - 1);
+        let key = next + ((q as u64) << k | low);
+        if key >= dim as u64 {
+            return false;
+        }
+        b.consume(q + 1 + k);
+        out.push(key as u32);
+        next = key + 1;
+        left -= 1;
+        true
+    });
+    for _ in 0..left {
         let key = next + r.read_rice(k, max_q)?;
         if key >= dim as u64 {
             return Err(CodecError::BadKeys(format!(
