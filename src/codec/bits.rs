@@ -307,17 +307,34 @@ impl<'a> BitReader<'a> {
         debug_assert!((1..=8).contains(&bits));
         let per = (32 / bits) as usize;
         let mask = (1u64 << bits) - 1;
-        for chunk in out.chunks_mut(per) {
-            let word = self.read(chunk.len() as u32 * bits)?;
-            let mut over = false;
+        let whole = out.len() / per;
+        let mut chunks = out.chunks_mut(per);
+        let mut over = false;
+        let mut unpack = |word: u64, chunk: &mut [u8]| {
             for (j, c) in chunk.iter_mut().enumerate() {
                 let v = (word >> (j as u32 * bits)) & mask;
                 over |= v > max;
                 *c = v as u8;
             }
-            if over {
-                return Err(CodecError::Corrupt(format!("packed value above {max}")));
+        };
+        // Whole words buffered, then the last few the checked way; one check at the end (a
+        // value above `max` does not change how many bits are read).
+        let mut done = 0;
+        self.buffered(|b| {
+            if done == whole {
+                return false;
             }
+            let chunk = chunks.next().unwrap();
+            unpack(b.take(per as u32 * bits), chunk);
+            done += 1;
+            true
+        });
+        for chunk in chunks {
+            let word = self.read(chunk.len() as u32 * bits)?;
+            unpack(word, chunk);
+        }
+        if over {
+            return Err(CodecError::Corrupt(format!("packed value above {max}")));
         }
         Ok(())
     }
@@ -538,13 +555,25 @@ mod tests {
                 out.iter().zip(&values).all(|(&a, &b)| a as u64 == b),
                 "{bits}"
             );
+            // One value above the bound, in the buffered words or in the checked tail.
             let max = (1u64 << bits) - 2;
-            let mut r = BitReader::new(&packed);
-            r.read(3).unwrap();
-            assert!(
-                r.read_packed(&mut out, bits, max).is_err(),
-                "{bits}: a value above {max}"
-            );
+            for at in [0, 40, 76] {
+                let mut over = values.clone();
+                over.iter_mut().for_each(|v| *v = (*v).min(max));
+                over[at] = max + 1;
+                let mut packed = Vec::new();
+                let mut w = BitWriter::new(&mut packed);
+                w.write(1, 3);
+                w.write_packed(over.iter().copied(), bits);
+                w.finish();
+                let read = |max| {
+                    let mut r = BitReader::new(&packed);
+                    r.read(3).unwrap();
+                    r.read_packed(&mut vec![0u8; over.len()], bits, max)
+                };
+                assert!(read(max + 1).is_ok(), "{bits} bits");
+                assert!(read(max).is_err(), "{bits} bits: {} at {at}", max + 1);
+            }
         }
     }
 
