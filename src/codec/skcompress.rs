@@ -80,8 +80,9 @@ impl SkCompressParams {
 pub struct SkCompress {
     p: SketchMlParams,
     shape: Shape,
-    /// Encode scratch, reused across messages.
+    /// Encode scratch, reused across messages: the pipeline's, the keys' length classes.
     sketched: Sketched,
+    classes: Vec<u8>,
     /// Decode scratch, reused across messages: the pipeline's, the length classes, the cells.
     decoding: Unsketch,
     lengths: Vec<u8>,
@@ -97,6 +98,7 @@ impl FromParams for SkCompress {
             p: p.sketch_params(),
             shape,
             sketched: Sketched::default(),
+            classes: Vec::new(),
             decoding: Unsketch::default(),
             lengths: Vec::new(),
             cells: Vec::new(),
@@ -137,12 +139,14 @@ impl Codec for SkCompress {
         let s = &mut self.sketched;
         sketch_gradient(&sh, self.p.decode, keys, values, s);
         let sent = s.sent_keys(keys);
-        let lengths: Vec<u8> = deltas(sent).map(|d| bit_len(d as u64) as u8).collect();
+        let lengths = &mut self.classes;
+        lengths.clear();
+        lengths.extend(deltas(sent).map(|d| bit_len(d as u64) as u8));
         let mut result = Ok(());
         write_message(out, ID, VERSION, dim, sent.len(), |w| {
             write_shape_and_table(w, &self.p, &s.table);
             write_group_counts(w, &s.counts);
-            result = write_symbols(w, &lengths, LENGTH_CLASSES)
+            result = write_symbols(w, lengths, LENGTH_CLASSES)
                 .and_then(|_| write_symbols(w, s.sketches.cells(), sh.per_group));
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
             for d in deltas(sent) {
