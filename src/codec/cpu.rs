@@ -5,15 +5,20 @@
 //! taken when the CPU has it. Both versions give the same results, and the tests compare them
 //! where the CPU can run both.
 
-/// Whether the CPU has AVX-512F and the environment does not set `GRADFLOW_NO_AVX512` (which
+/// Whether the CPU has AVX-512F ([`avx512_available`]) and the environment does not set `GRADFLOW_NO_AVX512` (which
 /// forces the scalar loops: for benchmarks side by side). Read once.
 #[cfg(target_arch = "x86_64")]
 pub fn avx512() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::env::var_os("GRADFLOW_NO_AVX512").is_none()
-    })
+    *ON.get_or_init(|| avx512_available() && std::env::var_os("GRADFLOW_NO_AVX512").is_none())
+}
+
+/// Whether the CPU has AVX-512F (and POPCNT, which every such CPU has), whatever the
+/// environment says: what the vector loops need, for the tests that compare them with the
+/// scalar ones.
+#[cfg(target_arch = "x86_64")]
+pub fn avx512_available() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("popcnt")
 }
 
 /// No AVX-512 off x86-64.

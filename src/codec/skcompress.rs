@@ -30,7 +30,7 @@ use super::{
 use crate::sparse::SparseGrad;
 
 const ID: u8 = 14;
-const VERSION: u8 = 6;
+const VERSION: u8 = 7;
 /// Delta bit lengths 0..=32.
 const LENGTH_CLASSES: usize = 33;
 
