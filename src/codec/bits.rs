@@ -51,6 +51,39 @@ impl<'a> BitWriter<'a> {
         self.used -= whole * 8;
     }
 
+    /// Writes each `(value, bits)` field (`bits <= 56`, `value < 2^bits`): the same bits as one
+    /// [`write`](Self::write) per field, with the accumulator, the length and the vector's
+    /// pointer in locals for the whole run (through `&mut self` they were stored and reloaded
+    /// for every field: a raw store into the vector might have changed them).
+    pub fn write_fields(&mut self, fields: impl IntoIterator<Item = (u64, u32)>) {
+        let (mut acc, mut used) = (self.acc, self.used);
+        let out = &mut *self.out;
+        let mut len = out.len();
+        let (mut ptr, mut room) = (out.as_mut_ptr(), out.capacity() - len);
+        for (value, bits) in fields {
+            debug_assert!(bits <= 56 && value >> bits == 0);
+            // `used < 8` on entry, so the accumulator never overflows.
+            acc |= value << used;
+            used += bits;
+            if room < 8 {
+                // SAFETY: the first `len` bytes are initialised (whole bytes stored below).
+                unsafe { out.set_len(len) };
+                out.reserve(4096);
+                (ptr, room) = (out.as_mut_ptr(), out.capacity() - len);
+            }
+            let whole = used / 8;
+            // SAFETY: `room >= 8` bytes of capacity follow `len`, so the 8-byte store stays in
+            // the allocation; the `whole <= 7` bytes counted are initialised by it.
+            unsafe { std::ptr::write_unaligned(ptr.add(len).cast::<u64>(), acc.to_le()) };
+            (len, room) = (len + whole as usize, room - whole as usize);
+            acc = acc.checked_shr(whole * 8).unwrap_or(0);
+            used -= whole * 8;
+        }
+        // SAFETY: as above.
+        unsafe { out.set_len(len) };
+        (self.acc, self.used) = (acc, used);
+    }
+
     /// Writes `value` in unary: `value` one-bits then a zero.
     #[inline]
     pub fn write_unary(&mut self, mut value: u64) {
@@ -647,6 +680,35 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// `write_fields` writes the bits of one `write` per field (two, above 32 bits), from
+        /// any offset, into a vector with any spare capacity.
+        #[test]
+        fn write_fields_writes_what_write_writes(
+            fields in proptest::collection::vec((0u32..=56, proptest::prelude::any::<u64>()), 0..2000),
+            lead in 0u32..=32,
+            spare in 0usize..64,
+        ) {
+            let fields: Vec<(u64, u32)> = fields
+                .iter()
+                .map(|&(b, v)| (v & ((1u64 << b) - 1), b))
+                .collect();
+            let (mut batched, mut single) = (Vec::with_capacity(spare), Vec::new());
+            let mut w = BitWriter::new(&mut batched);
+            w.write((1u64 << lead) - 1, lead);
+            w.write_fields(fields.iter().copied());
+            w.write(5, 3);
+            w.finish();
+            let mut w = BitWriter::new(&mut single);
+            w.write((1u64 << lead) - 1, lead);
+            for &(v, b) in &fields {
+                w.write(v & 0xFFFF_FFFF, b.min(32));
+                w.write(v >> 32.min(b), b.saturating_sub(32));
+            }
+            w.write(5, 3);
+            w.finish();
+            proptest::prop_assert_eq!(batched, single);
+        }
+
         /// `read_fields` reads the same fields as one `read` each, from any state a reader can
         /// be in (after plain reads or a Rice code), hands back a reader that goes on where it
         /// stopped, and fails on a message one byte short.

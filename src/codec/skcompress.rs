@@ -149,12 +149,11 @@ impl Codec for SkCompress {
             result = write_symbols(w, lengths, LENGTH_CLASSES)
                 .and_then(|_| write_symbols(w, s.sketches.cells(), sh.per_group));
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
-            for d in deltas(sent) {
-                let len = bit_len(d as u64);
-                if len >= 2 {
-                    w.write((d as u64) & ((1u64 << (len - 1)) - 1), len - 1);
-                }
-            }
+            // Each delta's bits below its leading one (none for 0 and 1).
+            w.write_fields(deltas(sent).map(|d| {
+                let below = bit_len(d as u64).saturating_sub(1);
+                ((d as u64) & ((1u64 << below) - 1), below)
+            }));
         });
         result
     }
