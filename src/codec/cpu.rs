@@ -1,12 +1,14 @@
 //! Which vector instructions the codecs may use, decided once at run time.
 //!
 //! The build targets baseline x86-64; the hot loops that gain from AVX-512 (the SketchML
-//! sketches' inserts and queries, and its bucketing) have a second version compiled for it and
+//! sketches' inserts and queries, its bucketing, and the rANS coder's long streams) have a
+//! second version compiled for it and
 //! taken when the CPU has it. Both versions give the same results, and the tests compare them
 //! where the CPU can run both.
 
-/// Whether the CPU has AVX-512F ([`avx512_available`]) and the environment does not set `GRADFLOW_NO_AVX512` (which
-/// forces the scalar loops: for benchmarks side by side). Read once.
+/// Whether the CPU has AVX-512F ([`avx512_available`]) and the environment does not set
+/// `GRADFLOW_NO_AVX512` (which forces the scalar loops: for benchmarks side by side). Read
+/// once.
 #[cfg(target_arch = "x86_64")]
 pub fn avx512() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
