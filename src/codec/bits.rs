@@ -31,30 +31,14 @@ impl<'a> BitWriter<'a> {
     #[inline]
     pub fn write(&mut self, value: u64, bits: u32) {
         debug_assert!(bits <= 32 && value >> bits == 0);
-        // `used < 8` on entry, so the accumulator never overflows.
-        self.acc |= value << self.used;
-        self.used += bits;
-        if self.out.capacity() - self.out.len() < 8 {
-            self.out.reserve(8);
-        }
-        let len = self.out.len();
-        let whole = self.used / 8;
-        // SAFETY: the vector has at least 8 bytes of spare capacity after `len` (reserved just
-        // above), so the unaligned 8-byte store stays within its allocation; `whole <= 4` of
-        // those bytes, now initialised, become part of the vector.
-        unsafe {
-            let end = self.out.as_mut_ptr().add(len);
-            std::ptr::write_unaligned(end.cast::<u64>(), self.acc.to_le());
-            self.out.set_len(len + whole as usize);
-        }
-        self.acc >>= whole * 8;
-        self.used -= whole * 8;
+        self.write_fields([(value, bits)]);
     }
 
     /// Writes each `(value, bits)` field (`bits <= 56`, `value < 2^bits`): the same bits as one
     /// [`write`](Self::write) per field, with the accumulator, the length and the vector's
     /// pointer in locals for the whole run (through `&mut self` they were stored and reloaded
     /// for every field: a raw store into the vector might have changed them).
+    #[inline]
     pub fn write_fields(&mut self, fields: impl IntoIterator<Item = (u64, u32)>) {
         let (mut acc, mut used) = (self.acc, self.used);
         let out = &mut *self.out;
@@ -76,7 +60,7 @@ impl<'a> BitWriter<'a> {
             // the allocation; the `whole <= 7` bytes counted are initialised by it.
             unsafe { std::ptr::write_unaligned(ptr.add(len).cast::<u64>(), acc.to_le()) };
             (len, room) = (len + whole as usize, room - whole as usize);
-            acc = acc.checked_shr(whole * 8).unwrap_or(0);
+            acc >>= whole * 8; // at most 56: `used < 64`
             used -= whole * 8;
         }
         // SAFETY: as above.
@@ -317,12 +301,12 @@ impl<'a> BitReader<'a> {
         width: impl Fn(&T) -> u32,
         mut sink: impl FnMut(T, u64),
     ) -> Result<(), CodecError> {
-        let mut items = items.into_iter().peekable();
+        let mut items = items.into_iter();
         self.buffered(|b| match items.next() {
             Some(item) => {
                 let w = width(&item);
                 sink(item, b.take(w));
-                items.peek().is_some()
+                true
             }
             None => false,
         });
@@ -340,32 +324,21 @@ impl<'a> BitReader<'a> {
         debug_assert!((1..=8).contains(&bits));
         let per = (32 / bits) as usize;
         let mask = (1u64 << bits) - 1;
-        let whole = out.len() / per;
-        let mut chunks = out.chunks_mut(per);
+        // One field per word as written; one check at the end (a value above `max` does not
+        // change how many bits are read).
         let mut over = false;
-        let mut unpack = |word: u64, chunk: &mut [u8]| {
-            for (j, c) in chunk.iter_mut().enumerate() {
-                let v = (word >> (j as u32 * bits)) & mask;
-                over |= v > max;
-                *c = v as u8;
-            }
-        };
-        // Whole words buffered, then the last few the checked way; one check at the end (a
-        // value above `max` does not change how many bits are read).
-        let mut done = 0;
-        self.buffered(|b| {
-            if done == whole {
-                return false;
-            }
-            let chunk = chunks.next().unwrap();
-            unpack(b.take(per as u32 * bits), chunk);
-            done += 1;
-            true
-        });
-        for chunk in chunks {
-            let word = self.read(chunk.len() as u32 * bits)?;
-            unpack(word, chunk);
-        }
+        let words = out.chunks_mut(per);
+        self.read_fields(
+            words,
+            |c| c.len() as u32 * bits,
+            |chunk, word| {
+                for (j, c) in chunk.iter_mut().enumerate() {
+                    let v = (word >> (j as u32 * bits)) & mask;
+                    over |= v > max;
+                    *c = v as u8;
+                }
+            },
+        )?;
         if over {
             return Err(CodecError::Corrupt(format!("packed value above {max}")));
         }
