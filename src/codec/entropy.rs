@@ -213,7 +213,11 @@ fn write_stream<const S: usize>(
     for (i, &s) in symbols.iter().enumerate().skip(whole).rev() {
         x[i % S] = coders[s as usize].put(x[i % S], &mut words, &mut n);
     }
-    let rounds = &symbols[..whole];
+    // Whole rounds: all in AVX-512 registers if `vector` and the CPU has it, else (or on
+    // the narrow states) one state at a time.
+    let mut rounds = &symbols[..whole];
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = vector;
     #[cfg(target_arch = "x86_64")]
     if let (true, Ok(wide)) = (
         vector && super::cpu::avx512_available(),
@@ -225,14 +229,9 @@ fn write_stream<const S: usize>(
         // a word per symbol and STATES more, so each register's 16 words fit after the `n`
         // already shed.
         unsafe { encode_rounds_avx512(rounds, &tables, wide, &mut words, &mut n) };
-    } else {
-        encode_rounds(rounds, coders, &mut x, &mut words, &mut n);
+        rounds = &[];
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = vector;
-        encode_rounds(rounds, coders, &mut x, &mut words, &mut n);
-    }
+    encode_rounds(rounds, coders, &mut x, &mut words, &mut n);
     w.write(n as u64, 32);
     x.iter().for_each(|&s| w.write(s as u64, 32));
     words[..n].iter().rev().for_each(|&x| w.write(x as u64, 16));
