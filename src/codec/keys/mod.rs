@@ -162,6 +162,16 @@ mod tests {
             (random_keys(1000, 29_000_000, 1), 29_000_000),
             (random_keys(5000, 6000, 2), 6000),
             ((0..300).map(|i| i * 1_000_003).collect(), u32::MAX),
+            // Dense keys around one far outlier: Rice's parameter follows the mean gap, so the
+            // outlier's code (a unary run of thousands of bits) is longer than a reader's
+            // buffer, in the middle of codes that fit it.
+            (
+                (0..2000)
+                    .chain([1 << 31])
+                    .chain((1 << 31) + 1..(1 << 31) + 2000)
+                    .collect(),
+                u32::MAX,
+            ),
         ]
     }
 
@@ -178,6 +188,28 @@ mod tests {
                 coder.decode(keys.len(), dim, &mut r, &mut out).unwrap();
                 r.finish().unwrap();
                 assert_eq!(out, keys, "{coder:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_beyond_the_dimension_is_named() {
+        // Keys up to 1M read against a dimension of 500k: the first key at or beyond it is
+        // refused, wherever the reader is (buffered or checked).
+        let keys = random_keys(20_000, 1_000_000, 4);
+        let first_beyond = *keys.iter().find(|&&k| k >= 500_000).unwrap();
+        for coder in KeyCoding::ALL {
+            let mut buf = Vec::new();
+            let mut w = BitWriter::new(&mut buf);
+            coder.encode(&keys, &mut w);
+            w.finish();
+            let mut out = Vec::new();
+            let e = coder
+                .decode(keys.len(), 500_000, &mut BitReader::new(&buf), &mut out)
+                .unwrap_err();
+            assert!(matches!(e, CodecError::BadKeys(_)), "{coder:?}: {e}");
+            if coder == KeyCoding::Rice {
+                assert!(e.to_string().contains(&first_beyond.to_string()), "{e}");
             }
         }
     }
