@@ -202,7 +202,7 @@ fn write_stream<const S: usize>(
     w: &mut BitWriter,
     symbols: &[u8],
     coders: &[SymbolCoder],
-    vector: bool,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] vector: bool,
 ) {
     let mut x = [LOWER; S];
     let mut words = vec![0u32; symbols.len() + S];
@@ -216,13 +216,8 @@ fn write_stream<const S: usize>(
     // Whole rounds: all in AVX-512 registers if `vector` and the CPU has it, else (or on
     // the narrow states) one state at a time.
     let mut rounds = &symbols[..whole];
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = vector;
     #[cfg(target_arch = "x86_64")]
-    if let (true, Ok(wide)) = (
-        vector && super::cpu::avx512_available(),
-        (&mut x[..]).try_into(),
-    ) {
+    if let Some(wide) = vector_states(&mut x, vector) {
         let tables = VectorCoders::new(coders);
         // SAFETY: AVX-512F and POPCNT are available; every symbol has a coder (`histogram`
         // checked it against the alphabet), so is below the tables' 256 entries; `words` has
@@ -235,6 +230,17 @@ fn write_stream<const S: usize>(
     w.write(n as u64, 32);
     x.iter().for_each(|&s| w.write(s as u64, 32));
     words[..n].iter().rev().for_each(|&x| w.write(x as u64, 16));
+}
+
+/// A stream's states as the vector coders take them: when `vector` is asked for, the CPU has
+/// AVX-512 and the stream is a wide one (`S == STATES`); `None` otherwise.
+#[cfg(target_arch = "x86_64")]
+fn vector_states<const S: usize>(x: &mut [u32; S], vector: bool) -> Option<&mut [u32; STATES]> {
+    if vector && super::cpu::avx512_available() {
+        (&mut x[..]).try_into().ok()
+    } else {
+        None
+    }
 }
 
 /// The scalar encoder over whole rounds, last round first, each round's states from the last.
@@ -411,7 +417,7 @@ fn read_stream<const S: usize>(
     n: usize,
     table: &DecodeTable,
     out: &mut Vec<u8>,
-    vector: bool,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] vector: bool,
 ) -> Result<(), CodecError> {
     let count = r.read(32)? as usize;
     let mut x = [0u32; S];
@@ -447,13 +453,8 @@ fn read_stream<const S: usize>(
     let (mut at, mut reserved) = (0usize, false);
     let whole = n / S * S;
     let mut decoded = 0;
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = vector;
     #[cfg(target_arch = "x86_64")]
-    if let (true, Ok(wide)) = (
-        vector && super::cpu::avx512_available(),
-        (&mut x[..]).try_into(),
-    ) {
+    if let Some(wide) = vector_states(&mut x, vector) {
         // SAFETY: AVX-512F and POPCNT are available; the table has 4096 slots; `words` has
         // STATES + 1 words after `count`, and the loop stops once the cursor passes `count`.
         decoded =
