@@ -36,6 +36,12 @@ const QUERY_BLOCKS: usize = 4;
 /// Bytes after the last cell (see [`MinMaxSketches::cells`]).
 const GATHER_PAD: usize = 3;
 
+/// Keys ahead of the current block whose inputs (key and group) the vector loops prefetch: the
+/// input streams are read in order, but the gathers' and read-modify-writes' misses crowd out
+/// the hardware's stream prefetch, and without it half of the vector loops' samples waited on
+/// the block's key and group loads (D = 54M, d = 5M).
+const INPUT_AHEAD: usize = 512;
+
 /// Most rows a sketch may have.
 pub const MAX_ROWS: usize = 8;
 
@@ -278,6 +284,7 @@ impl MinMaxSketches {
                 // SAFETY: the block is inside `keys` and `groups`, its groups in the set (the
                 // caller's promise); each offset is a cell's, and the word read from it ends
                 // within GATHER_PAD.
+                prefetch_inputs(keys, groups, at + INPUT_AHEAD);
                 let answers = unsafe {
                     let offsets = hash.offsets::<R>(self, &keys[at..at + 16], &groups[at..at + 16]);
                     offsets.iter().fold(_mm512_setzero_si512(), |a, &offset| {
@@ -317,6 +324,7 @@ impl MinMaxSketches {
         for b in 0..batches {
             for q in 0..BATCH / 16 {
                 let i = b * BATCH + 16 * q;
+                prefetch_inputs(keys, groups, i + INPUT_AHEAD);
                 // SAFETY: the block is inside the inputs, its groups in the set (the caller's
                 // promise).
                 let offsets =
@@ -373,6 +381,19 @@ impl MinMaxSketches {
         let mut a = 0;
         self.query_all(&[key], &[g], |_, x| a = x);
         a
+    }
+}
+
+/// Prefetches the cache lines of `keys[at]` and `groups[at]` (wherever `at` is: a prefetch is
+/// a hint, any address is allowed).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_inputs(keys: &[u32], groups: &[u8], at: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    // SAFETY: a prefetch is a hint; any address is allowed.
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T0>(keys.as_ptr().wrapping_add(at).cast());
+        _mm_prefetch::<_MM_HINT_T0>(groups.as_ptr().wrapping_add(at).cast());
     }
 }
 
