@@ -382,10 +382,11 @@ pub(crate) fn sketch_gradient(
             // own bank of sums: one bank made every add wait for the one before it.
             const BANKS: usize = 4;
             let mut banks = vec![(0f64, 0u32); n_groups * sh.per_group * BANKS];
-            let labels = &s.labels;
+            // Slices, not the vectors: through a `&mut Vec` the adds reloaded its length.
+            let (labels, signed, slots) = (&s.labels[..], &signed[..sent.len()], &mut banks[..]);
             s.sketches.query_all(sent, labels, |i, answer| {
                 let class = labels[i] as usize * sh.per_group + answer as usize;
-                let slot = &mut banks[class * BANKS + i % BANKS];
+                let slot = &mut slots[class * BANKS + i % BANKS];
                 slot.0 += signed[i].abs() as f64;
                 slot.1 += 1;
             });
