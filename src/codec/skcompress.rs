@@ -18,8 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::bits::BitWriter;
 use super::entropy::{read_symbols, write_symbols};
-use super::keys::{bit_len, KeyCoding};
+use super::keys::KeyCoding;
 use super::sketchml::{
     label_bits, read_shape_and_table, sketch_gradient, write_group_counts, write_shape_and_table,
     Decode, Shape, SketchMlParams, Sketched, Unsketch,
@@ -82,6 +83,7 @@ pub struct SkCompress {
     shape: Shape,
     /// Encode scratch, reused across messages: the pipeline's, the keys' length classes.
     sketched: Sketched,
+    gaps: Vec<u32>,
     classes: Vec<u8>,
     /// Decode scratch, reused across messages: the pipeline's, the length classes, the cells.
     decoding: Unsketch,
@@ -98,6 +100,7 @@ impl FromParams for SkCompress {
             p: p.sketch_params(),
             shape,
             sketched: Sketched::default(),
+            gaps: Vec::new(),
             classes: Vec::new(),
             decoding: Unsketch::default(),
             lengths: Vec::new(),
@@ -106,11 +109,71 @@ impl FromParams for SkCompress {
     }
 }
 
-/// The delta of each key against the previous (first against 0, later ones minus one).
-fn deltas(keys: &[u32]) -> impl Iterator<Item = u32> + '_ {
-    keys.iter()
-        .enumerate()
-        .map(move |(i, &k)| if i == 0 { k } else { k - keys[i - 1] - 1 })
+/// Fills `gaps` with each key's delta against the previous (the first against 0, later ones
+/// minus one: keys strictly increase) and `lengths` with each delta's bit length (its length
+/// class); returns the largest length.
+fn gaps_and_lengths(keys: &[u32], gaps: &mut Vec<u32>, lengths: &mut Vec<u8>) -> u8 {
+    gaps.clear();
+    gaps.extend(keys.first());
+    gaps.extend(keys.windows(2).map(|k| k[1] - k[0] - 1));
+    lengths.clear();
+    lengths.resize(gaps.len(), 0);
+    #[cfg(target_arch = "x86_64")]
+    if super::cpu::avx512() && vector_lengths_available() {
+        // SAFETY: the CPU has the features (`avx512` checks AVX-512F).
+        return unsafe { bit_lengths_avx512(gaps, lengths) };
+    }
+    bit_lengths(gaps, lengths)
+}
+
+/// Whether the CPU has what [`bit_lengths_avx512`] needs beyond AVX-512F.
+#[cfg(target_arch = "x86_64")]
+fn vector_lengths_available() -> bool {
+    std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512cd")
+}
+
+/// `lengths[i] = bit_len(gaps[i])`; returns the largest.
+#[inline(always)]
+fn bit_lengths(gaps: &[u32], lengths: &mut [u8]) -> u8 {
+    lengths.iter_mut().zip(gaps).fold(0, |top, (len, &gap)| {
+        *len = (u32::BITS - gap.leading_zeros()) as u8;
+        top.max(*len)
+    })
+}
+
+/// [`bit_lengths`] compiled with AVX-512's leading-zero count (`vplzcntd`): the baseline
+/// build has no such instruction, and computed each length in a dozen.
+///
+/// # Safety
+/// The CPU has AVX-512F, -BW and -CD.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512cd")]
+unsafe fn bit_lengths_avx512(gaps: &[u32], lengths: &mut [u8]) -> u8 {
+    bit_lengths(gaps, lengths)
+}
+
+/// Writes each gap's bits below its leading one (none for 0 and 1), as many gaps to a field
+/// of [`BitWriter::write_fields`] as always fit in its 56 bits (`top` is the largest length):
+/// the writer's accumulator chains one field to the next, and at one gap a field that chain
+/// was the loop's cost.
+fn write_low_bits(w: &mut BitWriter, gaps: &[u32], lengths: &[u8], top: u8) {
+    let per = (56 / (top as usize).saturating_sub(1).max(1)).min(8);
+    w.write_fields(
+        gaps.chunks(per)
+            .zip(lengths.chunks(per))
+            .map(|(gaps, lengths)| {
+                gaps.iter()
+                    .zip(lengths)
+                    .fold((0u64, 0u32), |(field, at), (&gap, &len)| {
+                        let below = (len as u32).saturating_sub(1);
+                        (
+                            field | ((gap as u64) & ((1u64 << below) - 1)) << at,
+                            at + below,
+                        )
+                    })
+            }),
+    );
 }
 
 impl Codec for SkCompress {
@@ -139,9 +202,8 @@ impl Codec for SkCompress {
         let s = &mut self.sketched;
         sketch_gradient(&sh, self.p.decode, keys, values, s);
         let sent = s.sent_keys(keys);
-        let lengths = &mut self.classes;
-        lengths.clear();
-        lengths.extend(deltas(sent).map(|d| bit_len(d as u64) as u8));
+        let (gaps, lengths) = (&mut self.gaps, &mut self.classes);
+        let top = gaps_and_lengths(sent, gaps, lengths);
         let mut result = Ok(());
         write_message(out, ID, VERSION, dim, sent.len(), |w| {
             write_shape_and_table(w, &self.p, &s.table);
@@ -149,11 +211,7 @@ impl Codec for SkCompress {
             result = write_symbols(w, lengths, LENGTH_CLASSES)
                 .and_then(|_| write_symbols(w, s.sketches.cells(), sh.per_group));
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
-            // Each delta's bits below its leading one (none for 0 and 1).
-            w.write_fields(deltas(sent).map(|d| {
-                let below = bit_len(d as u64).saturating_sub(1);
-                ((d as u64) & ((1u64 << below) - 1), below)
-            }));
+            write_low_bits(w, gaps, lengths, top);
         });
         result
     }
@@ -176,20 +234,21 @@ impl Codec for SkCompress {
             }
             u.labels.resize(n, 0);
             r.read_packed(&mut u.labels, label_bits(&sh), u8::MAX as u64)?;
-            out.keys.reserve(n);
-            // A delta of bit length `len` is its leading one (none for 0) and `len - 1` bits below
-            // it; each key is the one after the previous key plus its delta (the first: 0 plus
-            // it), so keys only increase and the last is the largest: it alone is checked
-            // against the dimension (a key at 2^32 or more wraps in `keys` but not in `next`).
+            // A delta of bit length `len` is its leading one (none for 0) and `len - 1` bits
+            // below it; each key is the one after the previous key plus its delta (the first:
+            // 0 plus it), so keys only increase and the last is the largest: it alone is
+            // checked against the dimension (a key at 2^32 or more wraps in `keys` but not in
+            // `next`).
+            let first = out.keys.len();
+            out.keys.resize(first + n, 0);
             let mut next = 0u64;
-            let fields = lengths.iter().map(|&len| len as u32);
             r.read_fields(
-                fields,
-                |&len| len.saturating_sub(1),
-                |len, low| {
-                    let key = next + ((1u64 << len) >> 1 | low);
-                    out.keys.push(key as u32);
-                    next = key + 1;
+                lengths.iter().zip(&mut out.keys[first..]),
+                |(&len, _)| (len as u32).saturating_sub(1),
+                |(&len, key), low| {
+                    let k = next + ((1u64 << len) >> 1 | low);
+                    *key = k as u32;
+                    next = k + 1;
                 },
             )?;
             if n > 0 && next > h.dim as u64 {
@@ -201,5 +260,65 @@ impl Codec for SkCompress {
             }
             u.values(&sh, &table, &out.keys, &mut out.values)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gaps of every largest length, 0 to 32 bits: the lengths are the gaps' bit lengths, and
+    /// the grouped low bits are the bits of one write per gap (a group wider than the
+    /// writer's 56 bits, or one that drops a gap, fails).
+    #[test]
+    fn grouped_low_bits_are_the_bits_of_one_write_per_gap() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        // Random lengths up to the largest, or every gap of the largest length (the widest
+        // groups).
+        for (top, all_longest) in (0..=32u32).flat_map(|top| [(top, false), (top, true)]) {
+            let gaps: Vec<u32> = (0..101)
+                .map(|i| {
+                    rng = crate::data::partition::mix64(rng, i);
+                    let len = if i == 50 || all_longest {
+                        top
+                    } else {
+                        (rng % (top as u64 + 1)) as u32
+                    };
+                    match len {
+                        0 => 0,
+                        n => (1 << (n - 1)) | (rng >> 32) as u32 & ((1u64 << (n - 1)) - 1) as u32,
+                    }
+                })
+                .collect();
+            let mut lengths = vec![0u8; gaps.len()];
+            let largest = bit_lengths(&gaps, &mut lengths);
+            assert_eq!(largest as u32, top);
+            #[cfg(target_arch = "x86_64")]
+            if crate::codec::cpu::avx512_available()
+                && std::arch::is_x86_feature_detected!("avx512cd")
+            {
+                let mut vector = vec![0u8; gaps.len()];
+                // SAFETY: the CPU has the features (checked just above).
+                let vector_largest = unsafe { bit_lengths_avx512(&gaps, &mut vector) };
+                assert_eq!((vector_largest, &vector), (largest, &lengths));
+            }
+            let (mut grouped, mut single) = (Vec::new(), Vec::new());
+            let mut w = BitWriter::new(&mut grouped);
+            w.write(1, 3);
+            write_low_bits(&mut w, &gaps, &lengths, largest);
+            w.finish();
+            let mut w = BitWriter::new(&mut single);
+            w.write(1, 3);
+            for (&gap, &len) in gaps.iter().zip(&lengths) {
+                assert_eq!(len as u32, u32::BITS - gap.leading_zeros());
+                let below = (len as u32).saturating_sub(1);
+                w.write(gap as u64 & ((1u64 << below) - 1), below);
+            }
+            w.finish();
+            assert_eq!(
+                grouped, single,
+                "largest gap length {top}, all {all_longest}"
+            );
+        }
     }
 }
