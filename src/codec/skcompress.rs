@@ -19,7 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::bits::BitWriter;
-use super::entropy::{read_symbols, write_symbols};
+use super::entropy::{read_symbols, SymbolWriter};
 use super::keys::KeyCoding;
 use super::sketchml::{
     label_bits, read_shape_and_table, sketch_gradient, write_group_counts, write_shape_and_table,
@@ -85,6 +85,7 @@ pub struct SkCompress {
     sketched: Sketched,
     gaps: Vec<u32>,
     classes: Vec<u8>,
+    coder: SymbolWriter,
     /// Decode scratch, reused across messages: the pipeline's, the length classes, the cells.
     decoding: Unsketch,
     lengths: Vec<u8>,
@@ -102,6 +103,7 @@ impl FromParams for SkCompress {
             sketched: Sketched::default(),
             gaps: Vec::new(),
             classes: Vec::new(),
+            coder: SymbolWriter::default(),
             decoding: Unsketch::default(),
             lengths: Vec::new(),
             cells: Vec::new(),
@@ -202,14 +204,15 @@ impl Codec for SkCompress {
         let s = &mut self.sketched;
         sketch_gradient(&sh, self.p.decode, keys, values, s);
         let sent = s.sent_keys(keys);
-        let (gaps, lengths) = (&mut self.gaps, &mut self.classes);
+        let (gaps, lengths, coder) = (&mut self.gaps, &mut self.classes, &mut self.coder);
         let top = gaps_and_lengths(sent, gaps, lengths);
         let mut result = Ok(());
         write_message(out, ID, VERSION, dim, sent.len(), |w| {
             write_shape_and_table(w, &self.p, &s.table);
             write_group_counts(w, &s.counts);
-            result = write_symbols(w, lengths, LENGTH_CLASSES)
-                .and_then(|_| write_symbols(w, s.sketches.cells(), sh.per_group));
+            result = coder
+                .write(w, lengths, LENGTH_CLASSES)
+                .and_then(|_| coder.write(w, s.sketches.cells(), sh.per_group));
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
             write_low_bits(w, gaps, lengths, top);
         });
