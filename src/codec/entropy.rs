@@ -258,7 +258,9 @@ fn write_stream<const S: usize>(
     x.iter().for_each(|&s| w.write(s as u64, 32));
     // Three words to a field, last word first.
     w.write_fields(words[..n].rchunks(3).map(|c| {
-        c.iter().rev().fold((0u64, 0u32), |(field, at), &x| (field | (x as u64) << at, at + 16))
+        c.iter().rev().fold((0u64, 0u32), |(field, at), &x| {
+            (field | (x as u64) << at, at + 16)
+        })
     }));
 }
 

@@ -142,7 +142,7 @@ pub struct BucketFinder {
     /// Edge bits, then `steps` sentinels (`u32::MAX`, above every finite value).
     edges: Vec<u32>,
     first_prefix: u32,
-    /// `slots` entries, then one of padding (a 4-byte gather at the last slot stays inside).
+    /// `slots` entries.
     table: Vec<u16>,
     slots: usize,
     steps: usize,
@@ -161,11 +161,10 @@ impl BucketFinder {
         };
         let first_in = |p: u32| bucket_of(edges, f32::from_bits(p << PREFIX_SHIFT));
         let last_in = |p: u32| bucket_of(edges, f32::from_bits(((p + 1) << PREFIX_SHIFT) - 1));
-        let mut table: Vec<u16> = (first_prefix..=last_prefix)
+        let table: Vec<u16> = (first_prefix..=last_prefix)
             .map(|p| first_in(p) as u16)
             .collect();
         let slots = table.len();
-        table.push(0);
         let steps = (first_prefix..=last_prefix)
             .map(|p| last_in(p) - first_in(p))
             .max()
@@ -197,35 +196,90 @@ impl BucketFinder {
         }
         b
     }
+}
 
-    /// [`Self::find`] for sixteen magnitudes at once (their float bits, one per 32-bit lane):
-    /// the table entry gathered as a 4-byte word at its 2-byte slot (the padding keeps the
-    /// last one inside) and masked, then the same steps, each a gather of the next edge.
+/// Both signs' [`BucketFinder`]s in one set of tables, the negative sign's after the
+/// positive's, for sixteen values of either sign at once: each value's bucket is found in its
+/// own sign's part, as an index into the joint edges (its sign's `edge_base` plus the bucket).
+/// One lookup per value where a finder per sign took two (every value looked up in both, its
+/// sign picking one answer).
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct SignedFinders {
+    /// Both tables' entries as joint edge indexes.
+    table: Vec<u32>,
+    /// Both finders' edges, each with its sentinels.
+    edges: Vec<u32>,
+    /// Per sign: its first prefix, its first and last slot in `table`.
+    first_prefix: [u32; 2],
+    first_slot: [u32; 2],
+    last_slot: [u32; 2],
+    steps: usize,
+    /// Per sign: where its edges start in the joint ones.
+    pub(crate) edge_base: [usize; 2],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl SignedFinders {
+    /// The joint tables of the positive (`finders[0]`) and negative (`finders[1]`) finders.
+    pub(crate) fn new(finders: &[BucketFinder; 2]) -> SignedFinders {
+        let (mut table, mut edges) = (Vec::new(), Vec::new());
+        let (mut first_slot, mut last_slot, mut edge_base) = ([0u32; 2], [0u32; 2], [0usize; 2]);
+        for (sign, f) in finders.iter().enumerate() {
+            (first_slot[sign], edge_base[sign]) = (table.len() as u32, edges.len());
+            table.extend(f.table.iter().map(|&b| b as u32 + edge_base[sign] as u32));
+            last_slot[sign] = table.len() as u32 - 1;
+            edges.extend(&f.edges);
+        }
+        SignedFinders {
+            table,
+            edges,
+            first_prefix: finders.each_ref().map(|f| f.first_prefix),
+            first_slot,
+            last_slot,
+            steps: finders[0].steps.max(finders[1].steps),
+            edge_base,
+        }
+    }
+
+    /// `edge_base[sign] + finders[sign].find(|v|)` for sixteen values `v` (their float bits,
+    /// one per 32-bit lane, sign bit included): the table entry gathered at the value's slot in
+    /// its sign's part, then the most steps either finder needs, each a gather of the next
+    /// edge (a finder that needs fewer stops at its first sentinel, which no finite magnitude
+    /// reaches).
     ///
     /// # Safety
     /// AVX-512F is available.
-    #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     pub(crate) unsafe fn find16(
         &self,
         bits: std::arch::x86_64::__m512i,
     ) -> std::arch::x86_64::__m512i {
         use std::arch::x86_64::*;
-        let first = _mm512_set1_epi32(self.first_prefix as i32);
-        let prefix = _mm512_srli_epi32::<{ PREFIX_SHIFT }>(bits);
+        let negative = _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512());
+        let per_sign = |v: [u32; 2]| {
+            _mm512_mask_blend_epi32(
+                negative,
+                _mm512_set1_epi32(v[0] as i32),
+                _mm512_set1_epi32(v[1] as i32),
+            )
+        };
+        let magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF_FFFF));
+        let first = per_sign(self.first_prefix);
+        let prefix = _mm512_srli_epi32::<{ PREFIX_SHIFT }>(magnitude);
         let slot = _mm512_sub_epi32(_mm512_max_epu32(prefix, first), first);
-        let slot = _mm512_min_epu32(slot, _mm512_set1_epi32(self.slots as i32 - 1));
-        // SAFETY: slots are below `slots`, and the word at the last one ends in the padding;
-        // `b + 1` stays within the edges and their `steps + 1` sentinels (each step moves past
-        // an edge at most, and the table's entry is at most `steps` edges below the bucket).
+        let slot = _mm512_add_epi32(slot, per_sign(self.first_slot));
+        let slot = _mm512_min_epu32(slot, per_sign(self.last_slot));
+        // SAFETY: each slot is within its sign's part of the table; `b + 1` stays within its
+        // sign's edges and their sentinels (each step moves past an edge at most, the table's
+        // entry is at most its finder's `steps` edges below the bucket, and no finite magnitude
+        // passes a sentinel).
         unsafe {
-            let entry = _mm512_i32gather_epi32::<2>(slot, self.table.as_ptr() as *const i32);
-            let mut b = _mm512_and_si512(entry, _mm512_set1_epi32(0xFFFF));
+            let mut b = _mm512_i32gather_epi32::<4>(slot, self.table.as_ptr() as *const i32);
             let one = _mm512_set1_epi32(1);
             for _ in 0..self.steps {
                 let next = _mm512_add_epi32(b, one);
                 let edge = _mm512_i32gather_epi32::<4>(next, self.edges.as_ptr() as *const i32);
-                let past = _mm512_cmple_epu32_mask(edge, bits);
+                let past = _mm512_cmple_epu32_mask(edge, magnitude);
                 b = _mm512_mask_add_epi32(b, past, b, one);
             }
             b

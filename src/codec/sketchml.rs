@@ -46,6 +46,8 @@ use serde::{Deserialize, Serialize};
 use super::bits::{BitReader, BitWriter};
 use super::keys::{bit_len, KeyCoding};
 use super::minmax::MinMaxSketches;
+#[cfg(target_arch = "x86_64")]
+use super::quantile::SignedFinders;
 use super::quantile::{signed_bucket_edges, BucketFinder, SignedEdges};
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
@@ -238,9 +240,10 @@ fn split_code(code: u32) -> (u8, u8) {
 
 /// Writes the group and the bucket in it of the values of whole blocks of sixteen, with
 /// AVX-512 where the CPU has it ([`super::cpu`]); returns how many it wrote (0 without it). Each
-/// value is looked up with both signs' finders ([`BucketFinder::find16`]) and codes, and its
-/// sign picks one: the same as the scalar loop's `codes[sign][finders[sign].find(|v|)]` (a
-/// finder answers a bucket of its own for any magnitude). None of the values is zero.
+/// value is looked up in its sign's finder through the signs' joint tables
+/// ([`SignedFinders::find16`]), and its code gathered from the signs' joint codes: the same as
+/// the scalar loop's `codes[sign][finders[sign].find(|v|)]` (a finder answers a bucket of its
+/// own for any magnitude). None of the values is zero.
 fn bucket_all_avx512(
     finders: &[BucketFinder; 2],
     codes: &[Vec<u32>; 2],
@@ -252,9 +255,16 @@ fn bucket_all_avx512(
     assert!((0..2).all(|s| codes[s].len() >= finders[s].buckets()));
     #[cfg(target_arch = "x86_64")]
     if super::cpu::avx512() {
+        let joint = SignedFinders::new(finders);
+        // Each sign's codes at its edges' place in the joint edges.
+        let mut joint_codes = vec![0u32; joint.edge_base[1] + codes[1].len()];
+        for (sign, codes) in codes.iter().enumerate() {
+            joint_codes[joint.edge_base[sign]..][..codes.len()].copy_from_slice(codes);
+        }
         // SAFETY: AVX-512F is present, the outputs are as long as the values and every
-        // finder's answers index its sign's codes (both asserted).
-        return unsafe { bucket_blocks(finders, codes, values, labels, local) };
+        // answer indexes the joint codes (a finder's buckets are below its sign's codes,
+        // asserted, each at its sign's base).
+        return unsafe { bucket_blocks(&joint, &joint_codes, values, labels, local) };
     }
     0
 }
@@ -262,33 +272,27 @@ fn bucket_all_avx512(
 /// The AVX-512 loop of [`bucket_all_avx512`].
 ///
 /// # Safety
-/// AVX-512F is available; `labels` and `local` are as long as `values`; every finder's
-/// buckets are below its sign's number of codes.
+/// AVX-512F is available; `labels` and `local` are as long as `values`; every answer of
+/// `finders` indexes `codes`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn bucket_blocks(
-    finders: &[BucketFinder; 2],
-    codes: &[Vec<u32>; 2],
+    finders: &SignedFinders,
+    codes: &[u32],
     values: &[f32],
     labels: &mut [u8],
     local: &mut [u8],
 ) -> usize {
     use std::arch::x86_64::*;
     let blocks = values.len() / 16;
-    let magnitude = _mm512_set1_epi32(0x7FFF_FFFF);
     for b in 0..blocks {
         let at = 16 * b;
-        // SAFETY: the block is inside `values`, `labels` and `local`; buckets index their
-        // sign's codes (the caller's promise).
+        // SAFETY: the block is inside `values`, `labels` and `local`; answers index the codes
+        // (the caller's promise).
         unsafe {
             let bits = _mm512_loadu_si512(values.as_ptr().add(at).cast());
-            let negative = _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512());
-            let mag = _mm512_and_si512(bits, magnitude);
-            let [up, down] = [0, 1].map(|sign| {
-                let bucket = finders[sign].find16(mag);
-                _mm512_i32gather_epi32::<4>(bucket, codes[sign].as_ptr() as *const i32)
-            });
-            let code = _mm512_mask_blend_epi32(negative, up, down);
+            let bucket = finders.find16(bits);
+            let code = _mm512_i32gather_epi32::<4>(bucket, codes.as_ptr() as *const i32);
             let group = _mm512_cvtepi32_epi8(_mm512_and_si512(code, _mm512_set1_epi32(0xFF)));
             let within = _mm512_cvtepi32_epi8(_mm512_srli_epi32::<8>(code));
             _mm_storeu_si128(labels.as_mut_ptr().add(at).cast(), group);
