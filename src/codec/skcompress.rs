@@ -83,7 +83,7 @@ pub struct SkCompress {
     shape: Shape,
     /// Encode scratch, reused across messages: the pipeline's, the keys' length classes.
     sketched: Sketched,
-    gaps: Vec<u32>,
+    lows: Vec<u32>,
     classes: Vec<u8>,
     coder: SymbolWriter,
     /// Decode scratch, reused across messages: the pipeline's, the length classes, the cells.
@@ -101,7 +101,7 @@ impl FromParams for SkCompress {
             p: p.sketch_params(),
             shape,
             sketched: Sketched::default(),
-            gaps: Vec::new(),
+            lows: Vec::new(),
             classes: Vec::new(),
             coder: SymbolWriter::default(),
             decoding: Unsketch::default(),
@@ -111,71 +111,71 @@ impl FromParams for SkCompress {
     }
 }
 
-/// Fills `gaps` with each key's delta against the previous (the first against 0, later ones
-/// minus one: keys strictly increase) and `lengths` with each delta's bit length (its length
-/// class); returns the largest length.
-fn gaps_and_lengths(keys: &[u32], gaps: &mut Vec<u32>, lengths: &mut Vec<u8>) -> u8 {
-    gaps.clear();
-    gaps.extend(keys.first());
-    gaps.extend(keys.windows(2).map(|k| k[1] - k[0] - 1));
+/// Fills `lengths` with each key's delta against the previous (the first against 0, later
+/// ones minus one: keys strictly increase) as its bit length (its length class), and `lows`
+/// with the delta's bits below its leading one; returns the largest length.
+fn split_deltas(keys: &[u32], lows: &mut Vec<u32>, lengths: &mut Vec<u8>) -> u8 {
+    lows.clear();
+    lows.extend(keys.first());
+    lows.extend(keys.windows(2).map(|k| k[1] - k[0] - 1));
     lengths.clear();
-    lengths.resize(gaps.len(), 0);
+    lengths.resize(lows.len(), 0);
     #[cfg(target_arch = "x86_64")]
-    if super::cpu::avx512() && vector_lengths_available() {
+    if super::cpu::avx512() && vector_split_available() {
         // SAFETY: the CPU has the features (`avx512` checks AVX-512F).
-        return unsafe { bit_lengths_avx512(gaps, lengths) };
+        return unsafe { split_avx512(lows, lengths) };
     }
-    bit_lengths(gaps, lengths)
+    split(lows, lengths)
 }
 
-/// Whether the CPU has what [`bit_lengths_avx512`] needs beyond AVX-512F.
+/// Whether the CPU has what [`split_avx512`] needs beyond AVX-512F.
 #[cfg(target_arch = "x86_64")]
-fn vector_lengths_available() -> bool {
+fn vector_split_available() -> bool {
     std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512cd")
 }
 
-/// `lengths[i] = bit_len(gaps[i])`; returns the largest.
+/// Splits each delta in `deltas` into its bit length (into `lengths`) and its bits below the
+/// leading one (in place); returns the largest length.
 #[inline(always)]
-fn bit_lengths(gaps: &[u32], lengths: &mut [u8]) -> u8 {
-    lengths.iter_mut().zip(gaps).fold(0, |top, (len, &gap)| {
-        *len = (u32::BITS - gap.leading_zeros()) as u8;
+fn split(deltas: &mut [u32], lengths: &mut [u8]) -> u8 {
+    lengths.iter_mut().zip(deltas).fold(0, |top, (len, delta)| {
+        *len = (u32::BITS - delta.leading_zeros()) as u8;
+        *delta -= ((1u64 << *len) >> 1) as u32;
         top.max(*len)
     })
 }
 
-/// [`bit_lengths`] compiled with AVX-512's leading-zero count (`vplzcntd`): the baseline
-/// build has no such instruction, and computed each length in a dozen.
+/// [`split`] compiled with AVX-512's leading-zero count (`vplzcntd`): the baseline build has
+/// no such instruction, and computed each length in a dozen.
 ///
 /// # Safety
 /// The CPU has AVX-512F, -BW and -CD.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512cd")]
-unsafe fn bit_lengths_avx512(gaps: &[u32], lengths: &mut [u8]) -> u8 {
-    bit_lengths(gaps, lengths)
+unsafe fn split_avx512(deltas: &mut [u32], lengths: &mut [u8]) -> u8 {
+    split(deltas, lengths)
 }
 
-/// Writes each gap's bits below its leading one (none for 0 and 1), as many gaps to a field
-/// of [`BitWriter::write_fields`] as always fit in its 56 bits (`top` is the largest length):
-/// the writer's accumulator chains one field to the next, and at one gap a field that chain
-/// was the loop's cost.
-fn write_low_bits(w: &mut BitWriter, gaps: &[u32], lengths: &[u8], top: u8) {
+/// Writes each delta's bits below its leading one (`lows`, of `lengths[i] - 1` bits: none for
+/// 0 and 1), as many to a field of [`BitWriter::write_fields`] as always fit in its 56 bits
+/// (`top` is the largest length): the writer's accumulator chains one field to the next, and
+/// at one delta a field that chain was the loop's cost.
+fn write_low_bits(w: &mut BitWriter, lows: &[u32], lengths: &[u8], top: u8) {
     let per = (56 / (top as usize).saturating_sub(1).max(1)).min(8);
-    w.write_fields(
-        gaps.chunks(per)
-            .zip(lengths.chunks(per))
-            .map(|(gaps, lengths)| {
-                gaps.iter()
-                    .zip(lengths)
-                    .fold((0u64, 0u32), |(field, at), (&gap, &len)| {
-                        let below = (len as u32).saturating_sub(1);
-                        (
-                            field | ((gap as u64) & ((1u64 << below) - 1)) << at,
-                            at + below,
-                        )
-                    })
-            }),
-    );
+    let fields = lows
+        .chunks(per)
+        .zip(lengths.chunks(per))
+        .map(|(lows, lengths)| {
+            let field = lows.iter().zip(lengths);
+            field.fold((0u64, 0u32), |(field, at), (&low, &len)| {
+                (
+                    field | (low as u64) << at,
+                    at + (len as u32).saturating_sub(1),
+                )
+            })
+        });
+    w.write_fields(fields);
 }
 
 impl Codec for SkCompress {
@@ -204,8 +204,8 @@ impl Codec for SkCompress {
         let s = &mut self.sketched;
         sketch_gradient(&sh, self.p.decode, keys, values, s);
         let sent = s.sent_keys(keys);
-        let (gaps, lengths, coder) = (&mut self.gaps, &mut self.classes, &mut self.coder);
-        let top = gaps_and_lengths(sent, gaps, lengths);
+        let (lows, lengths, coder) = (&mut self.lows, &mut self.classes, &mut self.coder);
+        let top = split_deltas(sent, lows, lengths);
         let mut result = Ok(());
         write_message(out, ID, VERSION, dim, sent.len(), |w| {
             write_shape_and_table(w, &self.p, &s.table);
@@ -214,7 +214,7 @@ impl Codec for SkCompress {
                 .write(w, lengths, LENGTH_CLASSES)
                 .and_then(|_| coder.write(w, s.sketches.cells(), sh.per_group));
             w.write_packed(s.labels.iter().map(|&g| g as u64), label_bits(&sh));
-            write_low_bits(w, gaps, lengths, top);
+            write_low_bits(w, lows, lengths, top);
         });
         result
     }
@@ -270,16 +270,17 @@ impl Codec for SkCompress {
 mod tests {
     use super::*;
 
-    /// Gaps of every largest length, 0 to 32 bits: the lengths are the gaps' bit lengths, and
-    /// the grouped low bits are the bits of one write per gap (a group wider than the
-    /// writer's 56 bits, or one that drops a gap, fails).
+    /// Deltas of every largest length, 0 to 32 bits: each splits into its bit length and its
+    /// bits below the leading one (the vector split the same), and the grouped low bits are
+    /// the bits of one write per delta (a group wider than the writer's 56 bits, or one that
+    /// drops a delta, fails).
     #[test]
-    fn grouped_low_bits_are_the_bits_of_one_write_per_gap() {
+    fn deltas_split_and_their_grouped_low_bits_are_one_write_each() {
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        // Random lengths up to the largest, or every gap of the largest length (the widest
+        // Random lengths up to the largest, or every delta of the largest length (the widest
         // groups).
         for (top, all_longest) in (0..=32u32).flat_map(|top| [(top, false), (top, true)]) {
-            let gaps: Vec<u32> = (0..101)
+            let deltas: Vec<u32> = (0..101)
                 .map(|i| {
                     rng = crate::data::partition::mix64(rng, i);
                     let len = if i == 50 || all_longest {
@@ -293,35 +294,33 @@ mod tests {
                     }
                 })
                 .collect();
-            let mut lengths = vec![0u8; gaps.len()];
-            let largest = bit_lengths(&gaps, &mut lengths);
+            let (mut lows, mut lengths) = (deltas.clone(), vec![0u8; deltas.len()]);
+            let largest = split(&mut lows, &mut lengths);
             assert_eq!(largest as u32, top);
             #[cfg(target_arch = "x86_64")]
-            if crate::codec::cpu::avx512_available()
-                && std::arch::is_x86_feature_detected!("avx512cd")
-            {
-                let mut vector = vec![0u8; gaps.len()];
+            if crate::codec::cpu::avx512_available() && vector_split_available() {
+                let (mut vector, mut vector_lengths) = (deltas.clone(), vec![0u8; deltas.len()]);
                 // SAFETY: the CPU has the features (checked just above).
-                let vector_largest = unsafe { bit_lengths_avx512(&gaps, &mut vector) };
-                assert_eq!((vector_largest, &vector), (largest, &lengths));
+                let vector_largest = unsafe { split_avx512(&mut vector, &mut vector_lengths) };
+                assert_eq!(
+                    (vector_largest, &vector_lengths, &vector),
+                    (largest, &lengths, &lows)
+                );
             }
             let (mut grouped, mut single) = (Vec::new(), Vec::new());
             let mut w = BitWriter::new(&mut grouped);
             w.write(1, 3);
-            write_low_bits(&mut w, &gaps, &lengths, largest);
+            write_low_bits(&mut w, &lows, &lengths, largest);
             w.finish();
             let mut w = BitWriter::new(&mut single);
             w.write(1, 3);
-            for (&gap, &len) in gaps.iter().zip(&lengths) {
-                assert_eq!(len as u32, u32::BITS - gap.leading_zeros());
+            for (&delta, &len) in deltas.iter().zip(&lengths) {
+                assert_eq!(len as u32, u32::BITS - delta.leading_zeros());
                 let below = (len as u32).saturating_sub(1);
-                w.write(gap as u64 & ((1u64 << below) - 1), below);
+                w.write(delta as u64 & ((1u64 << below) - 1), below);
             }
             w.finish();
-            assert_eq!(
-                grouped, single,
-                "largest gap length {top}, all {all_longest}"
-            );
+            assert_eq!(grouped, single, "largest length {top}, all {all_longest}");
         }
     }
 }
