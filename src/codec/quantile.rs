@@ -2,8 +2,9 @@
 //! split edges come from a deterministic sample of the values.
 //!
 //! Choice, by measurement: exactly sorting 1M magnitudes costs ~60 ms, more than the whole
-//! SketchML budget (25 ms for encode + decode); a strided sample of 16,384 values sorts in about
-//! a millisecond and gives edges whose bucket counts are within a few percent of equal, which
+//! SketchML budget (25 ms for encode + decode); a strided sample of 16,384 values per sign
+//! sorts (radix sort, `radsort`: half the time of `sort_unstable` here) in about 0.06 ms and
+//! gives edges whose bucket counts are within a few percent of equal, which
 //! is all the buckets need: correctness does not depend on the edges being exact quantiles,
 //! because every value is assigned by the edges themselves (bucket `j` holds the magnitudes in
 //! `[edge[j], edge[j+1])`), so `edge[j]` is a lower bound of every value in bucket `j`.
@@ -112,7 +113,7 @@ fn edges_from_sample(sample: &mut [u32], min: f32, q: usize) -> Vec<f32> {
     if sample.is_empty() || q == 0 {
         return Vec::new();
     }
-    sample.sort_unstable();
+    radsort::sort(sample);
     let mut edges = Vec::with_capacity(q);
     edges.push(min);
     for j in 1..q {
