@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::bits::BitWriter;
+use super::bits::{BitReader, BitWriter};
 use super::entropy::{read_symbols, SymbolWriter};
 use super::keys::KeyCoding;
 use super::sketchml::{
@@ -178,6 +178,49 @@ fn write_low_bits(w: &mut BitWriter, lows: &[u32], lengths: &[u8], top: u8) {
     w.write_fields(fields);
 }
 
+/// Reads one key per length class into `keys`: each key is the one after the previous key
+/// plus its delta (the first: 0 plus it), and a delta of bit length `len` is its leading one
+/// (none for 0) and the `len - 1` bits read below it. Returns the key after the last (in 64
+/// bits: a key at 2^32 or more wraps in `keys` but not here).
+fn read_keys(r: &mut BitReader, lengths: &[u8], keys: &mut [u32]) -> Result<u64, CodecError> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("bmi2") {
+        // SAFETY: the CPU has BMI2 (checked just above).
+        return unsafe { read_keys_bmi2(r, lengths, keys) };
+    }
+    read_keys_in(r, lengths, keys)
+}
+
+/// [`read_keys`] compiled with BMI2, whose shifts take their count from any register and whose
+/// `bzhi` masks a field in one instruction: a third fewer instructions per key.
+///
+/// # Safety
+/// The CPU has BMI2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "bmi2")]
+unsafe fn read_keys_bmi2(
+    r: &mut BitReader,
+    lengths: &[u8],
+    keys: &mut [u32],
+) -> Result<u64, CodecError> {
+    read_keys_in(r, lengths, keys)
+}
+
+#[inline(always)]
+fn read_keys_in(r: &mut BitReader, lengths: &[u8], keys: &mut [u32]) -> Result<u64, CodecError> {
+    let mut next = 0u64;
+    r.read_fields(
+        lengths.iter().zip(keys),
+        |(&len, _)| (len as u32).saturating_sub(1),
+        |(&len, key), low| {
+            let k = next + ((1u64 << len) >> 1 | low);
+            *key = k as u32;
+            next = k + 1;
+        },
+    )?;
+    Ok(next)
+}
+
 impl Codec for SkCompress {
     fn name(&self) -> &'static str {
         "skcompress"
@@ -237,23 +280,11 @@ impl Codec for SkCompress {
             }
             u.labels.resize(n, 0);
             r.read_packed(&mut u.labels, label_bits(&sh), u8::MAX as u64)?;
-            // A delta of bit length `len` is its leading one (none for 0) and `len - 1` bits
-            // below it; each key is the one after the previous key plus its delta (the first:
-            // 0 plus it), so keys only increase and the last is the largest: it alone is
-            // checked against the dimension (a key at 2^32 or more wraps in `keys` but not in
-            // `next`).
+            // Keys only increase, so the last is the largest: it alone is checked against
+            // the dimension.
             let first = out.keys.len();
             out.keys.resize(first + n, 0);
-            let mut next = 0u64;
-            r.read_fields(
-                lengths.iter().zip(&mut out.keys[first..]),
-                |(&len, _)| (len as u32).saturating_sub(1),
-                |(&len, key), low| {
-                    let k = next + ((1u64 << len) >> 1 | low);
-                    *key = k as u32;
-                    next = k + 1;
-                },
-            )?;
+            let next = read_keys(r, lengths, &mut out.keys[first..])?;
             if n > 0 && next > h.dim as u64 {
                 return Err(CodecError::BadKeys(format!(
                     "decoded keys reach {} (dimension {})",
