@@ -354,4 +354,34 @@ mod tests {
             assert_eq!(grouped, single, "largest length {top}, all {all_longest}");
         }
     }
+
+    /// Keys read back from their deltas' low bits are the keys, with and without BMI2.
+    #[test]
+    fn keys_read_back_from_their_low_bits_with_and_without_bmi2() {
+        let keys: Vec<u32> = (0..1000u64)
+            .scan(0u64, |k, i| {
+                *k += 1 + crate::data::partition::mix64(3, i) % (1 << (i % 20));
+                Some(*k as u32)
+            })
+            .collect();
+        let (mut lows, mut lengths) = (Vec::new(), Vec::new());
+        let top = split_deltas(&keys, &mut lows, &mut lengths);
+        let mut buf = Vec::new();
+        let mut w = BitWriter::new(&mut buf);
+        write_low_bits(&mut w, &lows, &lengths, top);
+        w.finish();
+        let mut plain = vec![0u32; keys.len()];
+        let next = read_keys_in(&mut BitReader::new(&buf), &lengths, &mut plain).unwrap();
+        assert_eq!(
+            (plain.as_slice(), next),
+            (keys.as_slice(), keys[999] as u64 + 1)
+        );
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("bmi2") {
+            let mut bmi2 = vec![0u32; keys.len()];
+            // SAFETY: the CPU has BMI2 (checked just above).
+            let next = unsafe { read_keys_bmi2(&mut BitReader::new(&buf), &lengths, &mut bmi2) };
+            assert_eq!((bmi2, next.unwrap()), (keys, plain[999] as u64 + 1));
+        }
+    }
 }
