@@ -296,16 +296,49 @@ fn encode_rounds<const S: usize>(
 /// 2^−51, so the absolute error below 2^−31 < 1/f): one comparison corrects it.
 #[cfg(target_arch = "x86_64")]
 struct VectorCoders {
+    /// Symbols with a coder: those of the stream are below it.
+    alphabet: usize,
     freq: [u32; 256],
     start: [u32; 256],
     shed_from: [u32; 256],
     inverse: [f64; 256],
 }
 
+/// The first [`SmallColumn::ENTRIES`] entries of a coder column in four AVX-512 registers:
+/// a symbol's entry is two two-register permutes and a blend, where a gather from memory
+/// took several times as long (the encoder's three columns were half its time).
+#[cfg(target_arch = "x86_64")]
+struct SmallColumn([std::arch::x86_64::__m512i; 4]);
+
+#[cfg(target_arch = "x86_64")]
+impl SmallColumn {
+    const ENTRIES: usize = 64;
+
+    #[target_feature(enable = "avx512f")]
+    fn new(column: &[u32; 256]) -> SmallColumn {
+        use std::arch::x86_64::*;
+        // SAFETY: 64 bytes at entries 0, 16, 32 and 48 of a 256-entry column.
+        SmallColumn(std::array::from_fn(|i| unsafe {
+            _mm512_loadu_si512(column[16 * i..].as_ptr().cast())
+        }))
+    }
+
+    /// The entries of sixteen symbols, each below [`Self::ENTRIES`].
+    #[target_feature(enable = "avx512f")]
+    fn lookup(&self, s: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m512i {
+        use std::arch::x86_64::*;
+        let [a, b, c, d] = self.0;
+        let low = _mm512_permutex2var_epi32(a, s, b);
+        let high = _mm512_permutex2var_epi32(c, s, d);
+        _mm512_mask_blend_epi32(_mm512_test_epi32_mask(s, _mm512_set1_epi32(32)), low, high)
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 impl VectorCoders {
     fn new(coders: &[SymbolCoder]) -> Self {
         let mut t = VectorCoders {
+            alphabet: coders.len(),
             freq: [1; 256],
             start: [0; 256],
             shed_from: [u32::MAX; 256],
@@ -343,13 +376,23 @@ unsafe fn encode_rounds_avx512(
     unsafe {
         let mut states: [__m512i; VECTORS] =
             std::array::from_fn(|g| _mm512_loadu_si512(x[16 * g..].as_ptr().cast()));
+        // A small alphabet's columns in registers, looked up by permutes instead of gathers.
+        let small = (t.alphabet <= SmallColumn::ENTRIES)
+            .then(|| [&t.freq, &t.start, &t.shed_from].map(|column| SmallColumn::new(column)));
         for round in rounds.chunks_exact(STATES).rev() {
             for g in (0..VECTORS).rev() {
                 let state = states[g];
                 let s = _mm512_cvtepu8_epi32(_mm_loadu_si128(round[16 * g..].as_ptr().cast()));
-                let freq = _mm512_i32gather_epi32::<4>(s, t.freq.as_ptr().cast());
-                let start = _mm512_i32gather_epi32::<4>(s, t.start.as_ptr().cast());
-                let shed_from = _mm512_i32gather_epi32::<4>(s, t.shed_from.as_ptr().cast());
+                let (freq, start, shed_from) = match &small {
+                    Some([freq, start, shed_from]) => {
+                        (freq.lookup(s), start.lookup(s), shed_from.lookup(s))
+                    }
+                    None => (
+                        _mm512_i32gather_epi32::<4>(s, t.freq.as_ptr().cast()),
+                        _mm512_i32gather_epi32::<4>(s, t.start.as_ptr().cast()),
+                        _mm512_i32gather_epi32::<4>(s, t.shed_from.as_ptr().cast()),
+                    ),
+                };
                 // Shed words, the last state's first (the scalar order), then the states shifted.
                 // A compress in registers and a whole store (room for it is the caller's
                 // promise): the compress-store to memory is microcoded on AMD's cores.
