@@ -431,9 +431,14 @@ unsafe fn encode_rounds_avx512(
 
 /// Per slot of the 4096, the decoder's columns: the coded symbol (0 the reserved one), and
 /// its frequency with the slot's offset in the symbol (`f | offset << 16`).
+/// For the vector decoder, where the coded symbols fit a byte, both columns in one as well
+/// (`f | offset << 12 | symbol << 24`: frequencies and offsets are below 4096), so that a
+/// round takes one gather per register instead of two.
 struct DecodeTable {
     symbol: Vec<u32>,
     freq_offset: Vec<u32>,
+    /// Empty where a coded symbol needs more than a byte.
+    packed: Vec<u32>,
 }
 
 impl DecodeTable {
@@ -441,12 +446,19 @@ impl DecodeTable {
         let mut t = DecodeTable {
             symbol: vec![0; TOTAL as usize],
             freq_offset: vec![0; TOTAL as usize],
+            packed: Vec::new(),
         };
         for (s, (&f, &c)) in freq.iter().zip(cum).enumerate() {
             for slot in c..c + f {
                 t.symbol[slot as usize] = s as u32;
                 t.freq_offset[slot as usize] = f | (slot - c) << 16;
             }
+        }
+        if freq.len() <= 256 {
+            let entries = t.symbol.iter().zip(&t.freq_offset);
+            t.packed = entries
+                .map(|(&s, &e)| (e & 0xFFFF) | (e >> 16) << 12 | s << 24)
+                .collect();
         }
         t
     }
@@ -597,6 +609,7 @@ unsafe fn decode_rounds_avx512(
         _mm512_set1_epi32(LOWER as i32),
     );
     let one = _mm512_set1_epi32(1);
+    let packed = !table.packed.is_empty();
     let mut done = 0;
     // SAFETY (the block): gathers index 4096-slot tables by `state & 4095`; a round starts
     // with the cursor at or below `count` and its loads read at most STATES words past it;
@@ -612,9 +625,30 @@ unsafe fn decode_rounds_avx512(
             // the scalar loop.
             let slots: [__m512i; VECTORS] =
                 std::array::from_fn(|g| _mm512_and_si512(states[g], slot_mask));
-            let symbols: [__m512i; VECTORS] = std::array::from_fn(|g| {
-                _mm512_i32gather_epi32::<4>(slots[g], table.symbol.as_ptr().cast())
+            // Each state's symbol, frequency and offset (see `DecodeTable`).
+            let entries: [(__m512i, __m512i, __m512i); VECTORS] = std::array::from_fn(|g| {
+                if packed {
+                    let e = _mm512_i32gather_epi32::<4>(slots[g], table.packed.as_ptr().cast());
+                    let twelve = _mm512_set1_epi32(0xFFF);
+                    let offset = _mm512_and_si512(_mm512_srli_epi32::<12>(e), twelve);
+                    (
+                        _mm512_srli_epi32::<24>(e),
+                        _mm512_and_si512(e, twelve),
+                        offset,
+                    )
+                } else {
+                    let e =
+                        _mm512_i32gather_epi32::<4>(slots[g], table.freq_offset.as_ptr().cast());
+                    let symbol =
+                        _mm512_i32gather_epi32::<4>(slots[g], table.symbol.as_ptr().cast());
+                    (
+                        symbol,
+                        _mm512_and_si512(e, low16),
+                        _mm512_srli_epi32::<16>(e),
+                    )
+                }
             });
+            let symbols = entries.map(|(symbol, _, _)| symbol);
             if symbols
                 .iter()
                 .any(|&s| _mm512_cmplt_epu32_mask(s, one) != 0)
@@ -622,11 +656,10 @@ unsafe fn decode_rounds_avx512(
                 break;
             }
             for g in 0..VECTORS {
-                let e = _mm512_i32gather_epi32::<4>(slots[g], table.freq_offset.as_ptr().cast());
-                let f = _mm512_and_si512(e, low16);
+                let (_, f, offset) = entries[g];
                 let state = _mm512_add_epi32(
                     _mm512_mullo_epi32(f, _mm512_srli_epi32::<12>(states[g])),
-                    _mm512_srli_epi32::<16>(e),
+                    offset,
                 );
                 // A whole load and an expand in registers (the expand-load from memory is
                 // microcoded on AMD's cores).
