@@ -119,11 +119,13 @@ impl<'a> BitWriter<'a> {
         debug_assert!((1..=32).contains(&bits));
         let per = 56 / bits;
         self.write_fields(std::iter::from_fn(|| {
-            let mut field = (0u64, 0u32);
-            for v in values.by_ref().take(per as usize) {
-                field = (field.0 | v << field.1, field.1 + bits);
+            let (mut word, mut n) = (0u64, 0u32);
+            while n < per {
+                let Some(v) = values.next() else { break };
+                word |= v << (n * bits);
+                n += 1;
             }
-            (field.1 > 0).then_some(field)
+            (n > 0).then_some((word, n * bits))
         }));
     }
 
