@@ -8,8 +8,10 @@
 //! one stream of 16-bit words, so that a symbol's decoding does not wait for the one before it:
 //! four in a stream of fewer than 2^16 symbols, 32 (two AVX-512 registers) from there. With
 //! AVX-512 (`super::cpu::avx512`) a long stream's whole rounds are coded in vector registers
-//! (symbol tables gathered, shed words compressed, refill words expanded, the encoder's
-//! division through `f64` reciprocals), otherwise one state at a time, to the same stream.
+//! (the encoder's columns for an alphabet of up to 64 symbols held in registers and looked up
+//! by permutes, else gathered; the decoder's slot table gathered, one word per slot where the
+//! symbols fit a byte; shed words compressed, refill words expanded, the encoder's division
+//! through `f64` reciprocals), otherwise one state at a time, to the same stream.
 //! Each round's words are read in the order of their states; the encoder, running backwards,
 //! writes them in reverse.
 //! Before this coder, `skcompress` used the `constriction` crate's ANS coder (one state, 32-bit
