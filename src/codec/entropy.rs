@@ -258,12 +258,7 @@ fn write_stream<const S: usize>(
     encode_rounds(rounds, coders, &mut x, words, &mut n);
     w.write(n as u64, 32);
     x.iter().for_each(|&s| w.write(s as u64, 32));
-    // Three words to a field, last word first.
-    w.write_fields(words[..n].rchunks(3).map(|c| {
-        c.iter().rev().fold((0u64, 0u32), |(field, at), &x| {
-            (field | (x as u64) << at, at + 16)
-        })
-    }));
+    w.write_grouped(words[..n].iter().rev().map(|&x| (x as u64, 16)), 3);
 }
 
 /// A stream's states as the vector coders take them: when `vector` is asked for, the CPU has

@@ -158,24 +158,15 @@ unsafe fn split_avx512(deltas: &mut [u32], lengths: &mut [u8]) -> u8 {
 }
 
 /// Writes each delta's bits below its leading one (`lows`, of `lengths[i] - 1` bits: none for
-/// 0 and 1), as many to a field of [`BitWriter::write_fields`] as always fit in its 56 bits
-/// (`top` is the largest length): the writer's accumulator chains one field to the next, and
-/// at one delta a field that chain was the loop's cost.
+/// 0 and 1), as many to a field as always fit in 56 bits (`top` is the largest length; see
+/// [`BitWriter::write_grouped`]).
 fn write_low_bits(w: &mut BitWriter, lows: &[u32], lengths: &[u8], top: u8) {
     let per = (56 / (top as usize).saturating_sub(1).max(1)).min(8);
-    let fields = lows
-        .chunks(per)
-        .zip(lengths.chunks(per))
-        .map(|(lows, lengths)| {
-            let field = lows.iter().zip(lengths);
-            field.fold((0u64, 0u32), |(field, at), (&low, &len)| {
-                (
-                    field | (low as u64) << at,
-                    at + (len as u32).saturating_sub(1),
-                )
-            })
-        });
-    w.write_fields(fields);
+    let fields = lows.iter().zip(lengths);
+    w.write_grouped(
+        fields.map(|(&low, &len)| (low as u64, (len as u32).saturating_sub(1))),
+        per,
+    );
 }
 
 /// Reads one key per length class into `keys`: each key is the one after the previous key
