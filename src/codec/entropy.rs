@@ -428,14 +428,9 @@ unsafe fn encode_rounds_avx512(
 
 /// Per slot of the 4096, the decoder's columns: the coded symbol (0 the reserved one), and
 /// its frequency with the slot's offset in the symbol (`f | offset << 16`).
-/// For the vector decoder, where the coded symbols fit a byte, both columns in one as well
-/// (`f | offset << 12 | symbol << 24`: frequencies and offsets are below 4096), so that a
-/// round takes one gather per register instead of two.
 struct DecodeTable {
     symbol: Vec<u32>,
     freq_offset: Vec<u32>,
-    /// Empty where a coded symbol needs more than a byte.
-    packed: Vec<u32>,
 }
 
 impl DecodeTable {
@@ -443,7 +438,6 @@ impl DecodeTable {
         let mut t = DecodeTable {
             symbol: vec![0; TOTAL as usize],
             freq_offset: vec![0; TOTAL as usize],
-            packed: Vec::new(),
         };
         for (s, (&f, &c)) in freq.iter().zip(cum).enumerate() {
             for slot in c..c + f {
@@ -451,13 +445,21 @@ impl DecodeTable {
                 t.freq_offset[slot as usize] = f | (slot - c) << 16;
             }
         }
-        if freq.len() <= 256 {
-            let entries = t.symbol.iter().zip(&t.freq_offset);
-            t.packed = entries
-                .map(|(&s, &e)| (e & 0xFFFF) | (e >> 16) << 12 | s << 24)
-                .collect();
-        }
         t
+    }
+
+    /// For the vector decoder, where the coded symbols fit a byte, both columns in one
+    /// (`f | offset << 12 | symbol << 24`: frequencies and offsets are below 4096), so that a
+    /// round takes one gather per register instead of two; `None` where a symbol needs more.
+    #[cfg(target_arch = "x86_64")]
+    fn packed(&self) -> Option<Vec<u32>> {
+        // Slots follow the symbols in order: the last slot holds the largest.
+        (self.symbol[TOTAL as usize - 1] <= u8::MAX as u32).then(|| {
+            let entries = self.symbol.iter().zip(&self.freq_offset);
+            entries
+                .map(|(&s, &e)| (e & 0xFFFF) | (e >> 16) << 12 | s << 24)
+                .collect()
+        })
     }
 }
 
@@ -539,10 +541,14 @@ fn read_stream<const S: usize>(
     let mut decoded = 0;
     #[cfg(target_arch = "x86_64")]
     if let Some(wide) = vector_states(&mut x, vector) {
-        // SAFETY: AVX-512F and POPCNT are available; the table has 4096 slots; `words` has
-        // STATES + 1 words after `count`, and the loop stops once the cursor passes `count`.
-        decoded =
-            unsafe { decode_rounds_avx512(&mut out[..whole], table, wide, &words, count, &mut at) };
+        let packed = table.packed();
+        // SAFETY: AVX-512F and POPCNT are available; the table has 4096 slots and `packed` is
+        // its packed column; `words` has STATES + 1 words after `count`, and the loop stops
+        // once the cursor passes `count`.
+        decoded = unsafe {
+            let (out, packed) = (&mut out[..whole], packed.as_deref());
+            decode_rounds_avx512(out, table, packed, wide, &words, count, &mut at)
+        };
     }
     let mut take = |state: u32, o: &mut u8| {
         let slot = (state & (TOTAL - 1)) as usize;
@@ -587,12 +593,13 @@ fn read_stream<const S: usize>(
 ///
 /// # Safety
 /// AVX-512F and POPCNT are available; `out.len()` is a multiple of [`STATES`]; `words` has at least
-/// `count + STATES + 1` words.
+/// `count + STATES + 1` words; `packed`, if given, is [`DecodeTable::packed`] of `table`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,popcnt")]
 unsafe fn decode_rounds_avx512(
     out: &mut [u8],
     table: &DecodeTable,
+    packed: Option<&[u32]>,
     x: &mut [u32; STATES],
     words: &[u32],
     count: usize,
@@ -606,7 +613,6 @@ unsafe fn decode_rounds_avx512(
         _mm512_set1_epi32(LOWER as i32),
     );
     let one = _mm512_set1_epi32(1);
-    let packed = !table.packed.is_empty();
     let mut done = 0;
     // SAFETY (the block): gathers index 4096-slot tables by `state & 4095`; a round starts
     // with the cursor at or below `count` and its loads read at most STATES words past it;
@@ -624,8 +630,8 @@ unsafe fn decode_rounds_avx512(
                 std::array::from_fn(|g| _mm512_and_si512(states[g], slot_mask));
             // Each state's symbol, frequency and offset (see `DecodeTable`).
             let entries: [(__m512i, __m512i, __m512i); VECTORS] = std::array::from_fn(|g| {
-                if packed {
-                    let e = _mm512_i32gather_epi32::<4>(slots[g], table.packed.as_ptr().cast());
+                if let Some(packed) = packed {
+                    let e = _mm512_i32gather_epi32::<4>(slots[g], packed.as_ptr().cast());
                     let twelve = _mm512_set1_epi32(0xFFF);
                     let offset = _mm512_and_si512(_mm512_srli_epi32::<12>(e), twelve);
                     (
