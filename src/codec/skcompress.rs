@@ -81,7 +81,8 @@ impl SkCompressParams {
 pub struct SkCompress {
     p: SketchMlParams,
     shape: Shape,
-    /// Encode scratch, reused across messages: the pipeline's, the keys' length classes.
+    /// Encode scratch, reused across messages: the pipeline's, the key deltas' low bits and
+    /// length classes, the entropy coder's words.
     sketched: Sketched,
     lows: Vec<u32>,
     classes: Vec<u8>,
@@ -197,6 +198,7 @@ unsafe fn read_keys_bmi2(
     read_keys_in(r, lengths, keys)
 }
 
+/// [`read_keys`]' loop, for both builds of it.
 #[inline(always)]
 fn read_keys_in(r: &mut BitReader, lengths: &[u8], keys: &mut [u32]) -> Result<u64, CodecError> {
     let mut next = 0u64;
