@@ -5,7 +5,17 @@
 //! 4 MiB or more is an anonymous mapping aligned to 2 MiB and marked for transparent huge pages
 //! (`madvise(MADV_HUGEPAGE)`, honoured in the kernel's default `madvise` mode) before its first
 //! touch; the kernel hands out zeroed pages lazily, so creating one costs nothing up front.
-//! Elsewhere, or if the mapping fails, it is an ordinary vector.
+//! Elsewhere, or if the mapping fails, it is an ordinary vector, whose every page is written
+//! once when it is created ([`ZeroedArray::new`]).
+//!
+//! Why write them: a fresh page that is first read is backed by the kernel's shared zero page,
+//! and its first write then replaces that mapping, which in a process whose threads run on
+//! several cores flushes every one of those cores' TLBs (an inter-processor interrupt, dear on
+//! a virtual machine). The optimizer's moments and the weights are read before they are
+//! written, key by key, so left lazy they took one such fault per page in the first epoch:
+//! with two workers (600k x 100k), the faults and their interrupts were 12 ms of the first
+//! epoch's CPU time (`perf`: `do_wp_page` → `flush_tlb_mm_range`). A page written first takes
+//! one ordinary fault and no flush.
 //!
 //! Measured (`cargo bench --bench epoch`, 150k x 1M, this machine): 156-163 ms per epoch with
 //! half of each array on huge pages (malloc alignment), 137-151 ms with all of it.
@@ -61,8 +71,10 @@ impl<T: Zeroable> ZeroedArray<T> {
                 }
             }
         }
+        let mut v = vec![T::default(); len];
+        write_every_page(&mut v);
         ZeroedArray {
-            backing: Backing::Heap(vec![T::default(); len]),
+            backing: Backing::Heap(v),
         }
     }
 
@@ -98,6 +110,17 @@ impl<T: Zeroable> ZeroedArray<T> {
                 },
             })
         }
+    }
+}
+
+/// Writes a zero into every page of `v` (see the module docs). Volatile, so that the compiler,
+/// which knows the memory is already zero, keeps the writes.
+fn write_every_page<T: Zeroable>(v: &mut [T]) {
+    const PAGE: usize = 4096;
+    let step = (PAGE / std::mem::size_of::<T>().max(1)).max(1);
+    for x in v.iter_mut().step_by(step) {
+        // SAFETY: `x` is a valid, aligned, exclusive reference.
+        unsafe { std::ptr::write_volatile(x, T::default()) };
     }
 }
 
