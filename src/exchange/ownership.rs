@@ -212,22 +212,16 @@ unsafe fn split_two_avx512(
             let upper = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64::<1>(k));
             let second: __mmask16 = second_owns(lower) as u16 | (second_owns(upper) as u16) << 8;
             let first = !second;
-            _mm512_storeu_si512(
-                keys[0].add(at0).cast(),
-                _mm512_maskz_compress_epi32(first, k),
-            );
-            _mm512_storeu_si512(
-                values[0].add(at0).cast(),
-                _mm512_maskz_compress_epi32(first, x),
-            );
-            _mm512_storeu_si512(
-                keys[1].add(at1).cast(),
-                _mm512_maskz_compress_epi32(second, k),
-            );
-            _mm512_storeu_si512(
-                values[1].add(at1).cast(),
-                _mm512_maskz_compress_epi32(second, x),
-            );
+            // Piece `w` takes the lanes of `mask`, compressed, at its cursor `at`.
+            let take = |w: usize, mask: __mmask16, at: usize| {
+                _mm512_storeu_si512(keys[w].add(at).cast(), _mm512_maskz_compress_epi32(mask, k));
+                _mm512_storeu_si512(
+                    values[w].add(at).cast(),
+                    _mm512_maskz_compress_epi32(mask, x),
+                );
+            };
+            take(0, first, at0);
+            take(1, second, at1);
             let taken = second.count_ones() as usize;
             at1 += taken;
             at0 += 16 - taken;
