@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod cli;
 pub mod codec;
+pub mod cpu;
 pub mod data;
 pub mod dataflow;
 pub mod exchange;

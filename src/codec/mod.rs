@@ -16,7 +16,7 @@
 
 pub mod bits;
 pub mod countsketch;
-pub mod cpu;
+pub use crate::cpu;
 pub mod entropy;
 pub mod keys;
 pub mod measure;

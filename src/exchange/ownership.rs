@@ -143,7 +143,7 @@ impl Owners {
         let (k1, v1) = (second.keys.as_mut_ptr(), second.values.as_mut_ptr());
         let (mut at0, mut at1, mut done) = (0, 0, 0);
         #[cfg(target_arch = "x86_64")]
-        if crate::codec::cpu::avx512() {
+        if crate::cpu::avx512() {
             // SAFETY: the CPU has AVX-512F; both pieces have `n + 16` pairs of capacity.
             (at0, at1) = unsafe { split_two_avx512(self, v, [k0, k1], [v0, v1]) };
             done = at0 + at1;
@@ -181,7 +181,7 @@ impl Owners {
 /// # Safety
 /// The CPU has AVX-512F; `keys[w]` and `values[w]` have room for `v.len() + 16` pairs.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,popcnt")]
 unsafe fn split_two_avx512(
     owners: &Owners,
     v: &SparseGrad,

@@ -1,9 +1,9 @@
-//! Which vector instructions the codecs may use, decided once at run time.
+//! Which vector instructions the hot loops may use, decided once at run time.
 //!
 //! The build targets baseline x86-64; the hot loops that gain from AVX-512 (the SketchML
-//! sketches' inserts and queries, its bucketing, and the rANS coder's long streams) have a
-//! second version compiled for it and
-//! taken when the CPU has it. Both versions give the same results, and the tests compare them
+//! sketches' inserts and queries, its bucketing, the rANS coder's long streams, the split of
+//! a gradient between two owners and the merge of two sparse vectors) have a second version
+//! compiled for it and taken when the CPU has it. Both versions give the same results, and the tests compare them
 //! where the CPU can run both.
 
 /// Whether the CPU has AVX-512F ([`avx512_available`]) and the environment does not set
