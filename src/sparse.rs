@@ -309,8 +309,12 @@ mod vector {
         });
         let size: usize = lens.iter().map(|(a, b, out)| a + b + out).sum();
         WORDS.with_borrow_mut(|words| {
-            words.clear();
-            words.resize(size, END);
+            // Grown, never refilled: every word read is written first (`pack` fills each
+            // input and its padding, `merge` the merged words, and the sentinel after them is
+            // set below; the fold reads past it only in lanes it drops).
+            if words.len() < size {
+                words.resize(size, END);
+            }
             let mut rest = &mut words[..];
             let mut lanes: [_; LANES] = std::array::from_fn(|l| {
                 let (a_range, b_range) = parts[l].clone();
