@@ -261,8 +261,9 @@ fn vector_merge_available() -> bool {
 /// each input, so at most twice here) and unpacks. The sum of a pair is `u + v` either way
 /// round (addition commutes bit for bit), and a key of one input keeps its value (`+ -0.0`,
 /// the identity): the same values, bit for bit, as the scalar merge. Two workers' pieces
-/// (6,200 keys each, the 600k x 100k job): about 11.5 µs against 17-18 µs (`perf` sample
-/// counts; two lanes, as in the scalar merge; four measured the same).
+/// (6,200 keys each, the 600k x 100k job): about 14.5 µs against 19 µs a round (`perf`
+/// samples, three alternating runs of each build: 279-311 against 376-393; two lanes, as in
+/// the scalar merge; four measured the same).
 #[cfg(target_arch = "x86_64")]
 mod vector {
     use super::SparseGrad;
