@@ -1,6 +1,9 @@
 //! Little-endian words in bulk: the codecs' messages, gradient files, pull answers and the data
-//! cache all store arrays of fixed-width numbers this way. Each helper resizes once and then
-//! copies without capacity checks (on little-endian machines the loop compiles to a copy).
+//! cache all store arrays of fixed-width numbers this way. Each helper reserves once and writes
+//! straight into the spare capacity: no zeros written first, no capacity check per word (on
+//! little-endian machines the loop compiles to a copy).
+
+use std::mem::MaybeUninit;
 
 /// Appends `items` as `N`-byte little-endian words (`bytes` is e.g. `u32::to_le_bytes`).
 pub fn put_le<T: Copy, const N: usize>(
@@ -8,24 +11,39 @@ pub fn put_le<T: Copy, const N: usize>(
     items: &[T],
     bytes: impl Fn(T) -> [u8; N],
 ) {
-    let start = out.len();
-    out.resize(start + N * items.len(), 0);
-    for (word, &x) in out[start..].chunks_exact_mut(N).zip(items) {
-        word.copy_from_slice(&bytes(x));
+    let len = N * items.len();
+    out.reserve(len);
+    let spare = &mut out.spare_capacity_mut()[..len];
+    for (word, &x) in spare.chunks_exact_mut(N).zip(items) {
+        write_all(word, &bytes(x));
     }
+    // SAFETY: the loop initialised all `len` bytes after the old length (`chunks_exact_mut`
+    // of `N * items.len()` bytes yields exactly one word per item).
+    unsafe { out.set_len(out.len() + len) };
 }
 
 /// Appends the `N`-byte little-endian words of `bytes` (a multiple of `N` long) to `out`
 /// (`read` is e.g. `u32::from_le_bytes`).
-pub fn get_le<T: Copy + Default, const N: usize>(
+pub fn get_le<T: Copy, const N: usize>(
     bytes: &[u8],
     out: &mut Vec<T>,
     read: impl Fn([u8; N]) -> T,
 ) {
-    let start = out.len();
-    out.resize(start + bytes.len() / N, T::default());
-    for (x, word) in out[start..].iter_mut().zip(bytes.chunks_exact(N)) {
-        *x = read(word.try_into().expect("N bytes"));
+    let words = bytes.chunks_exact(N);
+    let len = words.len();
+    out.reserve(len);
+    for (x, word) in out.spare_capacity_mut()[..len].iter_mut().zip(words) {
+        x.write(read(word.try_into().expect("N bytes")));
+    }
+    // SAFETY: the loop wrote all `len` items after the old length (one per whole word).
+    unsafe { out.set_len(out.len() + len) };
+}
+
+/// Copies `src` into the uninitialised `dst` (the same length).
+#[inline(always)]
+fn write_all(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        d.write(s);
     }
 }
 

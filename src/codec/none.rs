@@ -39,6 +39,8 @@ impl Codec for NoneCodec {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         check_finite(keys, values)?;
+        // One allocation for the whole message (the values would otherwise grow it again).
+        out.reserve(super::HEADER_LEN + 8 * keys.len());
         write_header(out, ID, VERSION, dim, keys.len() as u32);
         put_le(out, keys, u32::to_le_bytes);
         put_le(out, values, f32::to_le_bytes);
