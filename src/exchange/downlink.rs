@@ -49,10 +49,13 @@ impl Downlink {
             ..ctx
         };
         if self.codec.is_lossless() {
-            crate::codec::check_finite(&change.keys, &change.values)?;
-            if let Some(payload) = payload {
-                self.codec
-                    .encode(&change.keys, &change.values, dim, ctx, payload)?;
+            // Encoding checks the values (the `Codec::encode` contract); without a message,
+            // the check alone.
+            match payload {
+                Some(payload) => {
+                    (self.codec).encode(&change.keys, &change.values, dim, ctx, payload)?
+                }
+                None => crate::codec::check_finite(&change.keys, &change.values)?,
             }
             return Ok(change);
         }
