@@ -10,7 +10,7 @@ use super::{codec_or_fail, ms, one_from_each, per_round};
 use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::EncodeContext;
 use crate::exchange::pull::Request;
-use crate::exchange::{applied, broadcast, write_f32s};
+use crate::exchange::{applied, broadcast, local_message, write_f32s};
 use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners, DATA};
 use crate::sparse::SparseGrad;
 
@@ -54,7 +54,7 @@ pub fn aggregate<'s>(
             let st = &mut *state.borrow_mut();
             let remote = |w: u32| plan.process_of(w) != plan.process_of(me);
             msgs.iter()
-                .for_each(|m| st.received(true, m.payload.len(), remote(m.src)));
+                .for_each(|m| st.received(true, m.len(), remote(m.src)));
             // Gradients first, then pull requests.
             msgs.sort_by_key(|m| (m.kind, m.src));
             let split = msgs.partition_point(|m| m.kind == DATA);
@@ -82,6 +82,8 @@ pub fn aggregate<'s>(
                 .step(r, &sum.keys, &sum.values, &mut change.values);
             // Apply it here; `sharded` sends it, encoded, to every other replica (or, pulling,
             // answers the requests with the new weights).
+            // Workers of this process that get a lossless change unencoded, and its length.
+            let mut unencoded = (Vec::new(), 0);
             let mine = if plan.exchange == ExchangeKind::Sharded && !plan.pull {
                 let ctx = EncodeContext {
                     seed: plan.seed,
@@ -103,20 +105,34 @@ pub fn aggregate<'s>(
                     }
                     decoded
                 } else {
-                    let mut payload = Vec::new();
-                    let decoded = downlink
-                        .encode(
-                            &mut st.downlink,
-                            &mut change,
-                            plan.dim,
-                            ctx,
-                            (peers > 1).then_some(&mut payload),
-                        )
-                        .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
-                    broadcast(me, 0, others, payload, |e| {
-                        st.sent(false, e.payload.len(), remote(e.dest));
-                        out.push(e);
-                    });
+                    // A lossless change goes to the workers of this process unencoded, after
+                    // this replica has added it (below); the others get the codec's message.
+                    let lossless = downlink.is_lossless();
+                    let (local, distant): (Vec<u32>, Vec<u32>) =
+                        others.partition(|&d| lossless && !remote(d));
+                    let diverged = |e| format!("worker {me}, round {r}: model diverged: {e}");
+                    let (decoded, bytes) = if distant.is_empty() {
+                        (downlink.encode_unsent(&mut st.downlink, &mut change, plan.dim, ctx))
+                            .map_err(diverged)?
+                    } else {
+                        let mut payload = Vec::new();
+                        let decoded = downlink
+                            .encode(
+                                &mut st.downlink,
+                                &mut change,
+                                plan.dim,
+                                ctx,
+                                Some(&mut payload),
+                            )
+                            .map_err(diverged)?;
+                        let bytes = payload.len();
+                        broadcast(me, 0, distant, payload, |e| {
+                            st.sent(false, e.len(), remote(e.dest));
+                            out.push(e);
+                        });
+                        (decoded, bytes)
+                    };
+                    unencoded = (local, bytes);
                     decoded
                 }
             } else {
@@ -125,6 +141,16 @@ pub fn aggregate<'s>(
             st.weights
                 .add(mine)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+            let (local, bytes) = unencoded;
+            for (i, &d) in local.iter().enumerate() {
+                let pairs = if i + 1 == local.len() {
+                    std::mem::take(&mut change)
+                } else {
+                    change.clone()
+                };
+                st.sent(false, bytes, false);
+                out.push(local_message(me, d, 0, plan.dim, pairs, bytes));
+            }
             for m in requests.iter() {
                 let answer = st.weights.read(|w| answer_pull(m, &owners, me, w));
                 let answer = answer.map_err(|e| {
@@ -163,5 +189,6 @@ fn answer_pull(
         rows: 0,
         kind: DATA,
         payload,
+        local: None,
     })
 }

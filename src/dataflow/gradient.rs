@@ -290,7 +290,9 @@ impl GradientStep {
             rounds: plan.rounds(),
             codec: codec_or_fail("train.compressor", &plan.codec, sup),
             downlink: codec_or_fail("train.downlink", &plan.downlink, sup),
-            router: Router::new(plan.exchange, owners),
+            router: Router::new(plan.exchange, owners, |w| {
+                plan.process_of(w) == plan.process_of(me)
+            }),
             owners,
             sketch,
             workspace: GradientWorkspace::new(plan.dim),
@@ -483,7 +485,7 @@ impl GradientStep {
                 // This worker's own update is in its replica, and so is that of a worker it
                 // shares the replica with; from anyone else a mark is a forgery.
                 let sharer = shared && same_process(msg.src);
-                if !(msg.src == self.me || sharer) || !msg.payload.is_empty() {
+                if !(msg.src == self.me || sharer) || !msg.is_empty() {
                     return Err(format!(
                         "worker {}, round {r}: an `applied` mark from worker {}",
                         self.me, msg.src
@@ -500,7 +502,7 @@ impl GradientStep {
                 ));
             }
             let remote = !same_process(msg.src);
-            st.received(false, msg.payload.len(), remote);
+            st.received(false, msg.len(), remote);
             let bad = |e: String| {
                 format!(
                     "worker {}, round {r}: bad model change from worker {}: {e}",
@@ -519,9 +521,7 @@ impl GradientStep {
                 }
                 continue;
             }
-            let d = self
-                .downlink
-                .decode(&msg.payload, &mut self.scratch)
+            let (d, change) = (msg.pairs(self.downlink.as_mut(), &mut self.scratch))
                 .map_err(|e| bad(e.to_string()))?;
             if d != self.plan.dim {
                 return Err(bad(format!("dimension {d}, expected {}", self.plan.dim)));
@@ -529,7 +529,7 @@ impl GradientStep {
             // Ownership is checked on what may have crossed a socket (see `aggregate`).
             let owners = &self.owners;
             let not_owned = |k: &&u32| owners.owner(**k) != msg.src;
-            let stray = remote.then(|| self.scratch.keys.iter().find(not_owned));
+            let stray = remote.then(|| change.keys.iter().find(not_owned));
             if let Some(&k) = stray.flatten() {
                 return Err(bad(format!(
                     "key {k} is owned by worker {}",
@@ -537,7 +537,7 @@ impl GradientStep {
                 )));
             }
             st.weights
-                .add(&self.scratch)
+                .add(change)
                 .map_err(|e| format!("worker {}, round {r}: model diverged: {e}", self.me))?;
         }
         Ok(())
@@ -608,6 +608,7 @@ impl GradientStep {
                 rows: 0,
                 kind: PULL_REQUEST,
                 payload,
+                local: None,
             });
             p.asked[o] = Some(request);
         }
@@ -671,6 +672,7 @@ impl GradientStep {
                         rows,
                         kind: DATA,
                         payload,
+                        local: None,
                     });
                 }
                 std::mem::swap(&mut st.compensated, &mut self.grad);
@@ -684,7 +686,7 @@ impl GradientStep {
     fn send(&self, st: &mut WorkerState, out: &[Envelope]) {
         for env in out {
             let remote = self.plan.process_of(env.dest) != self.plan.process_of(self.me);
-            st.sent(true, env.payload.len(), remote);
+            st.sent(true, env.len(), remote);
         }
     }
 }

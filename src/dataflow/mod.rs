@@ -615,6 +615,7 @@ mod tests {
             rows: 0,
             kind: crate::exchange::DATA,
             payload: Vec::new(),
+            local: None,
         }]
     }
 

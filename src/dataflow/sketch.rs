@@ -93,6 +93,7 @@ pub fn sketch_exchange<'s>(
                     rows: 0,
                     kind: DATA,
                     payload,
+                    local: None,
                 });
             }
             st.aggregate_ms += ms(t);

@@ -30,7 +30,7 @@ impl Aggregator {
         self.sum.clear();
         self.votes.clear();
         for m in msgs.iter() {
-            let d = codec.decode(&m.payload, &mut self.piece)?;
+            let (d, piece) = m.pairs(codec, &mut self.piece)?;
             if d != dim {
                 return Err(CodecError::Corrupt(format!(
                     "message dimension {d}, job dimension {dim}"
@@ -42,16 +42,19 @@ impl Aggregator {
                 (m.rows as f64 / total as f64) as f32
             };
             match codec.combine() {
-                Combine::Sum => self.sum.add_scaled(&self.piece, weight, &mut self.scratch),
+                Combine::Sum => self.sum.add_scaled(piece, weight, &mut self.scratch),
                 Combine::MajorityVote => {
                     // `sum` gathers weighted magnitudes, `votes` the signs.
                     let signs = SparseGrad {
-                        keys: self.piece.keys.clone(),
-                        values: self.piece.values.iter().map(|&v| sign(v)).collect(),
+                        keys: piece.keys.clone(),
+                        values: piece.values.iter().map(|&v| sign(v)).collect(),
                     };
                     self.votes.add_scaled(&signs, 1.0, &mut self.scratch);
-                    self.piece.values.iter_mut().for_each(|v| *v = v.abs());
-                    self.sum.add_scaled(&self.piece, weight, &mut self.scratch);
+                    let magnitudes = SparseGrad {
+                        keys: signs.keys,
+                        values: piece.values.iter().map(|v| v.abs()).collect(),
+                    };
+                    self.sum.add_scaled(&magnitudes, weight, &mut self.scratch);
                 }
             }
         }
@@ -119,6 +122,7 @@ mod tests {
                     rows: 1,
                     kind: 0,
                     payload,
+                    local: None,
                 }
             })
             .collect();

@@ -92,6 +92,11 @@ impl Downlink {
         Ok((decoded, payload.len()))
     }
 
+    /// Whether the downlink codec is lossless (replicas add the change itself).
+    pub fn is_lossless(&self) -> bool {
+        self.codec.is_lossless()
+    }
+
     /// Decodes a change another owner sent (same codec).
     pub fn decode(&mut self, payload: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
         self.codec.decode(payload, out)

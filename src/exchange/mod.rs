@@ -30,6 +30,9 @@ pub use router::Router;
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec::{Codec, CodecError};
+use crate::sparse::SparseGrad;
+
 /// Which exchange pattern a job uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -76,6 +79,52 @@ pub struct Envelope {
     /// Codec bytes.
     #[serde(with = "serde_bytes")]
     pub payload: Vec<u8>,
+    /// A lossless codec message for a worker of the sender's process, as the pairs themselves
+    /// instead of `payload` ([`LocalPairs`]). Never serialized: across a process boundary it
+    /// does not exist, and the receiver finds only `payload` (empty, which no codec decodes).
+    #[serde(skip)]
+    pub local: Option<Box<LocalPairs>>,
+}
+
+/// A lossless codec message between two workers of one process, unencoded: timely moves it from
+/// one worker's thread to the other's as it is, and only what crosses a process boundary is
+/// serialized (as timely treats all data). The receiver gets the very pairs the codec would
+/// have decoded; the metrics count the message's encoded length.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LocalPairs {
+    /// The dimension the message declares.
+    pub dim: u32,
+    /// The pairs.
+    pub pairs: SparseGrad,
+    /// The length of the codec's message for these pairs.
+    pub encoded_len: usize,
+}
+
+impl Envelope {
+    /// The message's length in bytes: its payload's, or a local message's encoded length.
+    pub fn len(&self) -> usize {
+        self.local
+            .as_ref()
+            .map_or(self.payload.len(), |l| l.encoded_len)
+    }
+
+    /// Whether the message is empty (an [`APPLIED`] mark).
+    pub fn is_empty(&self) -> bool {
+        self.payload.is_empty() && self.local.is_none()
+    }
+
+    /// The pairs the message carries and the dimension it declares: a local message's own, or
+    /// the payload decoded with `codec` into `scratch`.
+    pub fn pairs<'a>(
+        &'a self,
+        codec: &mut dyn Codec,
+        scratch: &'a mut SparseGrad,
+    ) -> Result<(u32, &'a SparseGrad), CodecError> {
+        match &self.local {
+            Some(l) => Ok((l.dim, &l.pairs)),
+            None => codec.decode(&self.payload, scratch).map(|d| (d, &*scratch)),
+        }
+    }
 }
 
 /// Bytes an envelope adds around its payload in bincode: three u32, the kind byte and the u64
@@ -101,6 +150,31 @@ pub fn applied(src: u32, dest: u32) -> Envelope {
         rows: 0,
         kind: APPLIED,
         payload: Vec::new(),
+        local: None,
+    }
+}
+
+/// The envelope of a lossless codec message from `src` to `dest`, a worker of the same process:
+/// `pairs` of dimension `dim` themselves, whose encoded message is `encoded_len` bytes long.
+pub fn local_message(
+    src: u32,
+    dest: u32,
+    rows: u32,
+    dim: u32,
+    pairs: SparseGrad,
+    encoded_len: usize,
+) -> Envelope {
+    Envelope {
+        dest,
+        src,
+        rows,
+        kind: DATA,
+        payload: Vec::new(),
+        local: Some(Box::new(LocalPairs {
+            dim,
+            pairs,
+            encoded_len,
+        })),
     }
 }
 
@@ -127,6 +201,7 @@ pub fn broadcast(
             rows,
             kind: DATA,
             payload,
+            local: None,
         });
     }
 }
@@ -173,8 +248,10 @@ mod tests {
         broadcast(0, 0, [], vec![1], |_| panic!("no destination"));
     }
 
+    /// Sharded and allgather sum the same, whether the receivers are in the sender's process
+    /// (the pairs themselves) or not (codec bytes), or some are.
     #[test]
-    fn sharded_and_allgather_aggregate_identically() {
+    fn sharded_and_allgather_aggregate_identically_local_or_not() {
         let g0 = SparseGrad {
             keys: vec![1, 4, 8],
             values: vec![0.1, 0.7, -0.3],
@@ -185,42 +262,80 @@ mod tests {
         };
         let dim = 10;
         let mut codec = NoneCodec;
-        let mut per_dest: Vec<Vec<Envelope>> = vec![Vec::new(), Vec::new()];
-        let mut gathered: Vec<Vec<Envelope>> = vec![Vec::new(), Vec::new()];
-        for (w, (g, rows)) in [(&g0, 3u32), (&g1, 1)].into_iter().enumerate() {
-            let ctx = EncodeContext {
-                worker: w as u32,
-                ..Default::default()
-            };
-            let owners = Owners::new(Ownership::Hashed, dim, 2, 1);
-            Router::new(ExchangeKind::Sharded, owners)
-                .route(&mut codec, g, rows, ctx, None, |e| {
-                    per_dest[e.dest as usize].push(e)
-                })
-                .unwrap();
-            Router::new(ExchangeKind::Allgather, owners)
-                .route(&mut codec, g, rows, ctx, None, |e| {
-                    gathered[e.dest as usize].push(e)
-                })
-                .unwrap();
-        }
-        let mut sharded = SparseGrad::default();
-        for msgs in per_dest.iter_mut().rev() {
-            // arrival order must not matter
-            msgs.reverse();
-            let part = Aggregator::default()
-                .aggregate(&mut codec, msgs, dim)
+        let layouts: [fn(u32) -> bool; 3] = [|_| false, |_| true, |w| w == 1];
+        let mut results = Vec::new();
+        for local in layouts {
+            let mut per_dest: Vec<Vec<Envelope>> = vec![Vec::new(), Vec::new()];
+            let mut gathered: Vec<Vec<Envelope>> = vec![Vec::new(), Vec::new()];
+            for (w, (g, rows)) in [(&g0, 3u32), (&g1, 1)].into_iter().enumerate() {
+                let ctx = EncodeContext {
+                    worker: w as u32,
+                    ..Default::default()
+                };
+                let owners = Owners::new(Ownership::Hashed, dim, 2, 1);
+                let mut sent = SparseGrad::default();
+                Router::new(ExchangeKind::Sharded, owners, local)
+                    .route(&mut codec, g, rows, ctx, Some(&mut sent), |e| {
+                        per_dest[e.dest as usize].push(e)
+                    })
+                    .unwrap();
+                assert_eq!(&sent, g, "a lossless codec sends the gradient itself");
+                Router::new(ExchangeKind::Allgather, owners, local)
+                    .route(&mut codec, g, rows, ctx, None, |e| {
+                        gathered[e.dest as usize].push(e)
+                    })
+                    .unwrap();
+            }
+            for e in per_dest.iter().chain(&gathered).flatten() {
+                assert_eq!(e.local.is_some(), local(e.dest), "{e:?}");
+                assert_eq!(e.payload.is_empty(), local(e.dest), "{e:?}");
+                let n = e.local.as_ref().map_or_else(
+                    || u32::from_le_bytes(e.payload[6..10].try_into().unwrap()) as usize,
+                    |l| l.pairs.len(),
+                );
+                assert_eq!(e.len(), crate::codec::HEADER_LEN + 8 * n, "{e:?}");
+            }
+            let mut sharded = SparseGrad::default();
+            for msgs in per_dest.iter_mut().rev() {
+                // arrival order must not matter
+                msgs.reverse();
+                let part = Aggregator::default()
+                    .aggregate(&mut codec, msgs, dim)
+                    .unwrap()
+                    .clone();
+                let mut tmp = SparseGrad::default();
+                sharded.add_scaled(&part, 1.0, &mut tmp);
+            }
+            let full = Aggregator::default()
+                .aggregate(&mut codec, &mut gathered[1], dim)
                 .unwrap()
                 .clone();
-            let mut tmp = SparseGrad::default();
-            sharded.add_scaled(&part, 1.0, &mut tmp);
+            assert_eq!(sharded, full);
+            assert_eq!(full.keys, vec![0, 1, 4, 8, 9]);
+            assert!((full.values[2] - (0.75 * 0.7 + 0.25 * 0.3)).abs() < 1e-7);
+            results.push(full);
         }
-        let full = Aggregator::default()
-            .aggregate(&mut codec, &mut gathered[1], dim)
-            .unwrap()
-            .clone();
-        assert_eq!(sharded, full);
-        assert_eq!(full.keys, vec![0, 1, 4, 8, 9]);
-        assert!((full.values[2] - (0.75 * 0.7 + 0.25 * 0.3)).abs() < 1e-7);
+        assert!(results.iter().all(|r| r == &results[0]), "{results:?}");
+    }
+
+    /// Local pairs never cross a process boundary: serialized, an envelope keeps only its
+    /// payload (empty), which the codec refuses.
+    #[test]
+    fn local_pairs_are_not_serialized() {
+        let pairs = SparseGrad {
+            keys: vec![3],
+            values: vec![1.5],
+        };
+        let e = local_message(0, 1, 5, 10, pairs, 18);
+        let bytes = bincode::serialize(&e).unwrap();
+        assert_eq!(bytes.len(), ENVELOPE_OVERHEAD);
+        let back: Envelope = bincode::deserialize(&bytes).unwrap();
+        assert!(back.local.is_none() && back.payload.is_empty() && back.rows == 5);
+        let mut scratch = SparseGrad::default();
+        assert!(back.pairs(&mut NoneCodec, &mut scratch).is_err());
+        assert_eq!(
+            e.pairs(&mut NoneCodec, &mut scratch).unwrap().1.keys,
+            vec![3]
+        );
     }
 }

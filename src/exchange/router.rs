@@ -1,6 +1,6 @@
 //! The sending side of an exchange: a worker's vector becomes one envelope per receiver.
 
-use super::{broadcast, Envelope, ExchangeKind, Owners, DATA};
+use super::{broadcast, local_message, Envelope, ExchangeKind, Owners, DATA};
 use crate::codec::{Codec, CodecError, EncodeContext};
 use crate::sparse::SparseGrad;
 
@@ -9,17 +9,21 @@ use crate::sparse::SparseGrad;
 pub struct Router {
     kind: ExchangeKind,
     owners: Owners,
+    /// Per receiving worker: whether it is in this worker's process.
+    local: Vec<bool>,
     pieces: Vec<SparseGrad>,
     decoded: SparseGrad,
     scratch: SparseGrad,
 }
 
 impl Router {
-    /// A router for the workers of `owners`.
-    pub fn new(kind: ExchangeKind, owners: Owners) -> Self {
+    /// A router for the workers of `owners`; `local(w)` says whether worker `w` is in the
+    /// sending worker's process (a lossless codec's messages to it are [`LocalPairs`]).
+    pub fn new(kind: ExchangeKind, owners: Owners, local: impl Fn(u32) -> bool) -> Self {
         Router {
             kind,
             owners,
+            local: (0..owners.parts).map(local).collect(),
             pieces: Vec::new(),
             decoded: SparseGrad::default(),
             scratch: SparseGrad::default(),
@@ -27,9 +31,11 @@ impl Router {
     }
 
     /// Calls `emit` with the envelope for each receiver: `allgather` encodes once and copies,
-    /// `sharded` encodes each owner's piece with its own random stream. When `sent` is given,
-    /// it receives what the receivers will decode (for error feedback). Returns the number of
-    /// keys the messages carry (each key once), as their headers state.
+    /// `sharded` encodes each owner's piece with its own random stream. A lossless codec's
+    /// message to a worker of this process is the pairs themselves ([`LocalPairs`]), not
+    /// encoded. When `sent` is given, it receives what the receivers will decode (for error
+    /// feedback). Returns the number of keys the messages carry (each key once), as their
+    /// headers state.
     pub fn route(
         &mut self,
         codec: &mut dyn Codec,
@@ -50,22 +56,64 @@ impl Router {
         }
         match self.kind {
             ExchangeKind::Allgather | ExchangeKind::Sketch => {
-                let mut payload = Vec::new();
-                codec.encode(&grad.keys, &grad.values, dim, ctx, &mut payload)?;
-                carried += header_count(&payload);
-                if let Some(s) = sent {
-                    codec.decode(&payload, s)?;
+                let unencoded = |w: u32| codec.is_lossless() && self.local[w as usize];
+                let (local, remote): (Vec<u32>, Vec<u32>) =
+                    (0..workers).partition(|&w| unencoded(w));
+                if !local.is_empty() {
+                    let encoded_len = codec.encoded_len(&grad.keys, &grad.values, dim, ctx)?;
+                    carried += grad.len() as u64;
+                    if let Some(s) = sent.as_deref_mut() {
+                        s.clone_from(grad);
+                    }
+                    for &dest in &local {
+                        emit(local_message(
+                            ctx.worker,
+                            dest,
+                            rows,
+                            dim,
+                            grad.clone(),
+                            encoded_len,
+                        ));
+                    }
                 }
-                broadcast(ctx.worker, rows, 0..workers, payload, &mut emit);
+                if !remote.is_empty() {
+                    let mut payload = Vec::new();
+                    codec.encode(&grad.keys, &grad.values, dim, ctx, &mut payload)?;
+                    if local.is_empty() {
+                        carried += header_count(&payload);
+                        if let Some(s) = sent {
+                            codec.decode(&payload, s)?;
+                        }
+                    }
+                    broadcast(ctx.worker, rows, remote, payload, &mut emit);
+                }
             }
             ExchangeKind::Sharded => {
                 self.owners.split(grad, &mut self.pieces);
-                for (dest, piece) in self.pieces.iter().enumerate() {
-                    let mut payload = Vec::new();
+                for (dest, piece) in self.pieces.iter_mut().enumerate() {
                     let ctx = EncodeContext {
                         piece: dest as u32,
                         ..ctx
                     };
+                    if codec.is_lossless() && self.local[dest] {
+                        let encoded_len =
+                            codec.encoded_len(&piece.keys, &piece.values, dim, ctx)?;
+                        carried += piece.len() as u64;
+                        if let Some(s) = sent.as_deref_mut() {
+                            s.add_scaled(piece, 1.0, &mut self.scratch);
+                        }
+                        let pairs = std::mem::take(piece);
+                        emit(local_message(
+                            ctx.worker,
+                            dest as u32,
+                            rows,
+                            dim,
+                            pairs,
+                            encoded_len,
+                        ));
+                        continue;
+                    }
+                    let mut payload = Vec::new();
                     codec.encode(&piece.keys, &piece.values, dim, ctx, &mut payload)?;
                     carried += header_count(&payload);
                     if let Some(s) = sent.as_deref_mut() {
@@ -78,6 +126,7 @@ impl Router {
                         rows,
                         kind: DATA,
                         payload,
+                        local: None,
                     });
                 }
             }

@@ -157,6 +157,7 @@ impl Optimizer {
     pub fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>) {
         let c = &self.cfg;
         changes.clear();
+        changes.reserve(keys.len());
         match c.kind {
             OptimizerKind::Sgd => {
                 let lr = c.lr / (1.0 + c.decay * step as f32);
