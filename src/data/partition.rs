@@ -69,6 +69,26 @@ impl super::Dataset {
         self.split_numbered(0, filter)
     }
 
+    /// As [`Dataset::split_numbered`], taking `self`: when `filter` keeps every row for
+    /// training (one worker's filter and no test rows), `self` is the training set as it is,
+    /// with room reserved for an intercept, instead of a copy (on the 600k-row set the copy
+    /// and its page faults took a quarter of the loading time).
+    pub fn into_split_numbered(
+        mut self,
+        first: usize,
+        filter: &RowFilter,
+    ) -> (super::Dataset, super::Dataset) {
+        let all_train =
+            filter.workers == 1 && filter.tail_from.is_none() && filter.test_fraction <= 0.0;
+        if !all_train {
+            return self.split_numbered(first, filter);
+        }
+        let rows = self.rows();
+        self.reserve(0, rows);
+        let test = super::Dataset::new(self.dim);
+        (self, test)
+    }
+
     /// As [`Dataset::split`], for rows numbered from `first` (a part of a file whose earlier
     /// parts hold `first` rows).
     ///
@@ -124,6 +144,46 @@ pub fn unit_hash(seed: u64, x: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Taking the rows gives the sets the copy gives, for filters that keep every row for
+    /// training and for those that do not.
+    #[test]
+    fn taking_the_rows_splits_as_copying_them_does() {
+        let mut d = super::super::Dataset::new(9);
+        for r in 0..200u32 {
+            let keys: Vec<u32> = (0..r % 5)
+                .map(|i| (r + 2 * i) % 9)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let values: Vec<f32> = keys.iter().map(|&k| k as f32 - 0.5 * r as f32).collect();
+            d.push_row(&keys, &values, (r % 2) as f32);
+        }
+        for (workers, test_fraction, tail) in [
+            (1, 0.0, false),
+            (1, 0.3, false),
+            (1, 0.3, true),
+            (2, 0.0, false),
+        ] {
+            let filter = RowFilter {
+                tail_from: tail.then(|| RowFilter::tail_start(200, test_fraction)),
+                worker: 0,
+                workers,
+                test_fraction,
+                seed: 3,
+            };
+            let copied = d.split_numbered(7, &filter);
+            let taken = d.clone().into_split_numbered(7, &filter);
+            assert_eq!(
+                copied, taken,
+                "{workers} workers, test {test_fraction}, tail {tail}"
+            );
+            let (mut a, mut b) = (copied.0, taken.0);
+            a.add_intercept();
+            b.add_intercept();
+            assert_eq!(a, b);
+        }
+    }
 
     #[test]
     fn every_row_has_exactly_one_owner_and_split_is_worker_independent() {

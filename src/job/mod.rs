@@ -1018,7 +1018,7 @@ impl Job {
             tail_from: (d.test_split == TestSplit::Tail && test_fraction > 0.0)
                 .then(|| RowFilter::tail_start(total as usize, test_fraction)),
         };
-        let (mut train, mut test) = rows.split_numbered(before as usize, &filter);
+        let (mut train, mut test) = rows.into_split_numbered(before as usize, &filter);
         train.dim = dim;
         test.dim = dim;
         Ok((
