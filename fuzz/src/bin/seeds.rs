@@ -112,6 +112,7 @@ fn main() {
                         rows: 12,
                         kind: DATA,
                         payload: msg,
+                        local: None,
                     };
                     write(
                         &root.join("envelope"),
@@ -135,6 +136,7 @@ fn main() {
             rows: 0,
             kind: PULL_REQUEST,
             payload,
+            local: None,
         };
         write(
             &root.join("envelope"),
@@ -150,6 +152,7 @@ fn main() {
         rows: 0,
         kind: DATA,
         payload: slice,
+        local: None,
     };
     write(
         &root.join("envelope"),
