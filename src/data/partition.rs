@@ -47,6 +47,13 @@ impl RowFilter {
         rows - ((rows as f64 * test_fraction).round() as usize).min(rows)
     }
 
+    /// Whether [`Self::side`] is `Some(Side::Train)` for every row: one worker's filter that
+    /// holds nothing out (a NaN fraction, which the job refuses, answers no: the copy then
+    /// decides row by row).
+    pub fn keeps_every_row_for_training(&self) -> bool {
+        self.workers == 1 && self.tail_from.is_none() && self.test_fraction <= 0.0
+    }
+
     /// The side of row `row` if this worker keeps it.
     #[inline]
     pub fn side(&self, row: usize) -> Option<Side> {
@@ -78,9 +85,7 @@ impl super::Dataset {
         first: usize,
         filter: &RowFilter,
     ) -> (super::Dataset, super::Dataset) {
-        let all_train =
-            filter.workers == 1 && filter.tail_from.is_none() && filter.test_fraction <= 0.0;
-        if !all_train {
+        if !filter.keeps_every_row_for_training() {
             return self.split_numbered(first, filter);
         }
         let rows = self.rows();

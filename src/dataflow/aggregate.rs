@@ -80,9 +80,10 @@ pub fn aggregate<'s>(
             change.keys.clone_from(&sum.keys);
             st.optimizer
                 .step(r, &sum.keys, &sum.values, &mut change.values);
-            // Apply it here; `sharded` sends it, encoded, to every other replica (or, pulling,
-            // answers the requests with the new weights).
-            // Workers of this process that get a lossless change unencoded, and its length.
+            // Apply it here; `sharded` sends it to every other replica, encoded or, lossless
+            // within this process, as it is (or, pulling, answers the requests with the new
+            // weights). `unencoded`: the workers of this process that get it as it is, and its
+            // encoded length.
             let mut unencoded = (Vec::new(), 0);
             let mine = if plan.exchange == ExchangeKind::Sharded && !plan.pull {
                 let ctx = EncodeContext {

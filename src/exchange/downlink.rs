@@ -96,17 +96,45 @@ impl Downlink {
     pub fn is_lossless(&self) -> bool {
         self.codec.is_lossless()
     }
-
-    /// Decodes a change another owner sent (same codec).
-    pub fn decode(&mut self, payload: &[u8], out: &mut SparseGrad) -> Result<u32, CodecError> {
-        self.codec.decode(payload, out)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codec::{build_codec, CodecSpec};
+
+    /// A lossless change with a non-finite value is an error naming its key, whether it is
+    /// encoded for other replicas or only checked (no other replica, or all of them local).
+    #[test]
+    fn a_non_finite_lossless_change_is_an_error_encoded_or_not() {
+        let mut d = Downlink::new(build_codec(&CodecSpec::with_defaults("none").unwrap()).unwrap());
+        let mut residual = Residual::new(8);
+        let bad = || SparseGrad {
+            keys: vec![1, 5],
+            values: vec![0.5, f32::NAN],
+        };
+        let ctx = EncodeContext::default();
+        let mut payload = Vec::new();
+        let results = [
+            d.encode(&mut residual, &mut bad(), 8, ctx, Some(&mut payload))
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            d.encode(&mut residual, &mut bad(), 8, ctx, None)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            d.encode_unsent(&mut residual, &mut bad(), 8, ctx)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        ];
+        let want = CodecError::NonFinite {
+            key: 5,
+            value: f32::NAN,
+        }
+        .to_string();
+        for result in results {
+            assert_eq!(result, Err(want.clone()));
+        }
+    }
 
     #[test]
     fn what_the_downlink_drops_is_sent_later() {
