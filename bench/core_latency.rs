@@ -9,14 +9,13 @@
 //! 120 ns (two cores that share a cache) and about 580 ns (two cores of different chiplets),
 //! and with it the two-worker speed-up of a training epoch. `bench/sklearn.sh` prints it beside
 //! every pair of runs, so that a ratio can be read with the placement it was measured on.
+//! The runtime measures the same between a process's two workers to decide whether they share
+//! one replica of a small model (`gradflow::cores`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
-/// A counter alone on its cache lines (two, against an adjacent-line prefetcher).
-#[repr(align(128))]
-struct Line(AtomicU64);
+use gradflow::cores::LinePair;
 
 /// Pins the calling thread to `cpu`; false where that is not possible.
 fn pin(cpu: usize) -> bool {
@@ -28,35 +27,29 @@ fn pin(cpu: usize) -> bool {
     }
 }
 
-/// Median round trip in ns over `runs` runs of `trips` round trips.
+/// Median round trip in ns over `runs` runs of `trips` round trips; `None` when the threads
+/// cannot be pinned to CPUs 0 and 1.
 fn round_trip(trips: u64, runs: usize) -> Option<f64> {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let lines = Arc::new((Line(AtomicU64::new(0)), Line(AtomicU64::new(0))));
-        let theirs = lines.clone();
+        let lines = Arc::new(LinePair::default());
+        let unpinned = Arc::new(AtomicBool::new(false));
+        let (theirs, stop) = (lines.clone(), unpinned.clone());
         let echo = std::thread::spawn(move || {
             let pinned = pin(1);
-            for i in 1..=trips {
-                while pinned && theirs.0 .0.load(Ordering::Acquire) != i {
-                    std::hint::spin_loop();
-                }
-                theirs.1 .0.store(i, Ordering::Release);
+            if !pinned {
+                stop.store(true, Ordering::Relaxed);
             }
-            pinned
+            pinned && theirs.echo(trips, || stop.load(Ordering::Relaxed))
         });
-        let pinned = pin(0);
-        let start = Instant::now();
-        for i in 1..=trips {
-            lines.0 .0.store(i, Ordering::Release);
-            while lines.1 .0.load(Ordering::Acquire) < i {
-                std::hint::spin_loop();
-            }
+        if !pin(0) {
+            unpinned.store(true, Ordering::Relaxed);
         }
-        let elapsed = start.elapsed();
-        if !(echo.join().unwrap_or(false) && pinned) {
+        let time = lines.ping(trips, || unpinned.load(Ordering::Relaxed));
+        if !echo.join().unwrap_or(false) {
             return None;
         }
-        times.push(elapsed.as_nanos() as f64 / trips as f64);
+        times.push(time?.as_nanos() as f64);
     }
     times.sort_by(f64::total_cmp);
     Some(times[runs / 2])

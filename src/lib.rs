@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod cli;
 pub mod codec;
+pub mod cores;
 pub mod cpu;
 pub mod data;
 pub mod dataflow;

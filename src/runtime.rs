@@ -13,6 +13,7 @@ use timely::communication::allocator::zero_copy::initialize::initialize_networki
 use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
 use timely::CommunicationConfig;
 
+use crate::cores::CoreDistance;
 use crate::dataflow::checkpoint::{self, Checkpoints};
 use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{
@@ -296,8 +297,10 @@ pub fn run_program(
         Some(path) => Some(Arc::new(WarmStart::load(path, job.data.max_dim)?)),
         None => None,
     };
-    // The workers of a process keep one replica of the model when the job allows it.
+    // The workers of a process keep one replica of the model when the job allows it; for a
+    // small model, when their cores are near (measured once the data is loaded).
     let replica = ReplicaSlot::default();
+    let distance = Arc::new(CoreDistance::default());
     let guards = timely::execute::execute_from(
         builders.0,
         builders.1,
@@ -317,6 +320,12 @@ pub fn run_program(
                     }
                     plan.start_round = resume.as_ref().map_or(0, |(_, r)| *r);
                     plan.checkpoints = checkpoints.clone();
+                    if plan.replica_depends_on_distance(threads * processes) {
+                        plan.core_distance_ns =
+                            distance.measure(index % threads, Duration::from_secs(5), || {
+                                sup.is_failed()
+                            });
+                    }
                     Ok((data, plan, features, notes))
                 });
             let (data, plan, features, data_notes) = match loaded {

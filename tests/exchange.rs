@@ -240,8 +240,9 @@ fn a_replica_shared_by_the_workers_of_a_process_trains_the_same_model() {
 }
 
 /// `auto` shares a replica from about a core's L2 cache on (1 MiB: 262,144 weights), where it
-/// was measured faster, and only where it can be shared: `sharded` without pulls, all workers
-/// in one process; `process` asks for it and is an error where it cannot be.
+/// was measured faster, and below that between two workers whose cores measured near; only
+/// where it can be shared: `sharded` without pulls, all workers in one process; `process`
+/// asks for it and is an error where it cannot be.
 #[test]
 fn replicas_are_shared_where_they_can_be_and_pay() {
     let shares = |overrides: &[&str], dim: u32, threads: usize, peers: usize| {
@@ -249,6 +250,25 @@ fn replicas_are_shared_where_they_can_be_and_pay() {
     };
     assert_eq!(shares(&[], 262_144, 2, 2), Ok(true));
     assert_eq!(shares(&[], 262_143, 2, 2), Ok(false), "fits a core's L2");
+    let at = |ns: Option<f64>, threads: usize, peers: usize| {
+        let mut plan = job(&[]).plan(262_143, threads);
+        assert_eq!(
+            plan.replica_depends_on_distance(peers),
+            threads == 2 && peers == 2,
+            "{threads} threads, {peers} workers"
+        );
+        plan.core_distance_ns = ns;
+        plan.shares_replica(peers)
+    };
+    assert_eq!(at(Some(120.0), 2, 2), Ok(true), "near cores");
+    assert_eq!(at(Some(560.0), 2, 2), Ok(false), "far cores");
+    assert_eq!(at(None, 2, 2), Ok(false), "not measured");
+    assert_eq!(at(Some(120.0), 1, 2), Ok(false), "two processes");
+    assert_eq!(
+        at(Some(120.0), 3, 3),
+        Ok(false),
+        "three workers: not measured"
+    );
     assert_eq!(shares(&[], 1 << 20, 1, 1), Ok(false), "one worker");
     assert_eq!(shares(&[], 1 << 20, 1, 2), Ok(false), "two processes");
     assert_eq!(shares(&["train.pull=true"], 1 << 20, 2, 2), Ok(false));
@@ -262,8 +282,24 @@ fn replicas_are_shared_where_they_can_be_and_pay() {
         shares(&["train.replica=\"worker\""], 1 << 20, 2, 2),
         Ok(false)
     );
-    // The FIELDS job's 105,060 weights stay one replica per worker.
-    assert!(!run_local(&job(&["train.epochs=1"]), 2).shared_replica);
+    // The FIELDS job's 105,060 weights: two workers measure their cores, and share one
+    // replica if they are near.
+    let run = run_local(&job(&["train.epochs=1"]), 2);
+    let plan = run.plan.expect("worker 0's plan");
+    assert!(plan.replica_depends_on_distance(2));
+    assert_eq!(
+        run.shared_replica,
+        gradflow::cores::CoreDistance::near(plan.core_distance_ns),
+        "{:?} ns",
+        plan.core_distance_ns
+    );
+    let own = run_local(&job(&["train.epochs=1", "train.replica=\"worker\""]), 2);
+    assert_eq!(
+        own.plan.expect("worker 0's plan").core_distance_ns,
+        None,
+        "not asked"
+    );
+    assert!(!own.shared_replica);
 }
 
 /// A model change that touches a key its sender does not own (a faulty or hostile peer) stops

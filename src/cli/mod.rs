@@ -737,11 +737,17 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
             println!("model: {}", path.display());
         }
         let workers = spec.workers * spec.processes;
+        let cores = match plan.core_distance_ns {
+            Some(ns) => format!("; auto: their cores measured {ns:.0} ns apart"),
+            None => String::new(),
+        };
         if outcome.shared_replica {
             println!(
-                "replica: one model for the {} workers of the process (train.replica)",
+                "replica: one model for the {} workers of the process (train.replica{cores})",
                 spec.workers
             );
+        } else if plan.core_distance_ns.is_some() {
+            println!("replica: one model per worker (train.replica{cores}, not a shared cache)");
         }
         match &outcome.stopped {
             Some((round, why)) => println!(

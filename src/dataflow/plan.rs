@@ -68,6 +68,11 @@ pub struct TrainPlan {
     pub threads_per_process: usize,
     /// Whether the workers of a process share one replica of the model (`train.replica`).
     pub replica: ReplicaMode,
+    /// The round trip of a cache line between the cores of the process's two workers, in ns,
+    /// when the runtime measured it ([`crate::cores::CoreDistance`]; only where it decides
+    /// `replica = "auto"`: a sharded job of two workers in one process with a model below
+    /// [`super::replica::SHARE_FROM_BYTES`]).
+    pub core_distance_ns: Option<f64>,
     /// Warm start: the weights every replica starts from (zeros when `None`).
     pub initial_weights: Option<InitialWeights>,
     /// The round the loop starts at: 0, or the checkpoint's round when resuming (the workers'
@@ -114,6 +119,25 @@ impl TrainPlan {
         w as usize / self.threads_per_process
     }
 
+    /// Whether the `peers` workers could keep one replica: `sharded` without pulls, every
+    /// worker a thread of one process.
+    fn can_share_replica(&self, peers: usize) -> bool {
+        self.exchange == ExchangeKind::Sharded && !self.pull && self.threads_per_process == peers
+    }
+
+    /// Whether `replica = "auto"` asks how far apart the cores of the `peers` workers are
+    /// ([`Self::core_distance_ns`]): two workers in one process that could share a model
+    /// smaller than [`super::replica::SHARE_FROM_BYTES`]. Sharing it was 3-6% faster per epoch
+    /// when their cores share a cache, and 10% slower when they do not (README, "The two
+    /// CPUs' distance"); larger models are shared either way, and more workers were not
+    /// measured.
+    pub fn replica_depends_on_distance(&self, peers: usize) -> bool {
+        self.replica == ReplicaMode::Auto
+            && peers == 2
+            && self.can_share_replica(peers)
+            && (self.dim as usize * 4) < super::replica::SHARE_FROM_BYTES
+    }
+
     /// Whether the `peers` workers keep one replica of the model instead of one each
     /// ([`super::Training::share_replica`]), an error when `train.replica = "process"` asks
     /// for what cannot be: replicas are shared under `sharded` without pulls, when every
@@ -121,14 +145,14 @@ impl TrainPlan {
     /// have to be added once per process and the process's other workers told: one more step,
     /// not built; pulled weights differ per worker.)
     pub fn shares_replica(&self, peers: usize) -> Result<bool, String> {
-        let possible = self.exchange == ExchangeKind::Sharded
-            && !self.pull
-            && self.threads_per_process == peers;
+        let possible = self.can_share_replica(peers);
         match self.replica {
             ReplicaMode::Worker => Ok(false),
             ReplicaMode::Auto => Ok(possible
                 && peers > 1
-                && self.dim as usize * 4 >= super::replica::SHARE_FROM_BYTES),
+                && (self.dim as usize * 4 >= super::replica::SHARE_FROM_BYTES
+                    || (self.replica_depends_on_distance(peers)
+                        && crate::cores::CoreDistance::near(self.core_distance_ns)))),
             ReplicaMode::Process if possible => Ok(peers > 1),
             ReplicaMode::Process => Err(
                 "train.replica = \"process\": one replica per process needs the sharded \

@@ -28,8 +28,9 @@ use crate::sparse::SparseGrad;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplicaMode {
-    /// One per process when it can be shared and is larger than [`SHARE_FROM_BYTES`], one per
-    /// worker otherwise.
+    /// One per process when it can be shared and is larger than [`SHARE_FROM_BYTES`], or when
+    /// the process's two workers measured their cores near ([`crate::cores::CoreDistance`]);
+    /// one per worker otherwise.
     #[default]
     Auto,
     /// One per worker.
@@ -44,7 +45,8 @@ pub enum ReplicaMode {
 /// the owners' staggered passes ([`Replica::add`]) a shared replica was 3-6% faster per epoch
 /// on cores that share a cache (a line's round trip 100-140 ns) and 10% slower on cores of
 /// different chiplets (450-630 ns), where a replica per worker moves changes between them in
-/// bulk instead of line by line.
+/// bulk instead of line by line; so below this size two workers measure their cores
+/// ([`crate::cores::CoreDistance`]) and share when they are near.
 pub const SHARE_FROM_BYTES: usize = 1 << 20;
 
 /// The weights a worker trains: a replica of the whole model.

@@ -302,7 +302,8 @@ pub struct TrainSection {
     /// keys (and of its test rows before an evaluation) instead of receiving every change.
     pub pull: bool,
     /// Where the workers of a process keep the model: `auto` (default: one per process when
-    /// it can be shared and is larger than about a core's L2 cache), `worker` or `process`.
+    /// it can be shared and is larger than about a core's L2 cache, or its two workers'
+    /// cores measure near), `worker` or `process`.
     pub replica: ReplicaMode,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
@@ -1241,6 +1242,7 @@ impl Job {
             ownership: self.train.ownership,
             pull: self.train.pull,
             replica: self.train.replica,
+            core_distance_ns: None,
             dump_gradients: self.output.gradients.clone(),
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
