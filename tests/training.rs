@@ -1156,3 +1156,37 @@ fn a_warm_start_continues_from_the_model_and_refuses_one_that_does_not_fit() {
         );
     }
 }
+
+/// `train` says which replica `auto` chose for two workers of a small model and why: their
+/// cores' measured round trip, shared below `cores::NEAR_NS`; nothing when the job fixed it.
+#[test]
+fn train_prints_the_replica_the_cores_distance_chose() {
+    let dir = tempfile::tempdir().unwrap();
+    let job_path = write_job(dir.path(), "small.toml", SMALL_JOB);
+    let job = job_path.to_str().unwrap();
+    let out = gradflow_ok(["train", job, "-w", "2", "--epochs", "1"]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("replica: "))
+        .unwrap_or_else(|| panic!("no replica line:\n{out}"));
+    let shared = line.starts_with("replica: one model for the 2 workers");
+    assert!(
+        shared || line.starts_with("replica: one model per worker"),
+        "{line}"
+    );
+    let measured = line
+        .split("measured ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ns").next())
+        .map(|ns| ns.parse::<f64>().expect("a number of ns"));
+    match measured {
+        Some(ns) => assert_eq!(shared, ns < gradflow::cores::NEAR_NS, "{line}"),
+        None => assert!(!shared && line.contains("could not be measured"), "{line}"),
+    }
+    for fixed in ["train.replica=\"worker\"", "train.replica=\"process\""] {
+        let out = gradflow_ok(["train", job, "-w", "2", "--epochs", "1", "--set", fixed]);
+        assert!(!out.contains("auto:"), "{fixed}: {out}");
+    }
+    let one = gradflow_ok(["train", job, "-w", "1", "--epochs", "1"]);
+    assert!(!one.contains("replica:"), "{one}");
+}

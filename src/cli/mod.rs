@@ -737,8 +737,10 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
             println!("model: {}", path.display());
         }
         let workers = spec.workers * spec.processes;
+        let asked = plan.replica_depends_on_distance(workers);
         let cores = match plan.core_distance_ns {
             Some(ns) => format!("; auto: their cores measured {ns:.0} ns apart"),
+            None if asked => "; auto: their cores' distance could not be measured".into(),
             None => String::new(),
         };
         if outcome.shared_replica {
@@ -746,8 +748,8 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
                 "replica: one model for the {} workers of the process (train.replica{cores})",
                 spec.workers
             );
-        } else if plan.core_distance_ns.is_some() {
-            println!("replica: one model per worker (train.replica{cores}, not a shared cache)");
+        } else if asked {
+            println!("replica: one model per worker (train.replica{cores})");
         }
         match &outcome.stopped {
             Some((round, why)) => println!(
