@@ -65,7 +65,7 @@ impl LinePair {
                 return None;
             }
         }
-        Some(start.elapsed() / trips.max(1) as u32)
+        Some(start.elapsed().div_f64(trips.max(1) as f64))
     }
 
     /// The other side of [`Self::ping`]: stores back each count it sees. False when

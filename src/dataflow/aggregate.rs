@@ -39,9 +39,6 @@ pub fn aggregate<'s>(
     let mut downlink = Downlink::new(downlink_codec);
     let mut aggregator = Aggregator::default();
     let mut change = SparseGrad::default();
-    // The buffer of this worker's own piece of the round, once summed: the next change to
-    // leave for a worker of this process is written into it (see below).
-    let mut own_piece: Option<SparseGrad> = None;
     // One gradient from every worker, and pull requests (how many, nobody knows in advance).
     let expected = (!plan.pull).then_some(peers as usize);
     // Ownership is checked on what may have crossed a socket: when some worker is in another
@@ -78,9 +75,6 @@ pub fn aggregate<'s>(
                 }
             }
             st.aggregate_ms = ms(t_agg);
-            if let Some(m) = gradients.iter_mut().find(|m| m.src == me) {
-                own_piece = m.local.take().map(|local| local.pairs);
-            }
             // Optimizer step on the summed keys.
             let t_update = Instant::now();
             change.keys.clone_from(&sum.keys);
@@ -149,7 +143,8 @@ pub fn aggregate<'s>(
                 .add(mine)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
             // The change that leaves takes its buffer with it, and the next one is written
-            // into this worker's own piece's: lines this core wrote and read in this round,
+            // into that of this worker's own piece, summed above: lines this core wrote and
+            // read in this round,
             // instead of a fresh allocation's, which the other worker's core last read (the
             // change before, handed back to this thread's arena by its `free`). With the two
             // cores on different chiplets the optimizer step's writes waited on those lines:
@@ -157,7 +152,9 @@ pub fn aggregate<'s>(
             let (local, bytes) = unencoded;
             for (i, &d) in local.iter().enumerate() {
                 let pairs = if i + 1 == local.len() {
-                    std::mem::replace(&mut change, own_piece.take().unwrap_or_default())
+                    let own_piece = gradients.iter_mut().find(|m| m.src == me);
+                    let buffer = own_piece.and_then(|m| m.local.take());
+                    std::mem::replace(&mut change, buffer.map(|l| l.pairs).unwrap_or_default())
                 } else {
                     change.clone()
                 };

@@ -65,16 +65,7 @@ impl GradientWorkspace {
             1 => self.accumulate_one(&batch),
             k => self.accumulate_many(&batch, k as usize),
         };
-        #[cfg(target_arch = "x86_64")]
-        if crate::cpu::avx512() {
-            // SAFETY: the CPU has AVX-512F and POPCNT.
-            unsafe { extract_avx512(&mut self.touched, &mut self.acc, weights, l2, out) };
-            return BatchStats {
-                loss_sum,
-                rows: rows.len(),
-            };
-        }
-        extract(&mut self.touched, &mut self.acc, weights, l2, out);
+        extract_touched(&mut self.touched, &mut self.acc, weights, l2, out);
         BatchStats {
             loss_sum,
             rows: rows.len(),
@@ -166,6 +157,23 @@ impl GradientWorkspace {
             }
         }
     }
+}
+
+/// [`extract`], 16 keys at a time where the CPU has AVX-512 ([`extract_avx512`]).
+fn extract_touched(
+    touched: &mut [u64],
+    acc: &mut [f32],
+    weights: &[f32],
+    l2: L2,
+    out: &mut SparseGrad,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::avx512() {
+        // SAFETY: the CPU has AVX-512F and POPCNT.
+        unsafe { extract_avx512(touched, acc, weights, l2, out) };
+        return;
+    }
+    extract(touched, acc, weights, l2, out);
 }
 
 /// Moves the touched keys' sums out of the accumulator into `out` (empty), in key order, each
