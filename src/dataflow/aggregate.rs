@@ -142,24 +142,15 @@ pub fn aggregate<'s>(
             st.weights
                 .add(mine)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
-            // The change that leaves takes its buffer with it, and the next one is written
-            // into that of this worker's own piece, summed above: lines this core wrote and
-            // read in this round,
-            // instead of a fresh allocation's, which the other worker's core last read (the
-            // change before, handed back to this thread's arena by its `free`). With the two
-            // cores on different chiplets the optimizer step's writes waited on those lines:
-            // the update stage 61-65 → 45-47 µs a round (README, "The change's buffer").
+            // What leaves is a copy: the change's buffer stays with this worker, written by
+            // this core alone, round after round. Written into lines the other core has read
+            // (a buffer that left before, handed back to this thread's arena), the optimizer
+            // step's stores waited for each line's invalidation when the two cores sit on
+            // different chiplets; a copy streams them (README, "What leaves is a copy").
             let (local, bytes) = unencoded;
-            for (i, &d) in local.iter().enumerate() {
-                let pairs = if i + 1 == local.len() {
-                    let own_piece = gradients.iter_mut().find(|m| m.src == me);
-                    let buffer = own_piece.and_then(|m| m.local.take());
-                    std::mem::replace(&mut change, buffer.map(|l| l.pairs).unwrap_or_default())
-                } else {
-                    change.clone()
-                };
+            for &d in &local {
                 st.sent(false, bytes, false);
-                out.push(local_message(me, d, 0, plan.dim, pairs, bytes));
+                out.push(local_message(me, d, 0, plan.dim, change.clone(), bytes));
             }
             for m in requests.iter() {
                 let answer = st.weights.read(|w| answer_pull(m, &owners, me, w));

@@ -102,7 +102,16 @@ impl Router {
                         if let Some(s) = sent.as_deref_mut() {
                             s.add_scaled(piece, 1.0, &mut self.scratch);
                         }
-                        let pairs = std::mem::take(piece);
+                        // Another worker's piece leaves as a copy, so that the router's
+                        // buffers are written only by this core: the split's scattered
+                        // stores into lines the other core has read wait, on cores of
+                        // different chiplets, for each line's invalidation, where a copy
+                        // streams them (README, "What leaves is a copy").
+                        let pairs = if dest as u32 == ctx.worker {
+                            std::mem::take(piece)
+                        } else {
+                            piece.clone()
+                        };
                         emit(local_message(
                             ctx.worker,
                             dest as u32,
