@@ -306,7 +306,12 @@ pub fn run_program(
         builders.1,
         timely::WorkerConfig::default(),
         move |worker| -> WorkerResult {
-            w.register_worker(worker);
+            // Once installed, timely's logger records every operator's schedule and every
+            // message (~1 µs a round per worker). Only a cluster needs it, to tell progress
+            // bytes from data bytes on the network; one process has no network.
+            if processes > 1 {
+                w.register_worker(worker);
+            }
             let heartbeat = (processes > 1)
                 .then(|| Heartbeat::start(worker, processes, peer_timeout, sup.clone()));
             let index = worker.index();

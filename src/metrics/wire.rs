@@ -196,7 +196,9 @@ impl WireCounters {
     }
 
     /// Installs a timely logger on `worker` that records which channels carry progress traffic.
-    /// Call before building dataflows.
+    /// Call before building dataflows. The logger stays for the worker's life, and timely then
+    /// records every operator's schedule and every message through it: install it only where
+    /// bytes cross a network (a cluster of processes).
     pub fn register_worker(&self, worker: &mut timely::worker::Worker) {
         let counters = self.clone();
         if let Some(mut registry) = worker.log_register() {
