@@ -127,7 +127,8 @@ fn main() {
     let rounds: u64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
-        .unwrap_or(20_000);
+        .unwrap_or(20_000)
+        .max(1);
     println!("timely's floor of a round, µs (median of 3 runs of {rounds} rounds)");
     println!("| loop | 1 worker | 2 workers | the 2 workers' cores apart |");
     println!("|---|---|---|---|");

@@ -309,11 +309,12 @@ pub fn run_program(
             // Once installed, timely's logger records every operator's schedule and every
             // message (~1 µs a round per worker). Only a cluster needs it, to tell progress
             // bytes from data bytes on the network; one process has no network.
-            if processes > 1 {
+            let cluster = processes > 1;
+            if cluster {
                 w.register_worker(worker);
             }
-            let heartbeat = (processes > 1)
-                .then(|| Heartbeat::start(worker, processes, peer_timeout, sup.clone()));
+            let heartbeat =
+                cluster.then(|| Heartbeat::start(worker, processes, peer_timeout, sup.clone()));
             let index = worker.index();
             let started = std::time::Instant::now();
             let loaded = job
