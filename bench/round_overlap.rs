@@ -1,0 +1,246 @@
+//! How much of a two-worker round's hand-offs could hide behind the round's work: timely's cost
+//! of a round of gradflow's `sharded` shape that does work, with its messages sent after the
+//! work (as gradflow does) or in the middle of it (a pipelined round), in µs per round beyond
+//! the work itself.
+//!
+//!   cargo bench --bench round_overlap [-- RUNS ROUNDS WORK_US AGGREGATE_US]
+//!
+//! Two operators around the loop. `Gradient` spins `WORK` µs (the mini-batch gradient) and sends
+//! one piece to every worker; `Aggregate`, once a round's pieces are all in, spins `AGGREGATE`
+//! µs (the merge and the optimizer) and sends one change to every worker, which the gradient of
+//! the next round waits for. Defaults: 250 and 20 µs, a two-worker round of the programs
+//! issue's 600k-row job.
+//!
+//! - **serial**, gradflow's order: round `r` starts when every change of round `r - 1` is in,
+//!   and sends its pieces at its end.
+//! - **pipelined**, the order an exact SGD round could take with rows whose keys are ordered by
+//!   owner: a third of the work (the margins over this worker's own keys, whose change is in
+//!   first) starts when its own change is in; the second third (the other keys' margins, the
+//!   other owners' part of the gradient) when all are in; then the other workers' pieces leave,
+//!   and the last third (this worker's own part) runs while they travel.
+//!
+//! Each line is one triple of runs (one worker, two serial, two pipelined), with the round trip
+//! in ns between the two workers' cores measured before each two-worker run ([`CoreDistance`]):
+//! on this VM the placement changes within seconds, so runs are shown with theirs rather than
+//! pooled. The README's "Two workers against one: the log" reads the results.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gradflow::cores::{CoreDistance, NEAR_NS};
+
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Exchange;
+use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
+use timely::dataflow::operators::generic::{Operator, OutputBuilder};
+use timely::dataflow::operators::{ConnectLoop, LoopVariable};
+use timely::dataflow::Stream;
+use timely::order::Product;
+
+type Round = Product<(), u64>;
+/// (destination worker, source worker).
+type Messages<'s> = Stream<'s, Round, Vec<(u64, u64)>>;
+
+/// The round's shape and work.
+#[derive(Clone, Copy)]
+struct Shape {
+    pipelined: bool,
+    rounds: u64,
+    work_us: f64,
+    aggregate_us: f64,
+}
+
+/// Busy for `us` µs, as computing would be.
+fn work(us: f64) {
+    let end = Instant::now() + Duration::from_secs_f64(us * 1e-6);
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
+/// What has arrived of a round's changes, and whether its first third ran.
+#[derive(Default)]
+struct Arrived {
+    changes: u64,
+    own_change: bool,
+    first_third_done: bool,
+}
+
+/// The gradient: round 0 at once, round `r` once round `r - 1`'s changes are in. Each send
+/// is its own output session, whose end hands the messages to the channel (a pipelined round
+/// must not hold its first pieces until it returns).
+fn gradient<'s>(changes: Messages<'s>, shape: Shape) -> Messages<'s> {
+    let scope = changes.scope();
+    let (peers, me) = (scope.peers() as u64, scope.index() as u64);
+    let mut builder = OperatorBuilder::new("Gradient".to_owned(), scope);
+    let mut input = builder.new_input(changes, Exchange::new(|m: &(u64, u64)| m.0));
+    let (output, stream) = builder.new_output::<Vec<(u64, u64)>>();
+    let mut output: OutputBuilder<Round, CapacityContainerBuilder<Vec<(u64, u64)>>> =
+        OutputBuilder::from(output);
+    builder.build(move |mut caps| {
+        let mut start = caps.pop();
+        let mut arrived = BTreeMap::new();
+        move |_frontiers| {
+            let mut send = |cap: &_, to_me: bool, to_others: bool| {
+                let dests = (0..peers).filter(|&d| if d == me { to_me } else { to_others });
+                (output.activate().session(cap)).give_iterator(dests.map(|d| (d, me)));
+            };
+            if let Some(cap) = start.take() {
+                work(shape.work_us);
+                send(&cap, true, true);
+            }
+            input.for_each(|cap, batch| {
+                let t = *cap.least().expect("a batch has a time");
+                let (round, _) = arrived
+                    .entry(t.inner)
+                    .or_insert_with(|| (Arrived::default(), cap.delayed(&t, 0)));
+                round.changes += batch.len() as u64;
+                round.own_change |= batch.iter().any(|m| m.1 == me);
+            });
+            while let Some(mut entry) = arrived.first_entry() {
+                let last = *entry.key() >= shape.rounds;
+                let (round, _) = entry.get_mut();
+                if shape.pipelined && !last && round.own_change && !round.first_third_done {
+                    work(shape.work_us / 3.0);
+                    round.first_third_done = true;
+                }
+                if round.changes < peers {
+                    break;
+                }
+                let (_, cap) = entry.remove();
+                if last {
+                    continue;
+                }
+                if shape.pipelined {
+                    work(shape.work_us / 3.0);
+                    send(&cap, false, true);
+                    work(shape.work_us / 3.0);
+                    send(&cap, true, false);
+                } else {
+                    work(shape.work_us);
+                    send(&cap, true, true);
+                }
+            }
+        }
+    });
+    stream
+}
+
+/// The owners' step: once all of a round's pieces are in, works and sends every worker a change.
+fn aggregate<'s>(pieces: Messages<'s>, shape: Shape) -> Messages<'s> {
+    let (peers, me) = (pieces.scope().peers() as u64, pieces.scope().index() as u64);
+    pieces.unary(
+        Exchange::new(|m: &(u64, u64)| m.0),
+        "Aggregate",
+        move |_, _| {
+            let mut arrived = BTreeMap::new();
+            move |input, output| {
+                input.for_each(|cap, batch| {
+                    let t = *cap.least().expect("a batch has a time");
+                    let entry = arrived
+                        .entry(t.inner)
+                        .or_insert_with(|| (0, cap.delayed(&t, 0)));
+                    entry.0 += batch.len() as u64;
+                });
+                while let Some(entry) = arrived.first_entry() {
+                    if entry.get().0 < peers {
+                        break;
+                    }
+                    let (_, cap) = entry.remove();
+                    work(shape.aggregate_us);
+                    output
+                        .session(&cap)
+                        .give_iterator((0..peers).map(|d| (d, me)));
+                }
+            }
+        },
+    )
+}
+
+/// µs per round beyond the work, on `workers` threads, and with two or more the round trip in
+/// ns between the first two workers' cores, measured before the loop.
+fn run(workers: usize, shape: Shape) -> (f64, Option<f64>) {
+    let distance = Arc::new(CoreDistance::default());
+    let results = timely::execute(timely::Config::process(workers), move |worker| {
+        let apart = (worker.peers() > 1)
+            .then(|| distance.measure(worker.index(), Duration::from_secs(5), || false))
+            .flatten();
+        let start = Instant::now();
+        worker.dataflow::<(), _, _>(|scope| {
+            scope.iterative::<u64, _, _>(|round| {
+                let (feedback, changes) = round.loop_variable::<Vec<(u64, u64)>>(1);
+                aggregate(gradient(changes, shape), shape).connect_loop(feedback);
+            });
+        });
+        while worker.step_or_park(None) {}
+        (start.elapsed().as_secs_f64(), apart)
+    })
+    .expect("timely runs")
+    .join();
+    let runs: Vec<(f64, Option<f64>)> = results
+        .into_iter()
+        .map(|r| r.expect("a worker finishes"))
+        .collect();
+    let slowest = runs.iter().map(|r| r.0).fold(0.0, f64::max);
+    let per_round = slowest / shape.rounds as f64 * 1e6;
+    (per_round - shape.work_us - shape.aggregate_us, runs[0].1)
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied()
+}
+
+fn main() {
+    let args: Vec<f64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let arg = |i: usize, default: f64| args.get(i).copied().unwrap_or(default);
+    let runs = arg(0, 5.0).max(1.0) as usize;
+    let shape = Shape {
+        pipelined: false,
+        rounds: arg(1, 4000.0).max(1.0) as u64,
+        work_us: arg(2, 250.0),
+        aggregate_us: arg(3, 20.0),
+    };
+    println!(
+        "µs per round beyond {} µs of gradient and {} µs of aggregation ({} rounds a run)",
+        shape.work_us, shape.aggregate_us, shape.rounds
+    );
+    println!("| 1 worker | 2 serial | cores apart, ns | 2 pipelined | cores apart, ns |");
+    println!("|---|---|---|---|---|");
+    let show = |ns: Option<f64>| ns.map_or("?".into(), |ns| format!("{ns:.0}"));
+    // (placement is far, serial, pipelined) of the runs whose two measurements agree.
+    let mut agreed = Vec::new();
+    for _ in 0..runs {
+        let (one, _) = run(1, shape);
+        let (serial, apart_s) = run(2, shape);
+        let pipelined = Shape {
+            pipelined: true,
+            ..shape
+        };
+        let (piped, apart_p) = run(2, pipelined);
+        println!(
+            "| {one:.2} | {serial:.2} | {} | {piped:.2} | {} |",
+            show(apart_s),
+            show(apart_p)
+        );
+        if let (Some(s), Some(p)) = (apart_s, apart_p) {
+            if (s < NEAR_NS) == (p < NEAR_NS) {
+                agreed.push((s >= NEAR_NS, serial, piped));
+            }
+        }
+    }
+    for (far, name) in [(false, "near"), (true, "far")] {
+        let pick = |serial: bool| {
+            let xs = agreed.iter().filter(|a| a.0 == far);
+            median(xs.map(|a| if serial { a.1 } else { a.2 }).collect())
+        };
+        if let (Some(s), Some(p)) = (pick(true), pick(false)) {
+            let n = agreed.iter().filter(|a| a.0 == far).count();
+            println!("{name} cores ({n} triples): serial {s:.2}, pipelined {p:.2} µs a round");
+        }
+    }
+}
