@@ -55,6 +55,26 @@ pub struct ClusterSpec {
     pub keep_rows: bool,
 }
 
+/// One process's entry of the addresses: one or more `host:port`, separated by spaces, each
+/// with a host and a port from 1 to 65535 (a name is resolved only when dialled).
+fn check_address(entry: &str) -> Result<(), String> {
+    if entry.is_empty() {
+        return Err("an empty address".into());
+    }
+    for a in entry.split_whitespace() {
+        let port = a.rsplit_once(':').filter(|(host, _)| !host.is_empty());
+        match port.map(|(_, p)| p.parse::<u16>()) {
+            Some(Ok(p)) if p > 0 => {}
+            _ => {
+                return Err(format!(
+                    "`{a}` is not host:port with a port from 1 to 65535"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The environment variable that carries the cluster secret (the `cluster` launcher sets it
 /// for its processes; unlike a command-line argument, it is not visible to other users).
 pub const SECRET_VARIABLE: &str = "GRADFLOW_CLUSTER_SECRET";
@@ -77,9 +97,14 @@ impl Default for ClusterSpec {
 }
 
 impl ClusterSpec {
-    /// Addresses of all processes.
+    /// Addresses of all processes, in process order: `--hosts`, the first `processes` entries
+    /// of the hostfile (one per line; blank lines and `#` comments skipped), or
+    /// `localhost:2101+i`. Each entry is checked before any process listens or dials: one or
+    /// more `host:port` (a listener may name several, separated by spaces), and no address
+    /// given to two processes. Errors name the hostfile's line or the `--hosts` position.
     pub fn addresses(&self) -> Result<Vec<String>, String> {
-        if !self.hosts.is_empty() {
+        // (where an entry came from, the entry)
+        let entries: Vec<(String, String)> = if !self.hosts.is_empty() {
             if self.hosts.len() != self.processes {
                 return Err(format!(
                     "--hosts has {} addresses but --processes is {}",
@@ -87,32 +112,45 @@ impl ClusterSpec {
                     self.processes
                 ));
             }
-            return Ok(self.hosts.clone());
-        }
-        match &self.hostfile {
-            None => Ok((0..self.processes)
-                .map(|i| format!("localhost:{}", 2101 + i))
-                .collect()),
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                let hosts: Vec<String> = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(String::from)
-                    .collect();
-                if hosts.len() < self.processes {
+            let place = |i: usize| format!("--hosts, address {}", i + 1);
+            let hosts = self.hosts.iter().enumerate();
+            hosts
+                .map(|(i, h)| (place(i), h.trim().to_owned()))
+                .collect()
+        } else if let Some(path) = &self.hostfile {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+            let hosts: Vec<(String, String)> = lines
+                .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+                .map(|(n, l)| (format!("{}:{n}", path.display()), l.to_owned()))
+                .collect();
+            if hosts.len() < self.processes {
+                return Err(format!(
+                    "{}: has {} addresses but --processes is {}",
+                    path.display(),
+                    hosts.len(),
+                    self.processes
+                ));
+            }
+            hosts.into_iter().take(self.processes).collect()
+        } else {
+            let local = |i: usize| format!("localhost:{}", 2101 + i);
+            return Ok((0..self.processes).map(local).collect());
+        };
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for (place, entry) in &entries {
+            check_address(entry).map_err(|e| format!("{place}: {e}"))?;
+            for a in entry.split_whitespace() {
+                if let Some((first, _)) = seen.iter().find(|(_, b)| *b == a) {
                     return Err(format!(
-                        "{}: has {} addresses but --processes is {}",
-                        path.display(),
-                        hosts.len(),
-                        self.processes
+                        "{place}: `{a}` is given to two processes (also at {first})"
                     ));
                 }
-                Ok(hosts.into_iter().take(self.processes).collect())
+                seen.push((place, a));
             }
         }
+        Ok(entries.into_iter().map(|(_, entry)| entry).collect())
     }
 
     fn check(&self) -> Result<(), String> {
@@ -715,4 +753,74 @@ fn start_communication(
             .map_err(|e| format!("cannot start timely's network threads: {e}"))?;
     let builders = builders.into_iter().map(AllocatorBuilder::Tcp).collect();
     Ok(((builders, Box::new(guard)), resume))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_file(text: &str, processes: usize) -> Result<Vec<String>, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hosts");
+        std::fs::write(&path, text).unwrap();
+        let spec = ClusterSpec {
+            processes,
+            hostfile: Some(path.clone()),
+            ..Default::default()
+        };
+        let place = format!("{}:", path.display());
+        spec.addresses().map_err(|e| e.replace(&place, "hosts:"))
+    }
+
+    /// A hostfile's entries in process order (comments, blank lines and extra lines skipped),
+    /// and each malformed or repeated address an error naming its line.
+    #[test]
+    fn hostfile_addresses_are_checked_and_name_their_line() {
+        let text = "# cluster\n\n  10.0.0.1:2101  \n[::1]:7000 10.0.0.2:7000\nnot an address\n";
+        let want = ["10.0.0.1:2101", "[::1]:7000 10.0.0.2:7000"];
+        assert_eq!(from_file(text, 2).unwrap(), want);
+        for (text, error) in [
+            ("a:1\nb:99999\n", "hosts:2: `b:99999` is not host:port"),
+            ("a:1\n\nb\n", "hosts:3: `b` is not host:port"),
+            ("a:1\n:2\n", "hosts:2: `:2` is not host:port"),
+            ("a:1\nb:0\n", "hosts:2: `b:0` is not host:port"),
+            ("a:1\nb:x\n", "hosts:2: `b:x` is not host:port"),
+            (
+                "a:1\nb:2 a:1\n",
+                "hosts:2: `a:1` is given to two processes (also at hosts:1)",
+            ),
+        ] {
+            let e = from_file(text, 2).unwrap_err();
+            assert!(e.starts_with(error), "{text:?}: {e}");
+        }
+        assert!(from_file("a:1\n", 2)
+            .unwrap_err()
+            .contains("has 1 addresses"));
+    }
+
+    /// `--hosts` entries are checked as the hostfile's are, by position.
+    #[test]
+    fn listed_hosts_are_checked_by_position() {
+        let spec = |hosts: &[&str]| ClusterSpec {
+            processes: hosts.len(),
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            ..Default::default()
+        };
+        assert_eq!(spec(&["a:1", "b:2"]).addresses().unwrap(), ["a:1", "b:2"]);
+        let e = spec(&["a:1", ""]).addresses().unwrap_err();
+        assert_eq!(e, "--hosts, address 2: an empty address");
+        let e = spec(&["a:1", "a:1"]).addresses().unwrap_err();
+        assert!(
+            e.contains("given to two processes (also at --hosts, address 1)"),
+            "{e}"
+        );
+        let local = ClusterSpec {
+            processes: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            local.addresses().unwrap(),
+            ["localhost:2101", "localhost:2102"]
+        );
+    }
 }
