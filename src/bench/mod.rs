@@ -31,6 +31,10 @@
 //! loss = "logistic"
 //! optimizer = { kind = "adam", lr = 0.01 }
 //! ```
+//!
+//! A cell's processes all run on this machine, so a suite is bounded: at most
+//! [`MAX_CELL_PROCESSES`] processes and workers per cell, [`MAX_REPEATS`] repeats and
+//! [`MAX_CELLS`] cells.
 
 pub mod plot;
 pub mod report;
@@ -42,6 +46,14 @@ use serde::Deserialize;
 use crate::codec::CodecSpec;
 use crate::job::Job;
 use crate::memory::MemorySpec;
+
+/// The most processes, or worker threads per process, a suite's cell may start: all of a
+/// cell's processes run on this machine.
+pub const MAX_CELL_PROCESSES: usize = 64;
+/// The most repeats of each cell a suite may ask for.
+pub const MAX_REPEATS: usize = 1000;
+/// The most cells a suite may expand into (each is a whole training run).
+pub const MAX_CELLS: usize = 10_000;
 
 /// A suite file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -301,6 +313,18 @@ impl Suite {
                 "processes: give at least one count, each at least 1".into()
             ));
         }
+        // Every cell starts its processes, of `workers` threads each, on this machine.
+        let counts = f
+            .processes
+            .iter()
+            .map(|&p| ("processes", p, MAX_CELL_PROCESSES));
+        let mut counts = counts.chain([
+            ("workers", f.workers, MAX_CELL_PROCESSES),
+            ("repeats", f.repeats, MAX_REPEATS),
+        ]);
+        if let Some((field, n, max)) = counts.find(|&(_, n, max)| n > max) {
+            return Err(at(format!("{field}: {n} is above the limit, {max}")));
+        }
         if !(f.target.is_finite() && f.target >= 0.0) {
             return Err(at(format!("target: must be >= 0, got {}", f.target)));
         }
@@ -352,6 +376,22 @@ impl Suite {
         link_names.sort_unstable();
         if let Some(w) = link_names.windows(2).find(|w| w[0] == w[1]) {
             return Err(at(format!("links: two links are named '{}'", w[0])));
+        }
+        let axes = [
+            links.len(),
+            f.processes.len(),
+            models.len(),
+            exchanges.len(),
+            compressors.len(),
+            f.repeats,
+        ];
+        let cells = axes.iter().try_fold(1usize, |n, &a| n.checked_mul(a));
+        if cells.is_none_or(|n| n > MAX_CELLS) {
+            return Err(at(format!(
+                "the axes ({} links, {} process counts, {} models, {} exchanges, {} \
+                 compressors, {} repeats) make more than {MAX_CELLS} cells; split the suite",
+                axes[0], axes[1], axes[2], axes[3], axes[4], axes[5]
+            )));
         }
         let baseline = match f.baseline {
             Some(b) => (b.exchange, b.compressor),
@@ -679,11 +719,27 @@ loss = "squared"
             ),
             ("job = \"base.toml\"\n[set]\n\"train.epochz\" = 2\n", "epochz"),
             ("job = \"base.toml\"\nrepeat = 2\n", "repeat"),
+            (
+                "job = \"base.toml\"\nprocesses = [2, 65]\n",
+                "processes: 65 is above the limit, 64",
+            ),
+            ("job = \"base.toml\"\nworkers = 65\n", "workers: 65 is above"),
+            (
+                "job = \"base.toml\"\nrepeats = 1000000000\n",
+                "repeats: 1000000000 is above the limit, 1000",
+            ),
+            (
+                "job = \"base.toml\"\nrepeats = 1000\nexchange = [\"sharded\", \"allgather\"]\nprocesses = [2, 3, 4, 5, 6, 7]\n",
+                "make more than 10000 cells",
+            ),
         ];
         for (text, want) in cases {
             let e = suite(text).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");
         }
+        // The limits themselves are allowed.
+        let at_limits = "job = \"base.toml\"\nprocesses = [64]\nworkers = 64\nrepeats = 1000\n";
+        assert_eq!(suite(at_limits).unwrap().0.cells().len(), 1000);
     }
 
     #[test]
