@@ -16,23 +16,15 @@
 //! cache and about 8.5 µs when they sit on different chiplets, a large part of a two-worker
 //! round on the programs issue's 600k-row job (see "Two workers against one: the log" in the
 //! README). Before each two-worker run its workers measure a cache line's round trip between
-//! their cores ([`CoreDistance`], as the runtime does), printed beside the result.
+//! their cores (`gradflow::cores::CoreDistance`, as the runtime does), printed beside the result.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod round_loop;
 
-use gradflow::cores::CoreDistance;
+use round_loop::{timed_loop, Messages, Round, RoundCounts};
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::{Operator, OutputBuilderSession};
-use timely::dataflow::operators::{ConnectLoop, LoopVariable};
-use timely::dataflow::Stream;
-use timely::order::Product;
-
-type Round = Product<(), u64>;
-type Messages<'s> = Stream<'s, Round, Vec<(u64, u64)>>;
 
 /// One hop: once all of round `r`'s messages are in, sends one message to every worker at `r`
 /// (the first hop also starts round 0, and stops the loop after `rounds` rounds).
@@ -44,7 +36,7 @@ fn hop<'s>(input: Messages<'s>, first: bool, rounds: u64) -> Messages<'s> {
         "Hop",
         move |start, _| {
             let mut start = first.then_some(start);
-            let mut arrived = BTreeMap::new();
+            let mut arrived = RoundCounts::new(peers);
             move |input, output| {
                 if let Some(cap) = start.take() {
                     output
@@ -52,18 +44,9 @@ fn hop<'s>(input: Messages<'s>, first: bool, rounds: u64) -> Messages<'s> {
                         .give_iterator((0..peers).map(|d| (d, me)));
                 }
                 input.for_each(|cap, batch| {
-                    let t = *cap.least().expect("a batch has a time");
-                    let entry = arrived
-                        .entry(t.inner)
-                        .or_insert_with(|| (0, cap.delayed(&t, 0)));
-                    entry.0 += batch.len() as u64;
+                    arrived.add(&cap, batch.len());
                 });
-                // Rounds whose messages are all in, in order.
-                while let Some(entry) = arrived.first_entry() {
-                    if entry.get().0 < peers {
-                        break;
-                    }
-                    let (r, (_, cap)) = entry.remove_entry();
+                while let Some((r, cap)) = arrived.next_complete() {
                     if !first || r + 1 < rounds {
                         output
                             .session(&cap)
@@ -89,38 +72,18 @@ fn report(messages: &Messages<'_>) {
 }
 
 /// µs per round of `rounds` rounds on `workers` threads, and with two or more the round trip
-/// in ns between the first two workers' cores, measured before the loop.
+/// in ns between the first two workers' cores.
 fn floor(workers: usize, hops: usize, with_report: bool, rounds: u64) -> (f64, Option<f64>) {
-    let distance = Arc::new(CoreDistance::default());
-    let results = timely::execute(timely::Config::process(workers), move |worker| {
-        let apart = (worker.peers() > 1)
-            .then(|| distance.measure(worker.index(), Duration::from_secs(5), || false))
-            .flatten();
-        let start = Instant::now();
-        worker.dataflow::<(), _, _>(|scope| {
-            scope.iterative::<u64, _, _>(|round| {
-                let (feedback, messages) = round.loop_variable::<Vec<(u64, u64)>>(1);
-                let mut messages = hop(messages, true, rounds);
-                if with_report {
-                    report(&messages);
-                }
-                for _ in 1..hops {
-                    messages = hop(messages, false, rounds);
-                }
-                messages.connect_loop(feedback);
-            });
-        });
-        while worker.step_or_park(None) {}
-        (start.elapsed().as_secs_f64(), apart)
+    timed_loop(workers, rounds, move |messages| {
+        let mut messages = hop(messages, true, rounds);
+        if with_report {
+            report(&messages);
+        }
+        for _ in 1..hops {
+            messages = hop(messages, false, rounds);
+        }
+        messages
     })
-    .expect("timely runs")
-    .join();
-    let runs: Vec<(f64, Option<f64>)> = results
-        .into_iter()
-        .map(|r| r.expect("a worker finishes"))
-        .collect();
-    let slowest = runs.iter().map(|r| r.0).fold(0.0, f64::max);
-    (slowest / rounds as f64 * 1e6, runs[0].1)
 }
 
 fn main() {

@@ -20,27 +20,22 @@
 //!   and the last third (this worker's own part) runs while they travel.
 //!
 //! Each line is one triple of runs (one worker, two serial, two pipelined), with the round trip
-//! in ns between the two workers' cores measured before each two-worker run ([`CoreDistance`]):
+//! in ns between the two workers' cores measured before each two-worker run (as the runtime does):
 //! on this VM the placement changes within seconds, so runs are shown with theirs rather than
 //! pooled. The README's "Two workers against one: the log" reads the results.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+mod round_loop;
+
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use gradflow::cores::{CoreDistance, NEAR_NS};
+use gradflow::cores::NEAR_NS;
+use round_loop::{timed_loop, Messages, Round, RoundCounts};
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 use timely::dataflow::operators::generic::{Operator, OutputBuilder};
-use timely::dataflow::operators::{ConnectLoop, LoopVariable};
-use timely::dataflow::Stream;
-use timely::order::Product;
-
-type Round = Product<(), u64>;
-/// (destination worker, source worker).
-type Messages<'s> = Stream<'s, Round, Vec<(u64, u64)>>;
 
 /// The round's shape and work.
 #[derive(Clone, Copy)]
@@ -59,14 +54,6 @@ fn work(us: f64) {
     }
 }
 
-/// What has arrived of a round's changes, and whether its first third ran.
-#[derive(Default)]
-struct Arrived {
-    changes: u64,
-    own_change: bool,
-    first_third_done: bool,
-}
-
 /// The gradient: round 0 at once, round `r` once round `r - 1`'s changes are in. Each send
 /// is its own output session, whose end hands the messages to the channel (a pipelined round
 /// must not hold its first pieces until it returns).
@@ -80,7 +67,9 @@ fn gradient<'s>(changes: Messages<'s>, shape: Shape) -> Messages<'s> {
         OutputBuilder::from(output);
     builder.build(move |mut caps| {
         let mut start = caps.pop();
-        let mut arrived = BTreeMap::new();
+        let mut arrived = RoundCounts::new(peers);
+        // The rounds whose own change is in, and the last round whose first third ran.
+        let (mut own_in, mut first_third) = (BTreeSet::new(), None);
         move |_frontiers| {
             let mut send = |cap: &_, to_me: bool, to_others: bool| {
                 let dests = (0..peers).filter(|&d| if d == me { to_me } else { to_others });
@@ -91,25 +80,21 @@ fn gradient<'s>(changes: Messages<'s>, shape: Shape) -> Messages<'s> {
                 send(&cap, true, true);
             }
             input.for_each(|cap, batch| {
-                let t = *cap.least().expect("a batch has a time");
-                let (round, _) = arrived
-                    .entry(t.inner)
-                    .or_insert_with(|| (Arrived::default(), cap.delayed(&t, 0)));
-                round.changes += batch.len() as u64;
-                round.own_change |= batch.iter().any(|m| m.1 == me);
+                let r = arrived.add(&cap, batch.len());
+                if batch.iter().any(|m| m.1 == me) {
+                    own_in.insert(r);
+                }
             });
-            while let Some(mut entry) = arrived.first_entry() {
-                let last = *entry.key() >= shape.rounds;
-                let (round, _) = entry.get_mut();
-                if shape.pipelined && !last && round.own_change && !round.first_third_done {
+            // The first third of the earliest round, once its own change is in.
+            if let Some(&r) = own_in.first().filter(|_| shape.pipelined) {
+                if r < shape.rounds && first_third != Some(r) {
                     work(shape.work_us / 3.0);
-                    round.first_third_done = true;
+                    first_third = Some(r);
                 }
-                if round.changes < peers {
-                    break;
-                }
-                let (_, cap) = entry.remove();
-                if last {
+            }
+            while let Some((r, cap)) = arrived.next_complete() {
+                own_in.remove(&r);
+                if r >= shape.rounds {
                     continue;
                 }
                 if shape.pipelined {
@@ -134,20 +119,12 @@ fn aggregate<'s>(pieces: Messages<'s>, shape: Shape) -> Messages<'s> {
         Exchange::new(|m: &(u64, u64)| m.0),
         "Aggregate",
         move |_, _| {
-            let mut arrived = BTreeMap::new();
+            let mut arrived = RoundCounts::new(peers);
             move |input, output| {
                 input.for_each(|cap, batch| {
-                    let t = *cap.least().expect("a batch has a time");
-                    let entry = arrived
-                        .entry(t.inner)
-                        .or_insert_with(|| (0, cap.delayed(&t, 0)));
-                    entry.0 += batch.len() as u64;
+                    arrived.add(&cap, batch.len());
                 });
-                while let Some(entry) = arrived.first_entry() {
-                    if entry.get().0 < peers {
-                        break;
-                    }
-                    let (_, cap) = entry.remove();
+                while let Some((_, cap)) = arrived.next_complete() {
                     work(shape.aggregate_us);
                     output
                         .session(&cap)
@@ -161,30 +138,10 @@ fn aggregate<'s>(pieces: Messages<'s>, shape: Shape) -> Messages<'s> {
 /// µs per round beyond the work, on `workers` threads, and with two or more the round trip in
 /// ns between the first two workers' cores, measured before the loop.
 fn run(workers: usize, shape: Shape) -> (f64, Option<f64>) {
-    let distance = Arc::new(CoreDistance::default());
-    let results = timely::execute(timely::Config::process(workers), move |worker| {
-        let apart = (worker.peers() > 1)
-            .then(|| distance.measure(worker.index(), Duration::from_secs(5), || false))
-            .flatten();
-        let start = Instant::now();
-        worker.dataflow::<(), _, _>(|scope| {
-            scope.iterative::<u64, _, _>(|round| {
-                let (feedback, changes) = round.loop_variable::<Vec<(u64, u64)>>(1);
-                aggregate(gradient(changes, shape), shape).connect_loop(feedback);
-            });
-        });
-        while worker.step_or_park(None) {}
-        (start.elapsed().as_secs_f64(), apart)
-    })
-    .expect("timely runs")
-    .join();
-    let runs: Vec<(f64, Option<f64>)> = results
-        .into_iter()
-        .map(|r| r.expect("a worker finishes"))
-        .collect();
-    let slowest = runs.iter().map(|r| r.0).fold(0.0, f64::max);
-    let per_round = slowest / shape.rounds as f64 * 1e6;
-    (per_round - shape.work_us - shape.aggregate_us, runs[0].1)
+    let (per_round, apart) = timed_loop(workers, shape.rounds, move |changes| {
+        aggregate(gradient(changes, shape), shape)
+    });
+    (per_round - shape.work_us - shape.aggregate_us, apart)
 }
 
 fn median(mut xs: Vec<f64>) -> Option<f64> {
