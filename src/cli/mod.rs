@@ -28,7 +28,18 @@ use serde::Deserialize;
 
 /// Data-parallel SGD on timely dataflow with pluggable, measured gradient exchange.
 #[derive(Parser, Debug)]
-#[command(name = "gradflow", version, about)]
+#[command(
+    name = "gradflow",
+    version,
+    about,
+    after_help = "Examples:
+  gradflow train jobs/quickstart.toml -w 2              train on the embedded dataset, 2 threads
+  gradflow cluster jobs/quickstart.toml -n 2            the same job as 2 processes over TCP
+  gradflow bench bench/quick.toml                       a benchmark suite, with its report
+  gradflow codec compare --synth 1000000,100000         every codec on one gradient
+
+The README has the job file's fields and everything measured."
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -37,14 +48,27 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train a job: in this process's threads, or as one process of a TCP cluster.
+    #[command(after_help = "Examples:
+  gradflow train jobs/quickstart.toml -w 2 --metrics out/m.csv
+  gradflow train jobs/ctr.toml --set 'train.exchange=\"allgather\"' --set optimizer.lr=0.05
+  gradflow train job.toml -n 2 -p 0 --hostfile hosts     (and -p 1 on the second machine)")]
     Train(TrainArgs),
     /// Start N local processes of a job on loopback and wait for all of them.
+    #[command(after_help = "Example:
+  gradflow cluster jobs/quickstart.toml -n 2 -w 1")]
     Cluster(ClusterArgs),
     /// Run a benchmark suite: every cell (codec x exchange x processes x link x model) as a real
     /// cluster, over emulated links when root; writes results.csv and summary.md.
+    #[command(after_help = "Examples:
+  gradflow bench bench/quick.toml                                  2 cells on loopback
+  gradflow bench bench/bandwidth.toml --dry-run                    list the cells, check their jobs
+  gradflow bench bench/bandwidth.toml --only '*100mbit*/allgather/*' --out out/bw")]
     Bench(bench::BenchArgs),
     /// Score a saved model on a LibSVM file or a raw CSV table (through its feature map) and write
     /// its predictions.
+    #[command(after_help = "Examples:
+  gradflow predict out/quickstart-model.txt flights.csv --id tailnum --format csv --out p.csv
+  gradflow predict model.txt test.svm --out predictions.txt")]
     Predict(PredictArgs),
     /// Dataset utilities.
     #[command(subcommand)]
@@ -57,8 +81,15 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum CodecCommand {
     /// Size, speed and error of each codec (median times over --repeats runs after a warm-up).
+    #[command(after_help = "Examples:
+  gradflow codec compare --synth 1000000,100000 --codecs topk:ratio=0.01,keys=raw,fastsgd
+  gradflow train jobs/ctr.toml --dump-gradients out/g && \\
+    gradflow codec compare --input out/g/round00010-worker0.bin --dim 100001
+  (--dim is the model's: jobs/ctr.toml's 100,000 features and the intercept)")]
     Compare(CompareArgs),
     /// Size and speed of each key coder against the entropy bound log2(C(D, d)) / d.
+    #[command(after_help = "Example:
+  gradflow codec keys --synth 29000000,1000000 --csv")]
     Keys(GradientSource),
 }
 
@@ -321,9 +352,13 @@ enum PredictFormat {
 #[derive(Subcommand, Debug)]
 enum DataCommand {
     /// Write a deterministic synthetic dataset in LibSVM format.
+    #[command(after_help = "Example:
+  gradflow data synth --rows 600000 --dim 100000 --nnz 15 --out train.svm")]
     Synth(SynthArgs),
     /// Run a CSV job's table pipeline (on the job's workers and processes) and write its
     /// feature map (features.toml) and each worker's prepared rows (part-WWW.bin) to --out.
+    #[command(after_help = "Example:
+  gradflow data prepare jobs/quickstart.toml --out out/prepared -w 2")]
     Prepare(Box<PrepareArgs>),
 }
 
@@ -989,4 +1024,67 @@ fn data_synth(a: SynthArgs) -> Result<(), String> {
         a.out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The command lines of a help text's examples: each line that starts with `gradflow`, up
+    /// to its comment (two spaces), a `&&` or a parenthesis, split as a shell would split
+    /// words in single quotes.
+    fn example_lines(help: &str) -> Vec<Vec<String>> {
+        let lines = help.lines().map(str::trim_start);
+        let commands = lines.filter(|l| l.starts_with("gradflow "));
+        let command = |l: &str| {
+            let end = ["  ", "&&", "("].iter().filter_map(|m| l.find(m)).min();
+            l[..end.unwrap_or(l.len())].to_owned()
+        };
+        commands
+            .map(command)
+            .map(|l| {
+                // Outside quotes, spaces split; a quoted span is one word without its quotes.
+                let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+                for c in l.chars().chain([' ']) {
+                    match c {
+                        '\'' => quoted = !quoted,
+                        ' ' if !quoted && !word.is_empty() => words.push(std::mem::take(&mut word)),
+                        ' ' if !quoted => {}
+                        _ => word.push(c),
+                    }
+                }
+                words
+            })
+            .collect()
+    }
+
+    /// Every subcommand's help shows examples, and each example parses as its command line.
+    #[test]
+    fn every_help_has_examples_that_parse() {
+        let cli = Cli::command();
+        let mut helps = vec![("gradflow".to_owned(), cli.get_after_help().cloned())];
+        for sub in cli.get_subcommands() {
+            let nested = sub.get_subcommands().filter(|s| s.get_name() != "help");
+            let nested: Vec<_> = nested.collect();
+            if nested.is_empty() {
+                helps.push((sub.get_name().to_owned(), sub.get_after_help().cloned()));
+            }
+            for n in nested {
+                let name = format!("{} {}", sub.get_name(), n.get_name());
+                helps.push((name, n.get_after_help().cloned()));
+            }
+        }
+        assert_eq!(helps.len(), 9, "gradflow and 8 subcommands");
+        for (name, help) in helps {
+            let help = help.unwrap_or_else(|| panic!("`{name} --help` has no examples"));
+            let examples = example_lines(&help.to_string());
+            assert!(!examples.is_empty(), "`{name} --help`: no example line");
+            for args in examples {
+                if let Err(e) = Cli::try_parse_from(&args) {
+                    panic!("`{name} --help`: {args:?} does not parse: {e}");
+                }
+            }
+        }
+    }
 }
