@@ -10,7 +10,8 @@
 # machine). Before every pair it measures how far apart the two CPUs are (`cargo bench --bench
 # core_latency`: one cache line's round trip between them; on this VM about 120 ns or about
 # 580 ns, as the hypervisor places the two vCPUs) and prints it beside the pair's ratio: all
-# that two workers share crosses between the cores at that cost. Needs Python 3 with
+# that two workers share crosses between the cores at that cost; a line gives the median ratios
+# of the near pairs (under 300 ns) and the far ones apart. Needs Python 3 with
 # scikit-learn (pip install scikit-learn); the shape:
 #
 #   bash bench/sklearn.sh [rows] [features] [nnz] [pairs]     (default 600000 100000 15 3)
@@ -109,6 +110,16 @@ print(f"every pair: per epoch {span([p[0] / p[1] for p in pairs])}, whole run "
       f"{span([p[2] / p[3] for p in pairs])}, the gradient stage alone {span([p[4] for p in pairs])}")
 print("per epoch, pair by pair in the order run, with the cpu round trip measured before it: "
       + ", ".join(in_order))
+groups = []
+for name, near in (("near", True), ("far", False)):
+    group = [p for p in pairs if p[6] and (float(p[6]) < 300) == near]
+    if group:
+        epoch_ratio = statistics.median(p[0] / p[1] for p in group)
+        run_ratio = statistics.median(p[2] / p[3] for p in group)
+        groups.append(f"{name} {len(group)} pair(s) {epoch_ratio:.2f}x / {run_ratio:.2f}x")
+if groups:
+    print("by placement (the round trip before the pair, under or over 300 ns), median per epoch / "
+          "whole run: " + ", ".join(groups))
 fast = sorted(p[5] for p in pairs)
 print(f"fastest epoch of each run, -w 1 / -w 2: {statistics.median(fast):.2f}x at the median pair, "
       f"{span(fast)} over the pairs")
