@@ -20,7 +20,7 @@
 
 mod round_loop;
 
-use round_loop::{timed_loop, Messages, Round, RoundCounts};
+use round_loop::{show_ns, timed_loop, Messages, Round, RoundCounts};
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
@@ -105,10 +105,7 @@ fn main() {
                 .map(|_| floor(workers, hops, with_report, rounds))
                 .collect();
             runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let apart: Vec<String> = runs
-                .iter()
-                .map(|r| r.1.map_or("?".into(), |ns| format!("{ns:.0}")))
-                .collect();
+            let apart: Vec<String> = runs.iter().map(|r| show_ns(r.1)).collect();
             (runs[1].0, apart.join(", "))
         };
         let ((one, _), (two, apart)) = (median(1), median(2));

@@ -50,6 +50,11 @@ where
     (slowest / rounds as f64 * 1e6, runs[0].1)
 }
 
+/// A measured round trip in ns, or `?` where the cores could not be measured.
+pub fn show_ns(ns: Option<f64>) -> String {
+    ns.map_or("?".into(), |ns| format!("{ns:.0}"))
+}
+
 /// Messages counted by round, each round holding a capability at its time, as gradflow's
 /// operators count theirs: a round is complete once `expected` messages are in, without
 /// waiting for timely's progress messages.

@@ -30,7 +30,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use gradflow::cores::NEAR_NS;
-use round_loop::{timed_loop, Messages, Round, RoundCounts};
+use round_loop::{show_ns, timed_loop, Messages, Round, RoundCounts};
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
@@ -168,7 +168,6 @@ fn main() {
     );
     println!("| 1 worker | 2 serial | cores apart, ns | 2 pipelined | cores apart, ns |");
     println!("|---|---|---|---|---|");
-    let show = |ns: Option<f64>| ns.map_or("?".into(), |ns| format!("{ns:.0}"));
     // (placement is far, serial, pipelined) of the runs whose two measurements agree.
     let mut agreed = Vec::new();
     for _ in 0..runs {
@@ -181,8 +180,8 @@ fn main() {
         let (piped, apart_p) = run(2, pipelined);
         println!(
             "| {one:.2} | {serial:.2} | {} | {piped:.2} | {} |",
-            show(apart_s),
-            show(apart_p)
+            show_ns(apart_s),
+            show_ns(apart_p)
         );
         if let (Some(s), Some(p)) = (apart_s, apart_p) {
             if (s < NEAR_NS) == (p < NEAR_NS) {
@@ -191,12 +190,11 @@ fn main() {
         }
     }
     for (far, name) in [(false, "near"), (true, "far")] {
-        let pick = |serial: bool| {
-            let xs = agreed.iter().filter(|a| a.0 == far);
-            median(xs.map(|a| if serial { a.1 } else { a.2 }).collect())
-        };
-        if let (Some(s), Some(p)) = (pick(true), pick(false)) {
-            let n = agreed.iter().filter(|a| a.0 == far).count();
+        let group: Vec<_> = agreed.iter().filter(|a| a.0 == far).collect();
+        let serial = median(group.iter().map(|a| a.1).collect());
+        let piped = median(group.iter().map(|a| a.2).collect());
+        if let (Some(s), Some(p)) = (serial, piped) {
+            let n = group.len();
             println!("{name} cores ({n} triples): serial {s:.2}, pipelined {p:.2} µs a round");
         }
     }
