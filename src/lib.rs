@@ -26,6 +26,7 @@
 //! assert!((negative_sum - (-2.25)).abs() < 1e-6);
 //! ```
 
+pub mod atomic;
 pub mod bench;
 pub mod cli;
 pub mod codec;

@@ -567,7 +567,10 @@ struct WarmStart {
 
 impl WarmStart {
     fn load(path: &Path, max_dim: u32) -> Result<Self, String> {
-        let mut model = ModelFile::load_limited(path, max_dim)?;
+        let (mut model, note) = ModelFile::load_noted(path, max_dim)?;
+        if let Some(note) = note {
+            eprintln!("note: train.init_model: {note}");
+        }
         let weights = InitialWeights(Arc::new(std::mem::take(&mut model.weights)));
         Ok(WarmStart {
             path: path.to_path_buf(),
@@ -675,7 +678,7 @@ pub fn prepare_job(
             if worker.index() == 0 {
                 let map = toml::to_string(&p.map).map_err(|e| format!("feature map: {e}"))?;
                 let path = out.join("features.toml");
-                std::fs::write(&path, map).map_err(|e| format!("{}: {e}", path.display()))?;
+                crate::atomic::write(&path, map).map_err(|e| format!("{}: {e}", path.display()))?;
             }
             Ok((p.train.rows(), p.test.rows()))
         },

@@ -807,7 +807,10 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
 }
 
 fn predict(a: PredictArgs) -> Result<(), String> {
-    let model = ModelFile::load_limited(&a.model, a.max_dim)?;
+    let (model, note) = ModelFile::load_noted(&a.model, a.max_dim)?;
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
     let loss = model
         .builtin_loss()
         .map_err(|e| format!("{}: {e}", a.model.display()))?;
@@ -930,8 +933,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     if let Some(out) = &a.out {
         use std::io::Write;
         let io = |e: std::io::Error| format!("{}: {e}", out.display());
-        let f = std::fs::File::create(out).map_err(io)?;
-        let mut w = std::io::BufWriter::new(f);
+        let mut w = crate::atomic::AtomicFile::create(out).map_err(io)?;
         if a.format == PredictFormat::Csv {
             writeln!(w, "{},prediction", a.id.as_deref().unwrap_or("row")).map_err(io)?;
         }
@@ -950,7 +952,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
             }
             .map_err(io)?;
         }
-        w.flush().map_err(io)?;
+        w.commit().map_err(io)?;
         println!("predictions: {}", out.display());
     }
     Ok(())

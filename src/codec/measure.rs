@@ -57,7 +57,7 @@ pub fn write_gradient(path: &Path, g: &SparseGrad) -> std::io::Result<()> {
     b.extend_from_slice(&(g.len() as u64).to_le_bytes());
     put_le(&mut b, &g.keys, u32::to_le_bytes);
     put_le(&mut b, &g.values, f32::to_le_bytes);
-    std::fs::write(path, b)
+    crate::atomic::write(path, b)
 }
 
 /// `d` distinct keys uniform in `[0, dim)` with Laplace(0, `scale`) values.

@@ -189,11 +189,11 @@ pub fn write_idx(
     for p in pixels {
         out.extend_from_slice(p);
     }
-    std::fs::write(images, out)?;
+    crate::atomic::write(images, out)?;
     let mut out = vec![0, 0, 8, 1];
     out.extend_from_slice(&(classes.len() as u32).to_be_bytes());
     out.extend_from_slice(classes);
-    std::fs::write(labels, out)
+    crate::atomic::write(labels, out)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use super::partition::{RowFilter, Side};
@@ -465,9 +465,9 @@ impl<'a> Iterator for Tokens<'a> {
 
 /// Writes `data` as 1-based LibSVM text (labels and values in shortest round-trip form).
 pub fn write_libsvm(path: &Path, data: &Dataset) -> std::io::Result<()> {
-    let mut out = BufWriter::new(File::create(path)?);
+    let mut out = crate::atomic::AtomicFile::create(path)?;
     write_libsvm_to(&mut out, data)?;
-    out.flush()
+    out.commit()
 }
 
 /// Writes `data` as 1-based LibSVM text to any writer.

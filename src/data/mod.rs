@@ -22,6 +22,34 @@ pub use source::Part;
 /// default costs up to ~2 GiB per worker; a file's one stray index must not cost more.
 pub const MAX_DIM: u32 = 1 << 27;
 
+/// The most characters of input an error message quotes: a 200 MB line must not become a
+/// 200 MB message.
+pub const QUOTED_CHARS: usize = 80;
+
+/// `text` as an error message quotes it: whole when short, else its first
+/// [`QUOTED_CHARS`] characters and `… (N bytes)`.
+pub fn clip(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => text.into(),
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()).into(),
+    }
+}
+
+/// [`clip`] of bytes that need not be UTF-8 (shown lossily).
+pub fn clip_bytes(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    // Four bytes a character at most: decode no more than the quote can show.
+    let limit = 4 * QUOTED_CHARS + 4;
+    if bytes.len() <= limit {
+        return match String::from_utf8_lossy(bytes) {
+            std::borrow::Cow::Borrowed(t) => clip(t),
+            std::borrow::Cow::Owned(t) => clip(&t).into_owned().into(),
+        };
+    }
+    let head = String::from_utf8_lossy(&bytes[..limit]);
+    let head: String = head.chars().take(QUOTED_CHARS).collect();
+    format!("{head}… ({} bytes)", bytes.len()).into()
+}
+
 /// Whether `label` names one of the classes `0..classes` (a multiclass model's labels).
 pub fn is_class(label: f32, classes: u32) -> bool {
     label >= 0.0 && label < classes as f32 && label.fract() == 0.0
@@ -147,6 +175,20 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotes_are_clipped_with_their_length() {
+        assert_eq!(clip("short"), "short");
+        let long = "x".repeat(10_000_000);
+        let q = clip(&long);
+        assert_eq!(q, format!("{}… (10000000 bytes)", "x".repeat(QUOTED_CHARS)));
+        assert_eq!(clip_bytes(long.as_bytes()), q);
+        assert_eq!(clip_bytes(b"a\xffb"), "a\u{fffd}b");
+        // A cut never splits a character.
+        let wide = "é".repeat(100);
+        assert!(clip(&wide).starts_with(&"é".repeat(QUOTED_CHARS)));
+        assert!(clip_bytes(wide.as_bytes()).ends_with("… (200 bytes)"));
+    }
 
     #[test]
     fn the_intercept_is_the_last_key_of_every_row() {

@@ -1,7 +1,7 @@
 //! The model file format (text):
 //!
 //! ```text
-//! # gradflow model v2
+//! # gradflow model v3
 //! loss logistic
 //! dim 100001
 //! intercept 100000      (the intercept's first key, or `none`)
@@ -9,11 +9,16 @@
 //! features 42           (optional: the number of lines of the feature map that follow, TOML)
 //! ...
 //! weights
-//! <key> <weight>        (0-based key, shortest round-trip decimal; zero weights omitted)
+//! <key> <weight>        (0-based key, increasing; shortest round-trip decimal; zeros omitted)
 //! ...
+//! end 12345 0123456789abcdef   (the number of weight lines and the xxh3-64 of every byte before)
 //! ```
 //!
-//! Version 1 files (no intercept, no feature map, weights right after `dim`) are still read.
+//! A file is written whole or not at all ([`crate::atomic`]), and read only whole: a file without
+//! its `end` line (cut short), with another count or checksum (damaged), a repeated key or a
+//! weight that is not a finite `f32` is an error naming the line. Version 2 files (no `end`
+//! line) and version 1 files (no intercept, no feature map, weights right after `dim`) are still
+//! read, with a note that a cut cannot be detected in them.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -72,11 +77,17 @@ impl ModelFile {
 }
 
 const MAGIC_V1: &str = "# gradflow model v1";
-const MAGIC: &str = "# gradflow model v2";
+const MAGIC_V2: &str = "# gradflow model v2";
+const MAGIC: &str = "# gradflow model v3";
+
+/// The checksum of a model file's text before its `end` line.
+fn checksum(text: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
 
 impl ModelFile {
-    /// Writes the model to `path`.
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+    /// The model file's text.
+    pub fn to_text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{MAGIC}\nloss {}\ndim {}", self.loss, self.weights.len());
         match self.intercept {
@@ -91,13 +102,20 @@ impl ModelFile {
             let _ = writeln!(s, "features {}\n{}", f.lines().count(), f.trim_end());
         }
         s.push_str("weights\n");
+        let mut count = 0u64;
         for (k, w) in self.weights.iter().enumerate().filter(|(_, w)| **w != 0.0) {
             let _ = writeln!(s, "{k} {w}");
+            count += 1;
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(path, s)
+        let sum = checksum(&s);
+        let _ = writeln!(s, "end {count} {sum:016x}");
+        s
+    }
+
+    /// Writes the model to `path` (whole or not at all), creating its directory.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        crate::atomic::create_parent(path)?;
+        crate::atomic::write(path, self.to_text())
     }
 
     /// Reads a model file of at most [`crate::data::MAX_DIM`] features plus an intercept;
@@ -109,9 +127,23 @@ impl ModelFile {
     /// As [`ModelFile::load`], for a model of at most `max_dim` features plus an intercept
     /// (the `data.max_dim` of the job that trained it).
     pub fn load_limited(path: &Path, max_dim: u32) -> Result<ModelFile, String> {
+        Self::load_noted(path, max_dim).map(|(m, _)| m)
+    }
+
+    /// As [`ModelFile::load_limited`], with a note for a file of an older format (one whose cut
+    /// or damage cannot be detected).
+    pub fn load_noted(path: &Path, max_dim: u32) -> Result<(ModelFile, Option<String>), String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse_limited(&text, max_dim)
-            .map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))
+        let model = Self::parse_limited(&text, max_dim)
+            .map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))?;
+        let old = !text.starts_with(MAGIC);
+        let note = old.then(|| {
+            format!(
+                "{}: a model file of an older format, without a checksum: a file cut short at a                  line's end cannot be told from a whole one (saving it again with this version                  adds one)",
+                path.display()
+            )
+        });
+        Ok((model, note))
     }
 
     /// Parses model text of at most [`crate::data::MAX_DIM`] features plus an intercept; an
@@ -124,17 +156,23 @@ impl ModelFile {
     /// is checked before the weights are allocated.
     pub fn parse_limited(text: &str, max_dim: u32) -> Result<ModelFile, (usize, String)> {
         let err = |line: usize, m: &str| (line, m.to_string());
-        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
-        let v2 = match lines.next().map(|(_, l)| l) {
-            Some(MAGIC) => true,
-            Some(MAGIC_V1) => false,
+        let first = text.lines().next().map(str::trim);
+        let (v2, body, end) = match first {
+            Some(MAGIC) => {
+                let (body, end) = split_end(text)?;
+                (true, body, Some(end))
+            }
+            Some(MAGIC_V2) => (true, text, None),
+            Some(MAGIC_V1) => (false, text, None),
             _ => {
                 return Err(err(
                     1,
-                    "not a gradflow model file (expected '# gradflow model v2' or v1)",
+                    "not a gradflow model file (expected '# gradflow model v3', v2 or v1)",
                 ))
             }
         };
+        let mut lines = body.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        lines.next();
         let mut next = |what: &str| {
             lines
                 .next()
@@ -211,6 +249,7 @@ impl ModelFile {
             }
         }
         let mut weights = vec![0f32; dim as usize];
+        let (mut count, mut previous) = (0u64, None);
         for (i, line) in lines {
             if line.is_empty() {
                 continue;
@@ -218,15 +257,39 @@ impl ModelFile {
             let (k, w) = line
                 .split_once(' ')
                 .ok_or_else(|| err(i, "expected '<key> <weight>'"))?;
-            let k: usize = k.parse().map_err(|_| err(i, &format!("bad key '{k}'")))?;
+            let show = crate::data::clip;
+            let k: usize = k
+                .parse()
+                .map_err(|_| err(i, &format!("bad key '{}'", show(k))))?;
             let w: f32 = w
                 .trim()
                 .parse()
-                .map_err(|_| err(i, &format!("bad weight '{w}'")))?;
+                .map_err(|_| err(i, &format!("bad weight '{}'", show(w))))?;
             if k >= weights.len() {
                 return Err(err(i, &format!("key {k} beyond dim {dim}")));
             }
+            if let Some(p) = previous.filter(|&p| k <= p) {
+                let m = match k == p {
+                    true => format!("key {k} repeated"),
+                    false => format!("key {k} after key {p} (keys increase)"),
+                };
+                return Err(err(i, &m));
+            }
+            if !w.is_finite() {
+                return Err(err(
+                    i,
+                    &format!("the weight of key {k} is not a finite f32"),
+                ));
+            }
+            previous = Some(k);
             weights[k] = w;
+            count += 1;
+        }
+        if let Some((line, expected)) = end {
+            if count != expected {
+                let m = format!("{count} weights where the 'end' line counts {expected}");
+                return Err(err(line, &m));
+            }
         }
         Ok(ModelFile {
             loss,
@@ -236,6 +299,33 @@ impl ModelFile {
             features,
         })
     }
+}
+
+/// A version 3 file's text before its `end` line, and that line's number and weight count,
+/// once the checksum matches.
+fn split_end(text: &str) -> Result<(&str, (usize, u64)), (usize, String)> {
+    let lines = text.lines().count();
+    let cut = (
+        lines,
+        "the file ends without its 'end' line: it was cut short".to_string(),
+    );
+    let Some(body) = text.strip_suffix('\n') else {
+        return Err(cut);
+    };
+    let start = body.rfind('\n').map_or(0, |i| i + 1);
+    let (body, last) = text.split_at(start);
+    let mut words = last.trim_end_matches('\n').split(' ');
+    let (Some("end"), Some(count), Some(sum), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(cut);
+    };
+    let count: u64 = count.parse().map_err(|_| cut.clone())?;
+    if u64::from_str_radix(sum, 16).ok() != Some(checksum(body)) || sum.len() != 16 {
+        let m = "the checksum does not match the file: it was damaged or edited";
+        return Err((lines, m.to_string()));
+    }
+    Ok((body, (lines, count)))
 }
 
 #[cfg(test)]
@@ -319,6 +409,81 @@ mod tests {
             std::fs::write(&p, bad).unwrap();
             let e = ModelFile::load(&p).unwrap_err();
             assert!(e.contains(line), "{bad:?}: {e}");
+        }
+    }
+
+    fn sample() -> ModelFile {
+        ModelFile {
+            loss: "logistic".into(),
+            weights: vec![0.5, 0.0, -1.25e-3, 7.0, 0.0, 1.0 / 3.0],
+            intercept: Some(5),
+            classes: None,
+            features: Some("[label]\ncolumn = \"y\"\n".into()),
+        }
+    }
+
+    #[test]
+    fn cut_repeated_or_non_finite_weights_are_errors_naming_the_line() {
+        let text = sample().to_text();
+        assert_eq!(ModelFile::parse(&text).unwrap(), sample());
+        let lines: Vec<&str> = text.lines().collect();
+        let end = lines.len() - 1;
+        // Cut after a whole weight line, inside a weight (`7.` of `7`), before the last byte.
+        for cut in [
+            text.rfind("\nend").unwrap() + 1,
+            text.find("3 7").unwrap() + 2,
+        ] {
+            let e = ModelFile::parse(&text[..cut]).unwrap_err();
+            assert!(e.1.contains("cut short"), "{cut}: {e:?}");
+        }
+        let e = ModelFile::parse(&text[..text.len() - 1]).unwrap_err();
+        assert!(e.1.contains("cut short"), "{e:?}");
+        // The same in an older file (no checksum): what the line holds is checked.
+        let v2 = |body: &str| {
+            format!("# gradflow model v2\nloss hinge\ndim 4\nintercept none\nweights\n{body}")
+        };
+        for (body, line, why) in [
+            ("1 0.5\n1 0.25\n", 7, "key 1 repeated"),
+            ("2 0.5\n1 0.25\n", 7, "after key 2"),
+            ("1 nan\n", 6, "not a finite"),
+            ("1 -inf\n", 6, "not a finite"),
+            ("1 1e39\n", 6, "not a finite"),
+        ] {
+            let e = ModelFile::parse(&v2(body)).unwrap_err();
+            assert!(e.0 == line && e.1.contains(why), "{body:?}: {e:?}");
+        }
+        assert!(
+            ModelFile::parse(&v2("1 0.5\n3 -2\n")).is_ok(),
+            "v2 is still read"
+        );
+        // A weight edited in a v3 file: the checksum.
+        let edited = text.replace("3 7\n", "3 8\n");
+        let e = ModelFile::parse(&edited).unwrap_err();
+        assert!(e.0 == end + 1 && e.1.contains("checksum"), "{e:?}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+        /// Any truncation or single-byte change of a valid file is an error or the same model
+        /// (a change in a comment-free text file can only be caught by the checksum): never a
+        /// different model.
+        #[test]
+        fn a_cut_or_changed_file_is_an_error_never_another_model(
+            cut in 0usize..400, at in 0usize..400, byte in 0u8..=255,
+        ) {
+            let text = sample().to_text();
+            let cut = cut.min(text.len() - 1);
+            if let Ok(m) = ModelFile::parse(&text[..cut]) {
+                proptest::prop_assert_eq!(m, sample());
+            }
+            let mut bytes = text.clone().into_bytes();
+            let at = at % bytes.len();
+            bytes[at] = byte;
+            if let Ok(changed) = std::str::from_utf8(&bytes) {
+                if let Ok(m) = ModelFile::parse(changed) {
+                    proptest::prop_assert_eq!(m, sample(), "byte {} to {}", at, byte);
+                }
+            }
         }
     }
 }

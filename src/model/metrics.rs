@@ -112,6 +112,9 @@ pub struct EvalSummary {
 /// Exact ROC AUC of `(score, target)` pairs (target > 0 is positive), ties counted half
 /// (Mann-Whitney rank statistic). Returns 0.5 when one class is absent. Pairs already sorted
 /// by score (what [`EvalPart`]s hold) are not sorted again.
+///
+/// A NaN score (a margin of `inf - inf`, from weights or features near `f32::MAX`) ranks
+/// below every other score, all NaNs tied; `-0.0` ties with `0.0`.
 pub fn auc(scores: &[(f32, f32)]) -> f64 {
     let mut sorted = std::borrow::Cow::Borrowed(scores);
     if !scores.is_sorted_by_key(score_key) {
@@ -126,8 +129,9 @@ pub fn auc(scores: &[(f32, f32)]) -> f64 {
     let mut rank_sum = 0.0;
     let mut i = 0;
     while i < s.len() {
-        let mut j = i;
-        while j < s.len() && s[j].0 == s[i].0 {
+        // Ties are equal keys: a NaN equals no score, its key equals every other NaN's.
+        let (key, mut j) = (score_key(&s[i]), i + 1);
+        while j < s.len() && score_key(&s[j]) == key {
             j += 1;
         }
         let avg_rank = (i + j + 1) as f64 / 2.0; // 1-based ranks i+1..=j
@@ -138,9 +142,12 @@ pub fn auc(scores: &[(f32, f32)]) -> f64 {
 }
 
 /// A pair's place in score order: the score's bits mapped so that unsigned order is
-/// `f32::total_cmp`'s order.
+/// `f32::total_cmp`'s order, but for NaN (every NaN is 0, below `-inf`) and `-0.0` (as `0.0`).
 fn score_key(pair: &(f32, f32)) -> u32 {
-    let bits = pair.0.to_bits();
+    if pair.0.is_nan() {
+        return 0;
+    }
+    let bits = (pair.0 + 0.0).to_bits(); // -0.0 + 0.0 = 0.0
     if bits >> 31 == 1 {
         !bits
     } else {
@@ -188,8 +195,15 @@ mod tests {
     }
 
     /// The Mann-Whitney statistic by its definition: over all (positive, negative) pairs, 1
-    /// when the positive scores higher, 1/2 on a tie.
+    /// when the positive scores higher, 1/2 on a tie; a NaN is below every number.
     fn auc_by_pairs(scores: &[(f32, f32)]) -> f64 {
+        let low = |s: f32| if s.is_nan() { f32::NEG_INFINITY } else { s };
+        let nan_last = |(p, n): (f32, f32)| match (p.is_nan(), n.is_nan()) {
+            (true, true) => (0.0, 0.0),
+            (true, false) => (f32::NEG_INFINITY, f32::INFINITY),
+            (false, true) => (f32::INFINITY, f32::NEG_INFINITY),
+            _ => (low(p), low(n)),
+        };
         let (pos, neg): (Vec<&(f32, f32)>, Vec<_>) = scores.iter().partition(|p| p.1 > 0.0);
         if pos.is_empty() || neg.is_empty() {
             return 0.5;
@@ -197,6 +211,7 @@ mod tests {
         let wins: f64 = pos
             .iter()
             .flat_map(|p| neg.iter().map(move |n| (p.0, n.0)))
+            .map(nan_last)
             .map(|(p, n)| {
                 if p > n {
                     1.0
@@ -212,12 +227,12 @@ mod tests {
 
     proptest::proptest! {
         /// Parts sorted by their workers and merged give the AUC of the whole, unsorted or not,
-        /// ties (±0 included) and infinities included; merged scores stay sorted.
+        /// ties (±0 included), infinities and NaNs included; merged scores stay sorted.
         #[test]
         fn merged_sorted_parts_give_the_auc_of_the_whole(
             pairs in proptest::collection::vec(
                 (proptest::prop_oneof![
-                    proptest::sample::select(vec![0.0f32, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY]),
+                    proptest::sample::select(vec![0.0f32, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN]),
                     -3.0f32..3.0,
                 ], proptest::bool::ANY),
                 0..60,
@@ -235,15 +250,25 @@ mod tests {
             let mut merged = part(&scores[..cut]);
             merged.merge(&part(&scores[cut..]));
             proptest::prop_assert!(merged.scores.is_sorted_by_key(score_key));
-            // The scores in `total_cmp` order (within a tie the targets' order is free).
+            // The scores in `total_cmp` order, NaNs first and ±0 one value (within a tie the
+            // targets' order is free).
             let mut by_cmp = scores.clone();
-            by_cmp.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let bits = |v: &[(f32, f32)]| v.iter().map(|p| p.0.to_bits()).collect::<Vec<_>>();
-            proptest::prop_assert_eq!(bits(&merged.scores), bits(&by_cmp));
+            by_cmp.sort_by(|a, b| (!a.0.is_nan(), a.0 + 0.0).partial_cmp(&(!b.0.is_nan(), b.0 + 0.0)).unwrap_or(std::cmp::Ordering::Equal));
+            let keys = |v: &[(f32, f32)]| v.iter().map(score_key).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(keys(&merged.scores), keys(&by_cmp));
             let expected = auc_by_pairs(&scores);
             proptest::prop_assert!((auc(&merged.scores) - expected).abs() < 1e-12);
             proptest::prop_assert!((auc(&scores) - expected).abs() < 1e-12);
         }
+    }
+
+    /// A NaN score once made the tie loop spin forever (`NaN == NaN` is false).
+    #[test]
+    fn nan_scores_rank_last_and_end() {
+        let s = [(f32::NAN, 1.0), (0.5, -1.0), (f32::NAN, -1.0), (1.0, 1.0)];
+        // Positives: NaN (ties the negative NaN: 1/2, below 0.5: 0) and 1.0 (wins both).
+        assert_eq!(auc(&s), (0.5 + 0.0 + 1.0 + 1.0) / 4.0);
+        assert_eq!(auc(&[(f32::NAN, 1.0), (f32::NAN, -1.0)]), 0.5);
     }
 
     #[test]

@@ -2,11 +2,14 @@
 //! read and no parsing of text.
 //!
 //! ```text
-//! "GFROWS1\n"  dim u32  rows u64
+//! "GFROWS2\n"  dim u32  rows u64
 //! per row: id u64  test u8  label f32  nnz u32  keys [u32; nnz]  values [f32; nnz]
+//! xxh3-64 of every byte before, u64
 //! ```
+//!
+//! A file is written whole or not at all ([`crate::atomic`]); a cut or damaged one is an error.
+//! Version 1 files (`GFROWS1`, no checksum) are still read.
 
-use std::io::Write;
 use std::path::Path;
 
 /// One prepared row: what `gradflow data prepare` writes, and what a program's dataflow hands
@@ -25,7 +28,8 @@ pub struct PreparedRow {
     pub values: Vec<f32>,
 }
 
-const MAGIC: &[u8; 8] = b"GFROWS1\n";
+const MAGIC: &[u8; 8] = b"GFROWS2\n";
+const MAGIC_V1: &[u8; 8] = b"GFROWS1\n";
 
 /// Writes `rows` (of a map of dimension `dim`) to `path`.
 pub fn write_rows(path: &Path, dim: u32, rows: &[PreparedRow]) -> std::io::Result<()> {
@@ -45,7 +49,9 @@ pub fn write_rows(path: &Path, dim: u32, rows: &[PreparedRow]) -> std::io::Resul
             .iter()
             .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
     }
-    std::fs::File::create(path)?.write_all(&b)
+    let sum = xxhash_rust::xxh3::xxh3_64(&b);
+    b.extend_from_slice(&sum.to_le_bytes());
+    crate::atomic::write(path, b)
 }
 
 /// Reads a file written by [`write_rows`]: `(dim, rows)`. Every count is checked against the
@@ -58,15 +64,28 @@ pub fn read_rows(path: &Path) -> Result<(u32, Vec<PreparedRow>), String> {
 /// Parses the bytes of a rows file; `path` names it in errors.
 pub fn parse_rows(bytes: &[u8], path: &Path) -> Result<(u32, Vec<PreparedRow>), String> {
     let err = |at: usize, m: &str| format!("{}: byte {at}: {m}", path.display());
+    let bytes = match bytes.get(..8) {
+        Some(m) if m == MAGIC => {
+            let Some(body) = bytes.len().checked_sub(8).map(|n| &bytes[..n]) else {
+                return Err(err(0, "truncated"));
+            };
+            let sum = u64::from_le_bytes(bytes[body.len()..].try_into().expect("8 bytes"));
+            if xxhash_rust::xxh3::xxh3_64(body) != sum {
+                let m = "the checksum does not match: the file was cut short or damaged";
+                return Err(err(body.len(), m));
+            }
+            body
+        }
+        Some(m) if m == MAGIC_V1 => bytes,
+        _ => return Err(err(0, "not a gradflow rows file")),
+    };
     let mut at = 0usize;
     let mut take = |n: usize| -> Result<&[u8], String> {
         let s = bytes.get(at..at + n).ok_or_else(|| err(at, "truncated"))?;
         at += n;
         Ok(s)
     };
-    if take(8)? != MAGIC {
-        return Err(err(0, "not a gradflow rows file"));
-    }
+    take(8)?; // the magic, checked above
     let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().unwrap());
     let dim = u32_(take(4)?);
     let n = u64::from_le_bytes(take(8)?.try_into().unwrap());
@@ -136,6 +155,12 @@ mod tests {
         for cut in 0..good.len() {
             std::fs::write(&p, &good[..cut]).unwrap();
             assert!(read_rows(&p).is_err(), "cut at {cut}");
+        }
+        for at in 0..good.len() {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0x10;
+            std::fs::write(&p, &flipped).unwrap();
+            assert!(read_rows(&p).is_err(), "byte {at} changed");
         }
         write_rows(&p, 5, &rows).unwrap();
         assert!(read_rows(&p).unwrap_err().contains("below the dimension"));
