@@ -118,8 +118,8 @@ impl ClusterSpec {
                 .map(|(i, h)| (place(i), h.trim().to_owned()))
                 .collect()
         } else if let Some(path) = &self.hostfile {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let text = crate::data::source::read_input_text(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             let lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
             let hosts: Vec<(String, String)> = lines
                 .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
@@ -297,7 +297,15 @@ pub fn run_program(
         0 => WireCounters::new(),
         _ => WireCounters::totals_only(),
     };
-    let (builders, resume) = start_communication(job, &wire, cluster)?;
+    // What a checkpoint records of the inputs, and a resumed run checks.
+    let inputs = match job.train.checkpoint.is_some() || cluster.resume.is_some() {
+        true => job
+            .input_files()
+            .map(|p| checkpoint::InputPrint::of(p))
+            .collect::<Result<Vec<_>, String>>()?,
+        false => Vec::new(),
+    };
+    let (builders, resume) = start_communication(job, &wire, cluster, &inputs)?;
     let job_id = job.cluster_id();
     let job = Arc::new(job.clone());
     let (threads, processes, peer_timeout) =
@@ -308,6 +316,7 @@ pub fn run_program(
         (spec, _) => Some(Checkpoints::new(
             spec.clone(),
             job_id,
+            inputs,
             cluster.process,
             threads,
             threads * processes,
@@ -648,7 +657,7 @@ pub fn prepare_job(
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let wire = WireCounters::new();
-    let (builders, _) = start_communication(job, &wire, cluster)?;
+    let (builders, _) = start_communication(job, &wire, cluster, &[])?;
     let (job, out) = (Arc::new(job.clone()), out.to_path_buf());
     let guards = timely::execute::execute_from(
         builders.0,
@@ -703,11 +712,20 @@ fn start_communication(
     job: &Job,
     wire: &WireCounters,
     cluster: &ClusterSpec,
+    inputs: &[checkpoint::InputPrint],
 ) -> Result<(Builders, Resume), String> {
     let hooks = wire.hooks();
     let id = job.cluster_id();
     let mine = match &cluster.resume {
-        Some(dir) => Some(checkpoint::complete_rounds(dir, id, cluster.process)?),
+        Some(dir) => {
+            let (process, threads) = (cluster.process, cluster.workers);
+            let (rounds, notes) =
+                checkpoint::resumable_rounds(dir, id, process, threads, Some(inputs))?;
+            for note in notes {
+                eprintln!("note: process {process}: {note}");
+            }
+            Some(rounds)
+        }
         None => None,
     };
     let resume = |round: Option<u64>| -> Result<Resume, String> {

@@ -253,20 +253,25 @@ fn a_bad_resume_is_an_error_naming_the_cause() {
     assert!(e.contains(&names[0]), "{e}");
     assert_eq!(std::fs::read(&rows_log).unwrap(), flipped);
     std::fs::write(&rows_log, &saved).unwrap();
-    // A damaged worker file: the error names it.
-    let last = *complete(&dir.path().join("ckpt"), 1).last().unwrap();
-    let file = dir
-        .path()
-        .join(format!("ckpt/round-{last:012}/worker-0001.bin"));
+    // A damaged worker file of the latest checkpoint: named in a note, and the run resumes
+    // from the one before (which is why two are kept), ending with the same model.
+    let model = std::fs::read(dir.path().join("model.txt")).unwrap();
+    let file = dir.path().join("ckpt/round-000000000080/worker-0001.bin");
     let mut bytes = std::fs::read(&file).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 1;
     std::fs::write(&file, bytes).unwrap();
-    let e = resume(&short, "ckpt");
+    let (ok, e) = train(&short, &["-w", "2", "--resume", "ckpt"]);
+    assert!(ok, "{e}");
     assert!(
         e.contains("worker-0001.bin") && e.contains("checksum mismatch"),
         "{e}"
     );
+    assert!(
+        e.contains("round 80 is passed over") && e.contains("resuming from round 60"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(dir.path().join("model.txt")).unwrap(), model);
     // A fresh run over them says so and replaces them, and they resume.
     let (ok, e) = train(&short, &["-w", "2"]);
     assert!(
@@ -276,6 +281,82 @@ fn a_bad_resume_is_an_error_naming_the_cause() {
     assert_eq!(complete(&ckpt, 1), vec![60, 80]);
     let (ok, e) = train(&short, &["-w", "2", "--resume", "ckpt"]);
     assert!(ok && e.contains("resuming from round 80"), "{e}");
+}
+
+/// A kill between the two processes' markers leaves the latest checkpoint complete on one
+/// process only: they agree on the one before, and the resumed run must not try to mark a
+/// round it did not write (it once failed there on every retry, the older round pruned).
+#[test]
+fn a_checkpoint_one_process_did_not_complete_resumes_from_the_one_before() {
+    let short = JOB
+        .replace("epochs = 800", "epochs = 10")
+        .replace("every_rounds = 40", "every_rounds = 20");
+    let (dir, _) = setup(&short);
+    finish(start(dir.path(), 2, &[]));
+    let model = std::fs::read(dir.path().join("model.txt")).unwrap();
+    let ckpt = dir.path().join("ckpt");
+    assert_eq!(complete(&ckpt, 2), vec![60, 80]);
+    std::fs::remove_file(ckpt.join("round-000000000080/complete-process-1")).unwrap();
+    std::fs::remove_file(dir.path().join("model.txt")).unwrap();
+    let err = finish(start(dir.path(), 2, &["--resume", "ckpt"]));
+    assert!(err.contains("resuming from round 60"), "{err}");
+    assert_eq!(std::fs::read(dir.path().join("model.txt")).unwrap(), model);
+    // And it resumes again from what that run left.
+    assert_eq!(complete(&ckpt, 2), vec![60, 80]);
+    finish(start(dir.path(), 2, &["--resume", "ckpt"]));
+}
+
+/// A checkpoint records the data it was trained on: flipping labels (same size) or cutting
+/// the file between the kill and `--resume` is an error naming the file, not a silent run.
+#[test]
+fn resuming_on_changed_data_is_an_error_naming_the_file() {
+    let rows: String = (0..400)
+        .map(|i| {
+            format!(
+                "{} {}:1 {}:0.5\n",
+                if i % 3 == 0 { "+1" } else { "-1" },
+                i % 37 + 1,
+                i % 11 + 40
+            )
+        })
+        .collect();
+    let job = JOB
+        .replace(
+            "[data.synth]\nrows = 10000\ndim = 20000\nnnz = 20\n",
+            "[data]\ntrain = \"rows.svm\"\n",
+        )
+        .replace("epochs = 800", "epochs = 10")
+        .replace("every_rounds = 40", "every_rounds = 20");
+    let (dir, _) = setup(&job);
+    std::fs::write(dir.path().join("rows.svm"), &rows).unwrap();
+    finish(start(dir.path(), 1, &[]));
+    let resume = || {
+        let out = Command::new(BIN)
+            .current_dir(dir.path())
+            .args(["train", "job.toml", "-q", "-w", "2", "--resume", "ckpt"])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, e) = resume();
+    assert!(ok, "the same data resumes: {e}");
+    let flipped = rows.replacen("+1", "-1", 60);
+    assert_eq!(flipped.len(), rows.len());
+    for (changed, why) in [
+        (&flipped[..], "its content changed"),
+        (&rows[..rows.len() / 2], "bytes then"),
+    ] {
+        std::fs::write(dir.path().join("rows.svm"), changed).unwrap();
+        let (ok, e) = resume();
+        assert!(!ok, "{e}");
+        assert!(
+            e.contains("rows.svm: the input changed") && e.contains(why),
+            "{e}"
+        );
+    }
 }
 
 #[test]

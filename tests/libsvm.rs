@@ -126,6 +126,86 @@ fn malformed_inputs_name_file_line_and_column() {
     }
 }
 
+/// Under a two-class loss a label is +1/-1 or 1/0 (`2` and `0.5` used to become +1 silently);
+/// a byte-order mark before the first label is skipped.
+#[test]
+fn two_class_labels_are_checked_and_a_byte_order_mark_is_skipped() {
+    let binary = LibsvmOptions {
+        binary: true,
+        ..LibsvmOptions::default()
+    };
+    let good = parse("+1 1:1\n-1 1:1\n1 2:1\n0 2:1\n-0 1:1\n1.0 1:1\n", &binary).unwrap();
+    assert_eq!(good.train.labels, vec![1.0, -1.0, 1.0, 0.0, 0.0, 1.0]);
+    for (text, line, column, label) in [
+        ("1 1:1\n2 1:1\n", 2, 1, "'2'"),
+        ("  0.5 1:1\n", 1, 3, "'0.5'"),
+        ("1 1:1\n-1 1:1\n-2 3:1\n", 3, 1, "'-2'"),
+    ] {
+        let e = parse(text, &binary).unwrap_err();
+        assert_eq!((e.line, e.column), (line, column), "{text:?}: {e}");
+        assert!(
+            e.message.contains(label) && e.message.contains("two classes"),
+            "{e}"
+        );
+    }
+    // The same file under a regression loss: any finite label.
+    assert!(parse("2 1:1\n0.5 1:1\n", &LibsvmOptions::default()).is_ok());
+    // A byte-order mark at the start of the file, not elsewhere.
+    let bom = parse("\u{feff}1 1:1\n-1 2:1\n", &binary).unwrap();
+    assert_eq!(bom.train.labels, vec![1.0, -1.0]);
+    let e = parse("1 1:1\n\u{feff}1 2:1\n", &binary).unwrap_err();
+    assert_eq!((e.line, e.column), (2, 1), "{e}");
+}
+
+/// An error quotes at most 80 characters of a token, then its length: a 20 MB line is not
+/// echoed whole.
+#[test]
+fn an_error_quotes_a_long_token_clipped() {
+    let text = format!("1 2:{}\n", "x".repeat(20_000_000));
+    let e = parse(&text, &LibsvmOptions::default()).unwrap_err();
+    let shown = e.to_string();
+    assert!(shown.len() < 200, "{} bytes", shown.len());
+    assert!(shown.ends_with("… (20000000 bytes)'"), "{shown}");
+}
+
+/// A FIFO with no writer used to block the run forever at `open`; a pipe (`<(cat file)`)
+/// read as an empty file. Both are errors at once, naming the file.
+#[test]
+fn a_fifo_or_a_directory_as_input_is_an_error_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("rows.svm");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let model = dir.path().join("model.txt");
+    std::fs::create_dir(&model).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (f, m) = (fifo.clone(), model.clone());
+    std::thread::spawn(move || {
+        let data = job_for(&f, None)
+            .load_worker_data(0, 1)
+            .map(|_| ())
+            .unwrap_err();
+        let model = gradflow::model::file::ModelFile::load(&m).unwrap_err();
+        let job = gradflow::job::Job::load(&f, &[]).unwrap_err().to_string();
+        tx.send((data, model, job)).unwrap();
+    });
+    let (data, model, job) = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("reading a FIFO must not block");
+    assert!(
+        data.contains("rows.svm") && data.contains("a pipe or FIFO, not a regular file"),
+        "{data}"
+    );
+    assert!(
+        job.contains("rows.svm") && job.contains("a pipe or FIFO"),
+        "{job}"
+    );
+    assert!(
+        model.contains("model.txt") && model.contains("a directory"),
+        "{model}"
+    );
+}
+
 #[test]
 fn missing_file_is_an_error_naming_it() {
     let e = gradflow::data::read_libsvm(
@@ -182,7 +262,7 @@ fn features_beyond_a_fixed_dimension_can_be_ignored_and_counted() {
 #[test]
 fn a_tail_split_holds_out_the_last_rows_in_file_order() {
     use gradflow::job::Job;
-    // Labels number the rows; comments and blank lines are not rows.
+    // Labels number the rows (a regression's labels); comments and blank lines are not rows.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.svm");
     let mut text = String::from("# ten rows\n\n");
@@ -195,7 +275,7 @@ fn a_tail_split_holds_out_the_last_rows_in_file_order() {
     std::fs::write(&path, &text).unwrap();
     assert_eq!(gradflow::data::count_rows(&path).unwrap(), 10);
     let job_text = format!(
-        "[data]\ntrain = {:?}\ntest_fraction = 0.3\ntest_split = \"tail\"\n",
+        "[data]\ntrain = {:?}\ntest_fraction = 0.3\ntest_split = \"tail\"\n[model]\nloss = \"squared\"\n",
         path.display().to_string()
     );
     let job = Job::parse(&job_text, Path::new("j.toml"), &[]).unwrap();
@@ -358,6 +438,37 @@ fn every_worker_reports_the_first_bad_line_of_any_part() {
     assert_eq!(errors, vec![Some(expected.clone()), Some(expected)]);
 }
 
+/// `batch_fraction = 1e-5` on 2,000 rows ran 100,000 rounds, 98% of them empty and recorded as
+/// loss 0. A batch of less than one row is an error with the smallest valid value, which the
+/// test then uses.
+#[test]
+fn a_batch_fraction_that_selects_no_rows_is_an_error_naming_the_smallest_valid_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("rows.svm");
+    std::fs::write(&train, uneven_file(2000, None)).unwrap();
+    let with = |fraction: &str| {
+        let mut job = job_for(&train, None);
+        job.train.batch_fraction = fraction.parse().unwrap();
+        job
+    };
+    let errors = load_errors_on_two_workers(with("1e-5"));
+    let e = errors[0].clone().expect("an error");
+    assert_eq!(errors[1].as_ref(), Some(&e), "both workers report the same");
+    assert!(
+        e.contains("train.batch_fraction = 0.00001 makes 100000 rounds"),
+        "{e}"
+    );
+    let smallest = e.split("smallest valid value is ").nth(1).unwrap();
+    let smallest = smallest.split(' ').next().unwrap();
+    assert_eq!(
+        load_errors_on_two_workers(with(smallest)),
+        [None, None],
+        "{smallest}"
+    );
+    let just_below = (smallest.parse::<f64>().unwrap() * 0.99).to_string();
+    assert!(load_errors_on_two_workers(with(&just_below))[0].is_some());
+}
+
 #[test]
 fn a_training_file_without_rows_is_an_error_not_an_empty_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -401,7 +512,7 @@ fn a_stray_huge_index_is_an_error_naming_its_place_not_an_allocation() {
     let run = |text: &str, max_dim: &str| {
         std::fs::write(&path, text).unwrap();
         let job = format!(
-            "[data]\ntrain = {:?}\n{max_dim}\n[train]\nepochs = 1\n",
+            "[data]\ntrain = {:?}\n{max_dim}\n[train]\nepochs = 1\nbatch_fraction = 1.0\n",
             path.display().to_string()
         );
         let job = gradflow::job::Job::parse(&job, Path::new("job.toml"), &[]).unwrap();

@@ -237,7 +237,8 @@ impl Cell {
     /// The cell's job: the base job's table with the cell's fields set, as TOML text, checked by
     /// loading it as a job (so a bad field is an error before anything runs).
     pub fn job_text(&self, base: &Path, extra: &[(String, toml::Value)]) -> Result<String, String> {
-        let text = std::fs::read_to_string(base).map_err(|e| format!("{}: {e}", base.display()))?;
+        let text = crate::data::source::read_input_text(base)
+            .map_err(|e| format!("{}: {e}", base.display()))?;
         let mut table: toml::Table =
             toml::from_str(&text).map_err(|e| format!("{}: {e}", base.display()))?;
         for (key, value) in self.sets.iter().chain(extra) {
@@ -296,7 +297,8 @@ impl Suite {
 
     /// Loads and validates a suite file.
     pub fn load(path: &Path) -> Result<Suite, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = crate::data::source::read_input_text(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let f: SuiteFile = toml::from_str(&text)
             .map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
         let at = |what: String| format!("{}: {what}", path.display());

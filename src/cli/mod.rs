@@ -692,8 +692,15 @@ fn printer(quiet: bool) -> ObserverFactory {
 /// After a failure: where the last complete checkpoint is and how to continue from it.
 fn resume_hint(job: &Job, a: &TrainArgs, process: usize) -> Option<String> {
     let dir = &job.train.checkpoint.as_ref()?.dir;
-    let rounds = crate::dataflow::checkpoint::complete_rounds(dir, job.cluster_id(), process);
-    let last = rounds.ok()?.last().copied()?;
+    let threads = a.place.spec().workers;
+    let rounds = crate::dataflow::checkpoint::resumable_rounds(
+        dir,
+        job.cluster_id(),
+        process,
+        threads,
+        None,
+    );
+    let last = rounds.ok()?.0.last().copied()?;
     Some(format!(
         "note: process {process}: the last complete checkpoint is round {last} in {}; continue \
          with `gradflow train {} --resume {}` (the same job, overrides, processes and threads)",
@@ -874,6 +881,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                 dim: Some(data_dim),
                 ignore_beyond_dim: true,
                 classes: model.classes,
+                binary: loss.task() == crate::model::Task::Binary,
                 ..LibsvmOptions::default()
             };
             let split =

@@ -20,7 +20,8 @@ use crate::sparse::SparseGrad;
 
 /// Reads a gradient file; errors name the file and what is wrong.
 pub fn read_gradient(path: &Path, dim: u32) -> Result<SparseGrad, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes =
+        crate::data::source::read_input(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let err = |m: String| format!("{}: {m}", path.display());
     if bytes.len() < 8 {
         return Err(err(format!(

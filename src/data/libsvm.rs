@@ -6,7 +6,6 @@
 //! column of the offending token; the reader never panics on input.
 
 use std::fmt;
-use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
@@ -64,6 +63,9 @@ pub struct LibsvmOptions {
     pub max_dim: u32,
     /// Labels are classes `0..classes` (softmax): any other label is an error naming its place.
     pub classes: Option<u32>,
+    /// Labels are two classes, +1/-1 or 1/0 (logistic, hinge): any other label is an error
+    /// naming its place.
+    pub binary: bool,
 }
 
 impl Default for LibsvmOptions {
@@ -74,6 +76,7 @@ impl Default for LibsvmOptions {
             ignore_beyond_dim: false,
             max_dim: super::MAX_DIM,
             classes: None,
+            binary: false,
         }
     }
 }
@@ -101,7 +104,7 @@ pub fn read_libsvm(
     opts: &LibsvmOptions,
     filter: &RowFilter,
 ) -> Result<Split, DataError> {
-    let file = File::open(path).map_err(|e| DataError {
+    let file = super::source::open_input(path).map_err(|e| DataError {
         file: path.to_path_buf(),
         line: 0,
         column: 0,
@@ -119,7 +122,7 @@ pub fn count_rows(path: &Path) -> Result<usize, DataError> {
         column: 0,
         message,
     };
-    let file = File::open(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
+    let file = super::source::open_input(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
     let mut reader = BufReader::new(file);
     let (mut line, mut line_no, mut rows) = (Vec::new(), 0usize, 0usize);
     loop {
@@ -150,7 +153,7 @@ pub fn parse_libsvm<R: BufRead>(
         total_rows: 0,
         ignored_features: 0,
     };
-    let parsed = parser.lines(&mut reader, u64::MAX, |p, label| {
+    let parsed = parser.lines(&mut reader, u64::MAX, true, |p, label| {
         let row = split.total_rows;
         split.total_rows += 1;
         match filter.side(row) {
@@ -201,9 +204,12 @@ pub fn read_libsvm_part(
     let mut data = Dataset::new(parser.declared);
     // A guess from the bytes, to grow the arrays rarely: ~8 bytes per feature.
     data.reserve(0, ((end - start) / 8) as usize);
-    let parsed = parser.lines(&mut reader, end.saturating_sub(first), |p, label| {
-        data.push_row_unchecked(&p.keys, &p.vals, label)
-    });
+    let parsed = parser.lines(
+        &mut reader,
+        end.saturating_sub(first),
+        first == 0,
+        |p, label| data.push_row_unchecked(&p.keys, &p.vals, label),
+    );
     if let Err((line, column, message)) = parsed {
         // Only an error pays for counting the lines before the part.
         return Err(DataError {
@@ -267,12 +273,14 @@ impl<'o> LineParser<'o> {
     }
 
     /// Parses the lines of `reader` that start before its byte `limit`, handing each row's
-    /// label to `row` (its features are in `keys`/`vals`). An error carries the 0-based number
-    /// of its line among those read, its column and its message.
+    /// label to `row` (its features are in `keys`/`vals`); `at_start`: the reader is at the
+    /// file's first byte, where a UTF-8 byte-order mark is skipped. An error carries the
+    /// 0-based number of its line among those read, its column and its message.
     fn lines<R: BufRead>(
         &mut self,
         reader: &mut R,
         limit: u64,
+        at_start: bool,
         mut row: impl FnMut(&Self, f32),
     ) -> Result<(), (usize, usize, String)> {
         let (mut line, mut offset, mut lines) = (Vec::new(), 0u64, 0usize);
@@ -284,7 +292,11 @@ impl<'o> LineParser<'o> {
             if n == 0 {
                 break;
             }
-            match self.parse(&line) {
+            let text = match line.strip_prefix(b"\xef\xbb\xbf") {
+                Some(rest) if at_start && offset == 0 => rest,
+                _ => &line[..],
+            };
+            match self.parse(text) {
                 Ok(Some(label)) => {
                     if let Some(&last) = self.keys.last() {
                         self.max_index = Some(self.max_index.map_or(last, |m| m.max(last)));
@@ -322,6 +334,13 @@ impl<'o> LineParser<'o> {
         if let Some(k) = self.opts.classes.filter(|&k| !super::is_class(label, k)) {
             let shown = format!("'{}'", show(label_tok));
             return Err((col, super::not_a_class(&shown, k)));
+        }
+        if self.opts.binary && !super::is_binary_label(label) {
+            let m = format!(
+                "label '{}' is not one of two classes: this loss reads +1 and -1, or 1 and 0",
+                show(label_tok)
+            );
+            return Err((col, m));
         }
         self.keys.clear();
         self.vals.clear();
@@ -401,9 +420,9 @@ impl<'o> LineParser<'o> {
     }
 }
 
-/// A token for an error message.
+/// A token for an error message (clipped: a 200 MB token is not echoed).
 fn show(t: &[u8]) -> std::borrow::Cow<'_, str> {
-    String::from_utf8_lossy(t)
+    super::clip_bytes(t)
 }
 
 /// A decimal integer (an optional `+`, then digits), `None` on anything else or overflow.

@@ -32,6 +32,55 @@ impl Part {
     }
 }
 
+/// Opens the input file `path` for reading; anything but a regular file (a FIFO, a pipe such
+/// as `<(cat x)`, a directory, a device) is an error at once. Opening a FIFO without a writer
+/// would block forever, and inputs are read by byte ranges and more than once, which a stream
+/// cannot give: such data must be saved to a file first. The open itself does not block (it
+/// is non-blocking, and the type is checked on what was opened).
+pub fn open_input(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        // Regular files ignore O_NONBLOCK; clear it all the same, for what reads the file.
+        // SAFETY: fcntl on a descriptor this function owns, with plain integer arguments.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+        return Ok(file);
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a pipe or FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    };
+    Err(std::io::Error::other(format!(
+        "{what}, not a regular file: gradflow reads its inputs by byte ranges and more than once,          so a stream must be saved to a file first"
+    )))
+}
+
+/// The whole of the input file `path` ([`open_input`]).
+pub fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open_input(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The whole of the input file `path` ([`open_input`]) as UTF-8 text.
+pub fn read_input_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_input(path)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
 /// An error opening or reading `path`.
 pub fn open_error(path: &Path, e: impl std::fmt::Display) -> DataError {
     DataError {
@@ -45,7 +94,7 @@ pub fn open_error(path: &Path, e: impl std::fmt::Display) -> DataError {
 /// Whether `path` is gzip or zstd (by its first bytes).
 pub fn compression(path: &Path) -> Result<Option<&'static str>, DataError> {
     let mut magic = [0u8; 4];
-    let mut f = File::open(path).map_err(|e| open_error(path, e))?;
+    let mut f = open_input(path).map_err(|e| open_error(path, e))?;
     let n = f.read(&mut magic).map_err(|e| open_error(path, e))?;
     Ok(match &magic[..n] {
         [0x1f, 0x8b, ..] => Some("gzip"),
@@ -56,7 +105,7 @@ pub fn compression(path: &Path) -> Result<Option<&'static str>, DataError> {
 
 /// The file's bytes from the start, decompressed.
 pub fn open_stream(path: &Path) -> Result<Box<dyn BufRead>, DataError> {
-    let file = File::open(path).map_err(|e| open_error(path, e))?;
+    let file = open_input(path).map_err(|e| open_error(path, e))?;
     let raw = BufReader::with_capacity(1 << 16, file);
     Ok(match compression(path)? {
         Some("gzip") => Box::new(BufReader::with_capacity(
@@ -94,7 +143,7 @@ pub fn count_byte(mut from: impl Read, byte: u8, path: &Path) -> Result<u64, Dat
 /// A plain file opened at the first line that starts at or after `start`, and that line's
 /// offset.
 pub fn open_at_line(path: &Path, start: u64) -> Result<(BufReader<File>, u64), DataError> {
-    let file = File::open(path).map_err(|e| open_error(path, e))?;
+    let file = open_input(path).map_err(|e| open_error(path, e))?;
     let mut file = BufReader::with_capacity(1 << 16, file);
     if start == 0 {
         return Ok((file, 0));

@@ -31,6 +31,12 @@
 //! **Files.** Each is `GFCKPT` magic and version, the state (bincode), and a SHA-256 of both;
 //! it is written to a temporary name, synced and renamed. Reading checks magic, checksum, job,
 //! round, worker, worker count and dimension, and names the file in every error.
+//!
+//! **Resuming.** A process offers the complete rounds whose own files are intact (a damaged
+//! file is named in a note, and the older round is offered instead), so a damaged latest
+//! checkpoint resumes from the one before. The marker records each input file this process
+//! read (size and xxh3 digest, [`InputPrint`]): resuming on changed data is an error naming the
+//! file.
 
 use std::collections::BTreeSet;
 use std::io::{BufWriter, Read, Write};
@@ -98,6 +104,8 @@ pub struct Checkpoints(Arc<Shared>);
 struct Shared {
     spec: Option<CheckpointSpec>,
     job: [u8; 16],
+    /// The inputs this process reads, recorded in its markers.
+    inputs: Vec<InputPrint>,
     process: usize,
     threads: usize,
     workers: usize,
@@ -139,27 +147,89 @@ fn marker(process: usize) -> String {
     format!("complete-process-{process}")
 }
 
-/// The text of a completion marker: the job and the round.
-fn marker_text(job: &[u8; 16], round: u64) -> String {
-    format!(
-        "job = \"{}\"\nround = {round}\n",
-        crate::handshake::hex(job)
-    )
+/// An input file as a run read it: what a checkpoint records so that a resumed run can tell
+/// that its data changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputPrint {
+    /// The path, as the job names it.
+    pub file: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The xxh3-64 digest of its bytes (hex).
+    pub xxh3: String,
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file, synced, renamed, directory synced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let tmp = path.with_extension("tmp");
-    let err = |e: std::io::Error| format!("checkpoint: {}: {e}", path.display());
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)?;
-    if let Some(parent) = path.parent() {
-        std::fs::File::open(parent)
-            .and_then(|d| d.sync_all())
-            .map_err(err)?;
+impl InputPrint {
+    /// Reads `path` whole (~10 GB/s from the page cache) and digests it.
+    pub fn of(path: &Path) -> Result<InputPrint, String> {
+        let err = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mut file = crate::data::source::open_input(path).map_err(err)?;
+        let (mut hasher, mut buf, mut bytes) =
+            (xxhash_rust::xxh3::Xxh3::new(), vec![0u8; 1 << 20], 0u64);
+        loop {
+            let n = file.read(&mut buf).map_err(err)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            bytes += n as u64;
+        }
+        Ok(InputPrint {
+            file: path.display().to_string(),
+            bytes,
+            xxh3: format!("{:016x}", hasher.digest()),
+        })
     }
-    Ok(())
+}
+
+/// A completion marker: the job, the round and the inputs this process read.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Marker {
+    job: String,
+    round: u64,
+    /// Absent in markers of earlier versions, which are not checked.
+    #[serde(default)]
+    input: Vec<InputPrint>,
+}
+
+/// The text of a completion marker.
+fn marker_text(job: &[u8; 16], round: u64, inputs: &[InputPrint]) -> String {
+    let marker = Marker {
+        job: crate::handshake::hex(job),
+        round,
+        input: inputs.to_vec(),
+    };
+    toml::to_string(&marker).expect("a marker is plain TOML")
+}
+
+/// The most bytes of a marker file that are read.
+const MAX_MARKER: u64 = 1 << 20;
+
+/// The marker at `path`: `None` when absent; an error when it is not a marker of `job`'s
+/// round `round`.
+fn read_marker(path: &Path, job: [u8; 16], round: u64) -> Result<Option<Marker>, String> {
+    let Ok(file) = crate::data::source::open_input(path) else {
+        return Ok(None);
+    };
+    let mut text = String::new();
+    let read = file.take(MAX_MARKER).read_to_string(&mut text);
+    let marker = read
+        .ok()
+        .and_then(|_| toml::from_str::<Marker>(&text).ok())
+        .filter(|m| m.job == crate::handshake::hex(&job) && m.round == round);
+    marker.map(Some).ok_or_else(|| {
+        format!(
+            "--resume: {}: a checkpoint of another job (or damaged): resume with the job file \
+             and overrides that wrote it",
+            path.display()
+        )
+    })
+}
+
+/// Writes `bytes` to `path` atomically ([`crate::atomic`]).
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    crate::atomic::write(path, bytes).map_err(|e| format!("checkpoint: {}: {e}", path.display()))
 }
 
 /// What a checkpoint file holds: magic, `state` and a SHA-256 of both.
@@ -192,10 +262,12 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 impl Checkpoints {
     /// Checkpointing as `spec` says (`None`: none, but a resumed run still hands its restored
     /// metrics through) for process `process` (of `threads` workers) of a run over `workers`
-    /// workers, of the job with id `job` ([`crate::job::Job::cluster_id`]).
+    /// workers, of the job with id `job` ([`crate::job::Job::cluster_id`]) whose inputs are
+    /// `inputs`.
     pub fn new(
         spec: Option<CheckpointSpec>,
         job: [u8; 16],
+        inputs: Vec<InputPrint>,
         process: usize,
         threads: usize,
         workers: usize,
@@ -207,6 +279,7 @@ impl Checkpoints {
         Ok(Checkpoints(Arc::new(Shared {
             spec,
             job,
+            inputs,
             process,
             threads: threads.max(1),
             workers,
@@ -289,8 +362,10 @@ impl Checkpoints {
         if every == 0 {
             return Ok(());
         }
+        // Only checkpoints this run wrote: a resumed run's earlier rounds are not its own (the
+        // round before the one it resumed from may be pruned already).
         let last = (r.saturating_sub(1) / every) * every;
-        if last > 0 && last != plan.start_round && r > last && !p.complete.contains(&last) {
+        if last > plan.start_round && r > last && !p.complete.contains(&last) {
             p.written.insert(last);
         }
         self.complete(&mut p)
@@ -308,7 +383,7 @@ impl Checkpoints {
             p.written.remove(&r);
             p.metrics.remove(&r);
             let dir = round_dir(self.dir(), r);
-            let text = marker_text(&self.0.job, r);
+            let text = marker_text(&self.0.job, r, &self.0.inputs);
             if let Err(e) = write_atomic(&dir.join(marker(self.0.process)), text.as_bytes()) {
                 p.error.get_or_insert(e.clone());
                 return Err(e);
@@ -599,21 +674,80 @@ pub fn complete_rounds(dir: &Path, job: [u8; 16], process: usize) -> Result<Vec<
         else {
             continue;
         };
-        let path = e.path().join(marker(process));
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        if text != marker_text(&job, round) {
-            return Err(format!(
-                "--resume: {}: a checkpoint of another job (or damaged): resume with the job \
-                 file and overrides that wrote it",
-                path.display()
-            ));
+        if read_marker(&e.path().join(marker(process)), job, round)?.is_some() {
+            rounds.push(round);
         }
-        rounds.push(round);
     }
     rounds.sort_unstable();
     Ok(rounds)
+}
+
+/// Where process `process` (of `threads` workers) can resume from in `dir`: its complete
+/// rounds whose own files are intact (checked by their checksums), increasing, and a note for
+/// each round passed over. With `inputs`, a round recorded on other inputs is an error naming
+/// the file that changed.
+pub fn resumable_rounds(
+    dir: &Path,
+    job: [u8; 16],
+    process: usize,
+    threads: usize,
+    inputs: Option<&[InputPrint]>,
+) -> Result<(Vec<u64>, Vec<String>), String> {
+    let (mut rounds, mut notes) = (Vec::new(), Vec::new());
+    for round in complete_rounds(dir, job, process)? {
+        let at = round_dir(dir, round);
+        if let Some(inputs) = inputs {
+            let marker = read_marker(&at.join(marker(process)), job, round)?;
+            check_inputs(&marker.map(|m| m.input).unwrap_or_default(), inputs)?;
+        }
+        let workers = (process * threads..(process + 1) * threads)
+            .map(|w| at.join(format!("worker-{w:04}.bin")));
+        let metrics = (process == 0).then(|| at.join("metrics.bin"));
+        let damaged = workers.chain(metrics).find_map(|path| {
+            let bytes = read(&path);
+            bytes.and_then(|b| unseal(&b, &path).map(|_| ())).err()
+        });
+        match damaged {
+            None => rounds.push(round),
+            Some(e) => notes.push(format!("{e}; round {round} is passed over")),
+        }
+    }
+    Ok((rounds, notes))
+}
+
+/// Whether the inputs a checkpoint `recorded` are the run's `current` ones (a checkpoint of an
+/// earlier version recorded none: not checked).
+fn check_inputs(recorded: &[InputPrint], current: &[InputPrint]) -> Result<(), String> {
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    for was in recorded {
+        let now = current.iter().find(|c| c.file == was.file);
+        let why = match now {
+            None => "the job no longer reads it".to_string(),
+            Some(now) if now.bytes != was.bytes => {
+                format!("{} bytes then, {} now", was.bytes, now.bytes)
+            }
+            Some(now) if now.xxh3 != was.xxh3 => "its content changed".into(),
+            Some(_) => continue,
+        };
+        return Err(format!(
+            "--resume: {}: the input changed since the checkpoint was written ({why}): a \
+             resumed run must read the data it was trained on; start afresh without --resume",
+            was.file
+        ));
+    }
+    if let Some(new) = current
+        .iter()
+        .find(|c| !recorded.iter().any(|r| r.file == c.file))
+    {
+        return Err(format!(
+            "--resume: {}: the checkpoint's run did not read this input: start afresh \
+             without --resume",
+            new.file
+        ));
+    }
+    Ok(())
 }
 
 /// Which worker file a worker restores, and what the file must match.

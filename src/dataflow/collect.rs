@@ -241,7 +241,7 @@ fn complete(
         epoch: q / plan.rounds_per_epoch + 1,
         round: q,
         seconds: start.elapsed().as_secs_f64(),
-        train_loss: acc.loss_sum / acc.rows.max(1) as f64,
+        train_loss: mean_loss(acc.loss_sum, acc.rows),
         gradient_keys: acc.grad_keys,
         ..Default::default()
     };
@@ -285,7 +285,7 @@ fn complete(
             epoch: epoch_number,
             round: q,
             seconds,
-            train_loss: epoch.loss_sum / epoch.rows.max(1) as f64,
+            train_loss: mean_loss(epoch.loss_sum, epoch.rows),
             test_loss: s.loss,
             test_accuracy: s.accuracy,
             test_auc: s.auc,
@@ -297,5 +297,12 @@ fn complete(
         e.set_times(&epoch.times);
         e.set_traffic(&traffic, busiest);
         emit(e);
+    }
+}
+/// The mean loss of `rows` rows; NaN (no value, not a loss of 0) for a round without rows.
+fn mean_loss(sum: f64, rows: u64) -> f64 {
+    match rows {
+        0 => f64::NAN,
+        n => sum / n as f64,
     }
 }

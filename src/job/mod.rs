@@ -391,7 +391,7 @@ impl Job {
     /// Loads `path` and applies `overrides` (`section.field=value`, the value in TOML syntax, or a
     /// bare string), then validates.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Job, JobError> {
-        let text = std::fs::read_to_string(path).map_err(|source| JobError::Io {
+        let text = crate::data::source::read_input_text(path).map_err(|source| JobError::Io {
             path: path.into(),
             source,
         })?;
@@ -770,11 +770,49 @@ impl Job {
     /// differential-dataflow pipeline on the workers. Also returns the feature map (TOML) of a
     /// CSV job and notes for the user. With `data.cache`, the rows come from the cache when
     /// every worker has a current one, and are loaded and cached otherwise.
+    ///
+    /// A batch fraction that would give some worker a batch of less than one row is an error
+    /// (the workers compare their row counts, so each reports the same smallest valid value).
     pub fn load_on(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {
-        match &self.data.cache {
+        let loaded = match &self.data.cache {
             Some(dir) if self.data.format != Format::Program => self.load_cached(worker, dir),
             _ => self.load_fresh(worker),
+        };
+        if self.data.format == Format::Program {
+            return loaded; // the program's dataflow brings the rows later
         }
+        // Every worker joins the comparison, a worker whose loading failed too.
+        let rows = loaded
+            .as_ref()
+            .map_or(u64::MAX, |l| l.0.train.rows() as u64);
+        let counts = gather(worker, vec![((worker.index(), rows), 1)], |c| c);
+        let fewest = counts.iter().min_by_key(|(_, rows)| *rows);
+        if let (Ok(_), Some(&(w, rows))) = (&loaded, fewest) {
+            self.check_batch(w, rows)?;
+        }
+        loaded
+    }
+
+    /// Whether every batch of a worker with `rows` training rows (worker `w`, the one with the
+    /// fewest) holds at least one row.
+    fn check_batch(&self, w: usize, rows: u64) -> Result<(), String> {
+        let per_epoch = self.rounds_per_epoch();
+        if rows >= per_epoch {
+            return Ok(());
+        }
+        if rows == 0 {
+            return Err(format!(
+                "worker {w} has no training rows: the data has fewer rows than the run has \
+                 workers (use fewer workers or more data)"
+            ));
+        }
+        Err(format!(
+            "train.batch_fraction = {} makes {per_epoch} rounds an epoch, but worker {w} trains \
+             on {rows} rows: its batches would hold less than one row. With this data and \
+             these workers the smallest valid value is {} (1/{rows})",
+            self.train.batch_fraction,
+            1.0 / rows.max(1) as f64,
+        ))
     }
 
     /// [`Job::load_on`] through the cache in `dir`. Whether to read it is decided by all
@@ -840,6 +878,17 @@ impl Job {
         Ok((data, dim, rows.features, notes))
     }
 
+    /// Every file the job reads its rows from: training and test files (and their IDX
+    /// labels), joined tables, a program's named inputs.
+    pub fn input_files(&self) -> impl Iterator<Item = &PathBuf> {
+        let d = &self.data;
+        [&d.train, &d.test, &d.train_labels, &d.test_labels]
+            .into_iter()
+            .flatten()
+            .chain(d.join.iter().map(|j| &j.file))
+            .chain(d.files.values())
+    }
+
     /// The fingerprint a cache file is written under: gradflow's version and executable,
     /// everything in the job that decides the rows (the data section, the loss, classes and
     /// intercept, the split's seed), the worker's place, and each input file's size and
@@ -861,17 +910,7 @@ impl Job {
             self.train.seed,
         );
         let exe = std::env::current_exe().ok();
-        let inputs = [
-            &data.train,
-            &data.test,
-            &data.train_labels,
-            &data.test_labels,
-        ];
-        let files = inputs
-            .into_iter()
-            .flatten()
-            .chain(data.join.iter().map(|j| &j.file));
-        for path in exe.iter().chain(files) {
+        for path in exe.iter().chain(self.input_files()) {
             let meta = std::fs::metadata(path).ok()?;
             let modified = meta
                 .modified()
@@ -959,6 +998,7 @@ impl Job {
                     ignore_beyond_dim: false,
                     max_dim: d.max_dim,
                     classes: self.classes(),
+                    binary: self.loss().task() == Task::Binary,
                 },
             ),
             Some(dim) => (
@@ -969,6 +1009,7 @@ impl Job {
                     ignore_beyond_dim: true,
                     max_dim: d.max_dim,
                     classes: self.classes(),
+                    binary: self.loss().task() == Task::Binary,
                 },
             ),
         };

@@ -133,7 +133,8 @@ impl ModelFile {
     /// As [`ModelFile::load_limited`], with a note for a file of an older format (one whose cut
     /// or damage cannot be detected).
     pub fn load_noted(path: &Path, max_dim: u32) -> Result<(ModelFile, Option<String>), String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = crate::data::source::read_input_text(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let model = Self::parse_limited(&text, max_dim)
             .map_err(|(line, m)| format!("{}:{line}: {m}", path.display()))?;
         let old = !text.starts_with(MAGIC);
@@ -301,9 +302,12 @@ impl ModelFile {
     }
 }
 
+/// A parse error: the 1-based line and the message.
+type LineError = (usize, String);
+
 /// A version 3 file's text before its `end` line, and that line's number and weight count,
 /// once the checksum matches.
-fn split_end(text: &str) -> Result<(&str, (usize, u64)), (usize, String)> {
+fn split_end(text: &str) -> Result<(&str, (usize, u64)), LineError> {
     let lines = text.lines().count();
     let cut = (
         lines,

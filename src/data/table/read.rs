@@ -155,7 +155,7 @@ pub fn count_quotes(path: &Path, part: Part) -> Result<u64, DataError> {
         .map_err(|e| open_error(path, e))?
         .len();
     let (start, end) = part.range(size);
-    let mut file = File::open(path).map_err(|e| open_error(path, e))?;
+    let mut file = crate::data::source::open_input(path).map_err(|e| open_error(path, e))?;
     file.seek(SeekFrom::Start(start))
         .map_err(|e| open_error(path, e))?;
     count_byte(file.take(end - start), b'"', path)

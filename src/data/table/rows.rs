@@ -57,7 +57,8 @@ pub fn write_rows(path: &Path, dim: u32, rows: &[PreparedRow]) -> std::io::Resul
 /// Reads a file written by [`write_rows`]: `(dim, rows)`. Every count is checked against the
 /// bytes that remain, and every key against `dim`.
 pub fn read_rows(path: &Path) -> Result<(u32, Vec<PreparedRow>), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes =
+        crate::data::source::read_input(path).map_err(|e| format!("{}: {e}", path.display()))?;
     parse_rows(&bytes, path)
 }
 
