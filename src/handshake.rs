@@ -17,12 +17,17 @@
 //! so a recorded handshake cannot be replayed, and the role byte keeps L's MAC from serving as
 //! C's. The job id is a digest of the job, so two processes of different jobs refuse each other
 //! with a message saying so. A listener refuses (and logs) whatever fails a check and goes on
-//! waiting for the real peer until the start-up timeout; each handshake runs on its own thread
-//! with a time limit, and at most [`MAX_PENDING`] run at once, so silent or flooding clients
-//! cannot stall the start-up. After start-up the listening sockets are closed.
+//! waiting for the real peer until the start-up timeout. Each handshake runs on its own thread
+//! and must finish by a deadline ([`HANDSHAKE_TIMEOUT`] for the whole exchange, not per read,
+//! so a client trickling a byte at a time cannot hold it open). At most [`MAX_PENDING`] run at
+//! once; a new connection beyond them evicts the oldest unfinished one, so clients that
+//! connect and stall can delay the real peer by a round trip, never crowd it out. (A flood of
+//! new connections faster than a handshake's round trip is not defended against here.) After
+//! start-up the listening sockets are closed.
 
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -39,10 +44,10 @@ pub const VERSION: u32 = 1;
 pub const HELLO_LEN: usize = 8 + 4 + 16 + 4 + 4 + 16;
 /// Bytes of a MAC (HMAC-SHA256).
 pub const TAG_LEN: usize = 32;
-/// Handshakes a listener runs at once; further connections are refused until one ends.
+/// Handshakes a listener runs at once; a further connection evicts the oldest.
 pub const MAX_PENDING: usize = 32;
-/// The longest a single handshake may take (bounded by the start-up timeout).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a whole handshake may take (bounded by the start-up timeout).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Refusals logged one by one; further ones are only counted.
 const LOGGED_REFUSALS: usize = 10;
 /// The byte a listener sends when it accepts a peer.
@@ -156,9 +161,47 @@ impl Hello {
 fn read_or<S: Read>(s: &mut S, buf: &mut [u8], what: &str) -> Result<(), String> {
     s.read_exact(buf).map_err(|e| match e.kind() {
         ErrorKind::UnexpectedEof => format!("closed the connection before {what}"),
-        ErrorKind::WouldBlock | ErrorKind::TimedOut => format!("sent no {what} in time"),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => format!("did not send {what} in time"),
         _ => format!("failed before {what}: {e}"),
     })
+}
+
+/// A socket whose every read and write must finish by one deadline: the timeouts are set to
+/// what is left of it before each call.
+struct Deadline<'a> {
+    stream: &'a mut TcpStream,
+    until: Instant,
+}
+
+impl Deadline<'_> {
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                ErrorKind::TimedOut,
+                "handshake deadline",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Deadline<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 /// The listener's side of the handshake with one connection, as process `me` of `processes`:
@@ -348,9 +391,17 @@ fn connect_to(
         }
         match dial(address, left.min(Duration::from_secs(2))) {
             Ok(mut s) => {
-                let limit = Some(left.min(HANDSHAKE_TIMEOUT));
-                let _ = s.set_read_timeout(limit).and(s.set_write_timeout(limit));
-                match greet(&mut s, me, peer, cred) {
+                let until = Instant::now() + left.min(HANDSHAKE_TIMEOUT);
+                let greeted = greet(
+                    &mut Deadline {
+                        stream: &mut s,
+                        until,
+                    },
+                    me,
+                    peer,
+                    cred,
+                );
+                match greeted {
                     Ok(()) => {
                         s.set_read_timeout(None)
                             .and(s.set_write_timeout(None))
@@ -402,7 +453,10 @@ fn accept_peers(
         (me + 1..n).filter(|&i| peers[i].is_none()).collect()
     };
     let (tx, rx) = mpsc::channel();
-    let (mut pending, mut refused) = (0usize, 0usize);
+    // Unfinished handshakes, oldest first: an id and a handle to cut the connection.
+    let mut pending: VecDeque<(u64, TcpStream)> = VecDeque::new();
+    let (mut next_id, mut evicted) = (0u64, Vec::new());
+    let mut refused = 0usize;
     let mut last_refusal = String::new();
     let mut refuse = |from: SocketAddr, why: String| {
         refused += 1;
@@ -425,28 +479,37 @@ fn accept_peers(
         for l in &listeners {
             loop {
                 match l.accept() {
-                    Ok((stream, from)) if pending >= MAX_PENDING => {
-                        drop(stream);
-                        refuse(
-                            from,
-                            format!("{MAX_PENDING} handshakes already in progress"),
-                        );
-                    }
                     Ok((mut stream, from)) => {
-                        pending += 1;
+                        let handle = match stream.try_clone() {
+                            Ok(h) => h,
+                            Err(e) => {
+                                refuse(from, e.to_string());
+                                continue;
+                            }
+                        };
+                        if pending.len() >= MAX_PENDING {
+                            let (id, oldest) = pending.pop_front().expect("full");
+                            let _ = oldest.shutdown(Shutdown::Both);
+                            evicted.push(id);
+                        }
+                        let id = next_id;
+                        next_id += 1;
+                        pending.push_back((id, handle));
                         let (tx, cred) = (tx.clone(), cred.clone());
-                        let limit = deadline
-                            .saturating_duration_since(Instant::now())
-                            .clamp(Duration::from_millis(1), HANDSHAKE_TIMEOUT);
+                        let until = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
                         std::thread::spawn(move || {
                             let result = stream
                                 .set_nonblocking(false)
                                 .and(stream.set_nodelay(true))
-                                .and(stream.set_read_timeout(Some(limit)))
-                                .and(stream.set_write_timeout(Some(limit)))
                                 .map_err(|e| e.to_string())
-                                .and_then(|_| answer(&mut stream, me, n, &cred));
-                            let _ = tx.send((from, result.map(|i| (i, stream))));
+                                .and_then(|_| {
+                                    let s = &mut Deadline {
+                                        stream: &mut stream,
+                                        until,
+                                    };
+                                    answer(s, me, n, &cred)
+                                });
+                            let _ = tx.send((id, from, result.map(|i| (i, stream))));
                         });
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -459,8 +522,21 @@ fn accept_peers(
         let wait = deadline
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(20));
-        while let Ok((from, result)) = rx.recv_timeout(wait) {
-            pending -= 1;
+        while let Ok((id, from, result)) = rx.recv_timeout(wait) {
+            pending.retain(|(p, _)| *p != id);
+            let was_evicted = evicted.iter().position(|&e| e == id);
+            if let Some(at) = was_evicted {
+                evicted.swap_remove(at);
+            }
+            // (One that finished just before it was cut is taken as any other.)
+            if was_evicted.is_some() && result.is_err() {
+                let why = format!(
+                    "had not finished its handshake when {MAX_PENDING} newer connections \
+                     arrived (evicted)"
+                );
+                refuse(from, why);
+                continue;
+            }
             match result {
                 Ok((i, stream)) if peers[i].is_none() => {
                     let cleared = stream

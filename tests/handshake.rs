@@ -234,3 +234,53 @@ fn processes_that_disagree_on_the_secret_or_the_job_fail_with_a_clear_error() {
         assert!(!err0.contains("panicked") && !err1.contains("panicked"));
     }
 }
+
+/// Clients that connect and send a byte every second hold no handshake open for long: each
+/// handshake has one deadline, and a new connection evicts the oldest unfinished one. Before,
+/// 32 such clients held every slot (the limit was per read) and the real peer was refused
+/// until the start-up timeout.
+#[test]
+fn slow_trickle_clients_do_not_crowd_out_the_real_peer() {
+    use gradflow::handshake::{connect, Credentials, MAX_PENDING};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let ports = free_ports(2);
+    let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let cred = Credentials::new(gradflow::handshake::job_id("job"), Some("secret"));
+    let timeout = Duration::from_secs(30);
+    let (a, c) = (addresses.clone(), cred.clone());
+    let p0 = std::thread::spawn(move || connect(&a, 0, &c, timeout).map(|_| ()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tricklers: Vec<_> = (0..MAX_PENDING + 8)
+        .map(|_| {
+            let (stop, port) = (stop.clone(), ports[0]);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut s = loop {
+                    match TcpStream::connect(("127.0.0.1", port)) {
+                        Ok(s) => break s,
+                        Err(_) if started.elapsed() < Duration::from_secs(20) => {
+                            std::thread::sleep(Duration::from_millis(20))
+                        }
+                        Err(e) => panic!("process 0 never listened: {e}"),
+                    }
+                };
+                while !stop.load(Ordering::Relaxed) && s.write_all(b"G").is_ok() {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500)); // every slot is taken by now
+    let started = Instant::now();
+    let p1 = connect(&addresses, 1, &cred, timeout);
+    let waited = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    assert!(p1.is_ok(), "{:?}", p1.err());
+    assert!(p0.join().unwrap().is_ok());
+    assert!(
+        waited < Duration::from_secs(10),
+        "the real peer waited {waited:?}"
+    );
+    tricklers.into_iter().for_each(|t| t.join().unwrap());
+}
