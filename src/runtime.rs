@@ -292,6 +292,9 @@ pub fn run_program(
     program: Program,
 ) -> Result<RunOutcome, String> {
     let started = Instant::now();
+    if cluster.process == 0 {
+        check_outputs(job)?;
+    }
     // Only process 0 writes metrics rows, with their per-round wire bytes.
     let wire = match cluster.process {
         0 => WireCounters::new(),
@@ -698,6 +701,28 @@ pub fn prepare_job(
         total = (total.0 + a, total.1 + b);
     }
     Ok(total)
+}
+
+/// Before training: every output file of the job can be written (its directory is created and
+/// a temporary file made beside it), so that a bad path is found before the run, not after.
+fn check_outputs(job: &Job) -> Result<(), String> {
+    let out = &job.output;
+    let files = [
+        ("output.model", &out.model),
+        ("output.metrics", &out.metrics),
+    ];
+    for (field, path) in files {
+        let Some(path) = path else { continue };
+        let cannot =
+            |e: std::io::Error| format!("{field}: {}: cannot be written: {e}", path.display());
+        crate::atomic::create_parent(path).map_err(cannot)?;
+        drop(crate::atomic::AtomicFile::create(path).map_err(cannot)?);
+    }
+    if let Some(dir) = &out.gradients {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("output.gradients: {}: {e}", dir.display()))?;
+    }
+    Ok(())
 }
 
 type Builders = (Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>);

@@ -296,6 +296,19 @@ fn bad_tables_are_errors_naming_file_line_column_and_name() {
         "{e}"
     );
 
+    // A 5 MB cell is quoted clipped, with its length, not echoed whole.
+    let mut bad = lines.clone();
+    let f: Vec<&str> = bad[50].split(',').collect();
+    let huge = "9".repeat(5_000_000) + "x";
+    bad[50] = format!("{},{},{},{},{huge},{}", f[0], f[1], f[2], f[3], f[5]);
+    std::fs::write(&data, bad.join("\n")).unwrap();
+    let e = train_err(&job, &[]);
+    assert!(
+        e.contains("clicks.csv:51:5") && e.contains("… (5000001 bytes)"),
+        "{e}"
+    );
+    assert!(e.len() < 1000, "{} bytes", e.len());
+
     // A bad date, with two workers (the error reaches both, the run stops).
     let mut bad = lines.clone();
     bad[120] = bad[120].replacen("2024-03-", "2024-13-", 1);

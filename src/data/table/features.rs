@@ -54,7 +54,7 @@ pub fn number(column: &str, s: &str) -> Result<f64, BadValue> {
         Ok(x) if x.is_finite() => Ok(x),
         _ => Err(BadValue {
             column: column.into(),
-            message: format!("'{s}' is not a finite number"),
+            message: format!("'{}' is not a finite number", crate::data::clip(s)),
         }),
     }
 }
@@ -88,7 +88,10 @@ impl Date {
     pub fn parse(column: &str, s: &str) -> Result<Date, BadValue> {
         let bad = || BadValue {
             column: column.into(),
-            message: format!("'{s}' is not a date (YYYY-MM-DD, optionally THH:MM[:SS])"),
+            message: format!(
+                "'{}' is not a date (YYYY-MM-DD, optionally THH:MM[:SS])",
+                crate::data::clip(s)
+            ),
         };
         let b = s.as_bytes();
         let digits = |r: std::ops::Range<usize>| -> Result<u32, BadValue> {

@@ -112,7 +112,7 @@ fn unique_keys(spec: &TableSpec, j: usize, rows: &DimRows) -> Result<(), String>
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", "),
-            w[0].0.replace('\u{1f}', ", ")
+            crate::data::clip(&w[0].0.replace('\u{1f}', ", "))
         )),
         None => Ok(()),
     }
@@ -319,8 +319,9 @@ fn labels(
                     row,
                     c,
                     format!(
-                        "label {v} is not a class: logistic and hinge losses take -1/+1 or \
-                         0/1 (or set data.label.above or data.label.equals)"
+                        "label {} is not a class: logistic and hinge losses take -1/+1 or \
+                         0/1 (or set data.label.above or data.label.equals)",
+                        crate::data::clip(v)
                     ),
                 ));
             }

@@ -89,7 +89,10 @@ impl Cells {
             file: self.file.clone(),
             line,
             column: self.positions[col],
-            message: format!("column '{}': {message}", self.names[col]),
+            message: format!(
+                "column '{}': {message}",
+                crate::data::clip(&self.names[col])
+            ),
         }
     }
 }
@@ -213,7 +216,11 @@ pub fn read_cells(
             file: path.to_path_buf(),
             line: 1,
             column: 0,
-            message: format!("no column '{n}' (the header has: {})", head.join(", ")),
+            message: format!(
+                "no column '{}' (the header has: {})",
+                crate::data::clip(n),
+                crate::data::clip(&head.join(", "))
+            ),
         })?;
         select.push(at);
     }
