@@ -54,13 +54,28 @@ fn check_decoded(name: &str, dim: u32, g: &SparseGrad) {
     );
 }
 
-/// Decodes `data` as a message of codec `name`.
+/// The job dimension the decoders' receiving path checks messages against.
+pub const JOB_DIM: u32 = 100_001;
+
+/// Decodes `data` as a message of codec `name`: alone (any dimension the message declares),
+/// and as a receiver does, against the job's dimension ([`Envelope::pairs`]).
 pub fn decode(name: &str, data: &[u8]) {
     CODECS.with_borrow_mut(|codecs| {
         let codec = &mut codecs.iter_mut().find(|(n, _)| *n == name).unwrap().1;
         let mut out = SparseGrad::default();
         if let Ok(dim) = codec.decode(data, &mut out) {
             check_decoded(name, dim, &out);
+        }
+        let received = Envelope {
+            dest: 0,
+            src: 1,
+            rows: 1,
+            kind: 0,
+            payload: data.to_vec(),
+            local: None,
+        };
+        if let Ok(g) = received.pairs(codec.as_mut(), JOB_DIM, &mut out) {
+            check_decoded(name, JOB_DIM, g);
         }
     })
 }

@@ -281,6 +281,18 @@ pub fn read_header(bytes: &[u8], codec_id: u8, version: u8) -> Result<(Header, &
     Ok((h, &bytes[HEADER_LEN..]))
 }
 
+/// The dimension a message's header declares (read before the body, so that a receiver can
+/// refuse a message of another dimension than its job's before decoding it).
+pub fn declared_dim(bytes: &[u8]) -> Result<u32, CodecError> {
+    match bytes.get(2..6) {
+        Some(d) => Ok(u32::from_le_bytes(d.try_into().expect("4 bytes"))),
+        None => Err(CodecError::Truncated {
+            needed: HEADER_LEN,
+            have: bytes.len(),
+        }),
+    }
+}
+
 /// Checks that `keys` are strictly increasing and below `dim`.
 pub fn check_keys(keys: &[u32], dim: u32) -> Result<(), CodecError> {
     // A scan without early exit (it vectorizes); the place only on failure.

@@ -521,11 +521,8 @@ impl GradientStep {
                 }
                 continue;
             }
-            let (d, change) = (msg.pairs(self.downlink.as_mut(), &mut self.scratch))
+            let change = (msg.pairs(self.downlink.as_mut(), self.plan.dim, &mut self.scratch))
                 .map_err(|e| bad(e.to_string()))?;
-            if d != self.plan.dim {
-                return Err(bad(format!("dimension {d}, expected {}", self.plan.dim)));
-            }
             // Ownership is checked on what may have crossed a socket (see `aggregate`).
             let owners = &self.owners;
             let not_owned = |k: &&u32| owners.owner(**k) != msg.src;

@@ -30,12 +30,7 @@ impl Aggregator {
         self.sum.clear();
         self.votes.clear();
         for m in msgs.iter() {
-            let (d, piece) = m.pairs(codec, &mut self.piece)?;
-            if d != dim {
-                return Err(CodecError::Corrupt(format!(
-                    "message dimension {d}, job dimension {dim}"
-                )));
-            }
+            let piece = m.pairs(codec, dim, &mut self.piece)?;
             let weight = if total == 0 {
                 0.0
             } else {

@@ -113,16 +113,28 @@ impl Envelope {
         self.payload.is_empty() && self.local.is_none()
     }
 
-    /// The pairs the message carries and the dimension it declares: a local message's own, or
-    /// the payload decoded with `codec` into `scratch`.
+    /// The pairs the message carries, a gradient of dimension `dim` (the job's): a local
+    /// message's own, or the payload decoded with `codec` into `scratch`. The dimension the
+    /// message declares is checked before anything is decoded, so that a message from a peer
+    /// costs work and memory bounded by the job's dimension, not by one it claims.
     pub fn pairs<'a>(
         &'a self,
         codec: &mut dyn Codec,
+        dim: u32,
         scratch: &'a mut SparseGrad,
-    ) -> Result<(u32, &'a SparseGrad), CodecError> {
+    ) -> Result<&'a SparseGrad, CodecError> {
+        let declared = match &self.local {
+            Some(l) => l.dim,
+            None => crate::codec::declared_dim(&self.payload)?,
+        };
+        if declared != dim {
+            return Err(CodecError::Corrupt(format!(
+                "message dimension {declared}, job dimension {dim}"
+            )));
+        }
         match &self.local {
-            Some(l) => Ok((l.dim, &l.pairs)),
-            None => codec.decode(&self.payload, scratch).map(|d| (d, &*scratch)),
+            Some(l) => Ok(&l.pairs),
+            None => codec.decode(&self.payload, scratch).map(|_| &*scratch),
         }
     }
 }
@@ -332,10 +344,53 @@ mod tests {
         let back: Envelope = bincode::deserialize(&bytes).unwrap();
         assert!(back.local.is_none() && back.payload.is_empty() && back.rows == 5);
         let mut scratch = SparseGrad::default();
-        assert!(back.pairs(&mut NoneCodec, &mut scratch).is_err());
+        assert!(back.pairs(&mut NoneCodec, 10, &mut scratch).is_err());
         assert_eq!(
-            e.pairs(&mut NoneCodec, &mut scratch).unwrap().1.keys,
+            e.pairs(&mut NoneCodec, 10, &mut scratch).unwrap().keys,
             vec![3]
+        );
+        assert!(e.pairs(&mut NoneCodec, 11, &mut scratch).is_err());
+    }
+
+    /// A message declaring another dimension than the job's is refused before its body is
+    /// read: a few bytes claiming 2^32 - 1 features cost nothing to refuse.
+    #[test]
+    fn a_message_of_another_dimension_is_refused_before_decoding() {
+        let mut payload = Vec::new();
+        let mut codec = NoneCodec;
+        codec
+            .encode(&[1, 5], &[0.5, -1.0], 10, Default::default(), &mut payload)
+            .unwrap();
+        let message = |payload: Vec<u8>| Envelope {
+            dest: 0,
+            src: 1,
+            rows: 3,
+            kind: DATA,
+            payload,
+            local: None,
+        };
+        let mut scratch = SparseGrad::default();
+        let good = message(payload.clone());
+        assert_eq!(
+            good.pairs(&mut codec, 10, &mut scratch).unwrap().keys,
+            [1, 5]
+        );
+        let e = good.pairs(&mut codec, 9, &mut scratch).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("message dimension 10, job dimension 9"),
+            "{e}"
+        );
+        // The body is never read: garbage after a header of another dimension is not decoded.
+        let mut claimed = payload[..10].to_vec();
+        claimed[2..6].copy_from_slice(&u32::MAX.to_le_bytes());
+        claimed.extend_from_slice(&[0xff; 64]);
+        let e = message(claimed)
+            .pairs(&mut codec, 10, &mut scratch)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("message dimension 4294967295"),
+            "{e}"
         );
     }
 }
