@@ -180,10 +180,13 @@ for ((i = 1; i <= iterations; i++)); do
       failures=$((failures + 1))
     fi
   else
-    cause=$(grep -h -m 1 '^error:' "$dir/err-0.log" "$dir/err-1.log" | head -n 1 || true)
+    # Each process's first error line: the one that found the damage names it, the other may
+    # only have waited for it.
+    cause=$(for p in 0 1; do grep -h -m 1 '^error:' "$dir/err-$p.log" | cut -c 1-240; done \
+      | paste -sd '|' - || true)
     if [[ $fault == flip && -n $cause ]]; then
       refused=$((refused + 1))
-      echo "$i $what: refused: ${cause:0:200}"
+      echo "$i $what: refused: $cause"
     else
       echo "$i $what: FAILED, the resumed run failed: ${cause:-no error line}"
       failures=$((failures + 1))

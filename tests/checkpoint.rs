@@ -40,6 +40,13 @@ model = "model.txt"
 metrics = "metrics.csv"
 "#;
 
+/// `job` (the text of [`JOB`]) cut to 100 rounds with a checkpoint every 20: complete
+/// checkpoints at rounds 20, 40, 60 and 80, of which the last two are kept.
+fn short(job: &str) -> String {
+    job.replace("epochs = 800", "epochs = 10")
+        .replace("every_rounds = 40", "every_rounds = 20")
+}
+
 /// A directory with the job, its outputs and its checkpoints.
 fn setup(job: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -197,9 +204,7 @@ fn a_process_that_loses_its_peer_says_how_to_resume_and_the_resumed_model_is_the
 
 #[test]
 fn a_bad_resume_is_an_error_naming_the_cause() {
-    let short = JOB
-        .replace("epochs = 800", "epochs = 10")
-        .replace("every_rounds = 40", "every_rounds = 20");
+    let short = short(JOB);
     let (dir, _) = setup(&short);
     finish(start(dir.path(), 1, &[]));
     // Checkpoints at rounds 20, 40, 60 and 80 of 100: the last two are kept, the others gone.
@@ -288,9 +293,7 @@ fn a_bad_resume_is_an_error_naming_the_cause() {
 /// round it did not write (it once failed there on every retry, the older round pruned).
 #[test]
 fn a_checkpoint_one_process_did_not_complete_resumes_from_the_one_before() {
-    let short = JOB
-        .replace("epochs = 800", "epochs = 10")
-        .replace("every_rounds = 40", "every_rounds = 20");
+    let short = short(JOB);
     let (dir, _) = setup(&short);
     finish(start(dir.path(), 2, &[]));
     let model = std::fs::read(dir.path().join("model.txt")).unwrap();
@@ -320,13 +323,11 @@ fn resuming_on_changed_data_is_an_error_naming_the_file() {
             )
         })
         .collect();
-    let job = JOB
-        .replace(
-            "[data.synth]\nrows = 10000\ndim = 20000\nnnz = 20\n",
-            "[data]\ntrain = \"rows.svm\"\n",
-        )
-        .replace("epochs = 800", "epochs = 10")
-        .replace("every_rounds = 40", "every_rounds = 20");
+    let job = JOB.replace(
+        "[data.synth]\nrows = 10000\ndim = 20000\nnnz = 20\n",
+        "[data]\ntrain = \"rows.svm\"\n",
+    );
+    let job = short(&job);
     let (dir, _) = setup(&job);
     std::fs::write(dir.path().join("rows.svm"), &rows).unwrap();
     finish(start(dir.path(), 1, &[]));
