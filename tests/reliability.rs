@@ -115,3 +115,60 @@ fn an_output_that_cannot_be_written_is_an_error_before_training() {
         started.elapsed()
     );
 }
+
+/// A process stopped (SIGSTOP) until its peer gives up, then continued, names itself: it used
+/// to blame its healthy peer, which it could not hear while it was stopped.
+#[test]
+fn a_process_continued_after_a_stop_names_itself_not_its_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = "[data.synth]\nrows = 3000\ndim = 2000\nnnz = 10\n[train]\nepochs = 100000\n";
+    std::fs::write(dir.path().join("job.toml"), job).unwrap();
+    let hosts: Vec<String> = common::free_ports(2)
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let mut children: Vec<std::process::Child> = (0..2)
+        .map(|p| {
+            Command::new(BIN)
+                .current_dir(dir.path())
+                .args(["train", "job.toml", "-q", "-n", "2", "-p", &p.to_string()])
+                .args(["--hosts", &hosts.join(","), "--peer-timeout", "2"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2)); // connected and training
+    let stopped = children[1].id() as libc::pid_t;
+    unsafe { libc::kill(stopped, libc::SIGSTOP) };
+    let started = Instant::now();
+    while children[0].try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "process 0 waits for ever"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(stopped, libc::SIGCONT) };
+    let mut outputs: Vec<Output> = Vec::new();
+    for mut c in children {
+        let started = Instant::now();
+        while c.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(30) {
+                c.kill().unwrap();
+                panic!("a process did not stop");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        outputs.push(c.wait_with_output().unwrap());
+    }
+    let (e0, e1) = (stderr(&outputs[0]), stderr(&outputs[1]));
+    assert!(e0.contains("process 1 made no progress"), "{e0}");
+    assert!(!outputs[1].status.success());
+    assert!(
+        e1.contains("this process (process 1) made no progress"),
+        "{e1}"
+    );
+    assert!(!e1.contains("process 0 made no progress"), "{e1}");
+}

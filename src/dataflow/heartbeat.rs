@@ -9,7 +9,9 @@
 //! has not been heard from for `timeout` is reported to the [`Supervisor`] as the cause.
 //!
 //! Silence is measured per process, not per connection: a healthy process waiting on a stuck
-//! one still beats, so only the stuck one is named.
+//! one still beats, so only the stuck one is named. A process that was itself stopped (SIGSTOP
+//! then SIGCONT) finds, when it runs again, that it has not run for longer than the timeout:
+//! it names itself, not the peers it could not hear while it was stopped.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -49,9 +51,22 @@ impl Heartbeat {
                 "Heartbeat",
                 |cap, info| {
                     let activator = scope.activator_for(info.address);
-                    let mut next = Instant::now();
+                    let (mut next, mut last_run) = (Instant::now(), Instant::now());
                     move |output| {
                         let now = Instant::now();
+                        let paused = now.duration_since(last_run);
+                        last_run = now;
+                        if paused > timeout {
+                            supervisor.fail(format!(
+                                "this process (process {me}) made no progress for {:.0} s \
+                                 (stopped, frozen or starved of CPU), longer than \
+                                 --peer-timeout {} s: its peers stop waiting for it",
+                                paused.as_secs_f64(),
+                                timeout.as_secs_f64()
+                            ));
+                            activator.activate_after(period);
+                            return;
+                        }
                         if now >= next {
                             output.session(&cap).give(me as u32);
                             next = now + period;
