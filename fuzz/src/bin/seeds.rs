@@ -311,7 +311,7 @@ fn checkpoint_seeds(dir: &Path) {
         every_rounds: round,
         dir: tmp.path().to_path_buf(),
     };
-    let ck = Checkpoints::new(Some(spec), job, 0, workers, workers).unwrap();
+    let ck = Checkpoints::new(Some(spec), job, Vec::new(), 0, workers, workers).unwrap();
     let state = WorkerState::shared(&gradflow_fuzz::checkpoint_plan());
     state.borrow_mut().weights.set(3, 0.25);
     ck.save_worker(round, worker, &state.borrow(), Default::default())
