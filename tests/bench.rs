@@ -155,10 +155,16 @@ fn a_suite_runs_every_cell_as_a_cluster_and_reports_bytes_losses_and_time_to_tar
         "loopback__W2__job__sharded__none__r0",
         "loopback__W2__job__sharded__topk,ratio=0.02__r0",
     ] {
-        for f in ["job.toml", "metrics.csv", "log.txt"] {
+        for f in ["job.toml", "metrics.csv", "log.txt", "model.txt"] {
             assert!(out.join("cells").join(c).join(f).exists(), "{c}/{f}");
         }
     }
+    // Each cell its own model: the two codecs trained two different ones.
+    let model = |c: &str| std::fs::read(out.join("cells").join(c).join("model.txt")).unwrap();
+    assert_ne!(
+        model("loopback__W2__job__sharded__none__r0"),
+        model("loopback__W2__job__sharded__topk,ratio=0.02__r0")
+    );
     // Plots, where a font is there to draw their text with (.ci/run installs one).
     if Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
         for f in [

@@ -246,7 +246,9 @@ impl Cell {
                 .map_err(|e| format!("cell {}: {e}", self.id))?;
         }
         let out = toml::to_string(&table).map_err(|e| format!("cell {}: {e}", self.id))?;
-        Job::parse(&out, Path::new(&self.id), &[]).map_err(|e| format!("cell {}: {e}", self.id))?;
+        // The job's errors name the cell (its id is the job's path).
+        Job::parse(&out, Path::new(&format!("cell {}", self.id)), &[])
+            .map_err(|e| e.to_string())?;
         Ok(out)
     }
 }
@@ -416,8 +418,9 @@ impl Suite {
     }
 
     /// Every cell, links outermost, repeats innermost. A compressor entry with a `downlink` or
-    /// `pull` applies only to `sharded` (the other exchanges have no downlink): its cells under
-    /// other exchanges are left out and listed by [`Suite::left_out`].
+    /// `pull` applies only to `sharded` (the other exchanges have no downlink), and one with a
+    /// codec other than `none` does not apply to `sketch` (which sends count sketches): such
+    /// cells are left out and listed by [`Suite::left_out`].
     pub fn cells(&self) -> Vec<Cell> {
         self.expand().0
     }
@@ -433,14 +436,26 @@ impl Suite {
                 .iter()
                 .any(|(k, _)| k == "train.downlink" || k == "train.pull")
         };
+        let coded = |c: &AxisValue| {
+            c.sets.iter().any(|(k, v)| {
+                k == "train.compressor" && v.get("name").and_then(|n| n.as_str()) != Some("none")
+            })
+        };
+        // Why `exchange` and `compressor` make no cell, if they do not.
+        let excluded = |e: &AxisValue, c: &AxisValue| {
+            if sharded_only(c) && !matches!(e.label.as_str(), "sharded" | "job") {
+                Some("a downlink or pull needs the sharded exchange")
+            } else if coded(c) && e.label == "sketch" {
+                Some("the sketch exchange sends count sketches, not codec messages")
+            } else {
+                None
+            }
+        };
         let mut left_out = Vec::new();
         for e in &self.exchanges {
             for c in &self.compressors {
-                if sharded_only(c) && !matches!(e.label.as_str(), "sharded" | "job") {
-                    left_out.push(format!(
-                        "{} / {}: a downlink or pull needs the sharded exchange",
-                        e.label, c.label
-                    ));
+                if let Some(why) = excluded(e, c) {
+                    left_out.push(format!("{} / {}: {why}", e.label, c.label));
                 }
             }
         }
@@ -450,9 +465,7 @@ impl Suite {
                 for model in &self.models {
                     for exchange in &self.exchanges {
                         for compressor in &self.compressors {
-                            if sharded_only(compressor)
-                                && !matches!(exchange.label.as_str(), "sharded" | "job")
-                            {
+                            if excluded(exchange, compressor).is_some() {
                                 continue;
                             }
                             for repeat in 0..self.repeats {
@@ -664,6 +677,42 @@ downlink = { name = "topk", ratio = 0.03 }
         assert!(cells[3]
             .slug()
             .starts_with("loopback__W2__job__sharded__topk,ratio=0.05"));
+    }
+
+    /// A codec under the `sketch` exchange is left out and listed, not an error (the sketch
+    /// exchange sends no codec messages), as a downlink is under `allgather`.
+    #[test]
+    fn codecs_under_the_sketch_exchange_are_left_out_and_listed() {
+        let (s, _dir) = suite(
+            r#"
+job = "base.toml"
+exchange = ["sharded", "sketch"]
+[[compressor]]
+name = "none"
+[[compressor]]
+name = "topk"
+ratio = 0.05
+"#,
+        )
+        .unwrap();
+        let ids: Vec<String> = s.cells().iter().map(|c| c.id.clone()).collect();
+        assert_eq!(
+            ids,
+            [
+                "loopback/W2/job/sharded/none/r0",
+                "loopback/W2/job/sharded/topk,ratio=0.05/r0",
+                "loopback/W2/job/sketch/none/r0",
+            ]
+        );
+        let left = s.left_out();
+        assert_eq!(left.len(), 1);
+        assert!(
+            left[0].starts_with("sketch / topk,ratio=0.05: the sketch exchange"),
+            "{left:?}"
+        );
+        for cell in s.cells() {
+            cell.job_text(&s.job, &[]).unwrap();
+        }
     }
 
     #[test]

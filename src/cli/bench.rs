@@ -209,10 +209,12 @@ fn run_cell(
     let log = dir.join("log.txt");
     let _ = std::fs::remove_file(&metrics);
     let _ = std::fs::remove_file(&log);
-    let extra = [(
-        "output.metrics".to_string(),
-        toml::Value::String(metrics.display().to_string()),
-    )];
+    // Each cell writes its own metrics and model beside its job.
+    let path = |name: &str| toml::Value::String(dir.join(name).display().to_string());
+    let extra = [
+        ("output.metrics".to_string(), path("metrics.csv")),
+        ("output.model".to_string(), path("model.txt")),
+    ];
     let job = dir.join("job.toml");
     std::fs::write(&job, cell.job_text(&suite.job, &extra)?)
         .map_err(|e| format!("{}: {e}", job.display()))?;
