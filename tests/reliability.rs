@@ -12,18 +12,23 @@ const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
 
 /// Runs `gradflow args` in `dir`, failing the test if it takes more than 60 s (a hang).
 fn run(dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .current_dir(dir)
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    within(child, Duration::from_secs(60))
+}
+
+/// The output of `child`, which must end within `limit` (it is killed and the test fails).
+fn within(mut child: std::process::Child, limit: Duration) -> Output {
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
+        if started.elapsed() > limit {
             child.kill().unwrap();
-            panic!("gradflow {args:?} hung");
+            panic!("a gradflow process still runs after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -151,18 +156,10 @@ fn a_process_continued_after_a_stop_names_itself_not_its_peer() {
         std::thread::sleep(Duration::from_millis(50));
     }
     unsafe { libc::kill(stopped, libc::SIGCONT) };
-    let mut outputs: Vec<Output> = Vec::new();
-    for mut c in children {
-        let started = Instant::now();
-        while c.try_wait().unwrap().is_none() {
-            if started.elapsed() > Duration::from_secs(30) {
-                c.kill().unwrap();
-                panic!("a process did not stop");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        outputs.push(c.wait_with_output().unwrap());
-    }
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|c| within(c, Duration::from_secs(30)))
+        .collect();
     let (e0, e1) = (stderr(&outputs[0]), stderr(&outputs[1]));
     assert!(e0.contains("process 1 made no progress"), "{e0}");
     assert!(!outputs[1].status.success());
