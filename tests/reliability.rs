@@ -53,6 +53,10 @@ fn predict_with_infinite_margins_ends_and_ranks_them() {
     .unwrap();
     let out = run(dir.path(), &["predict", "m.txt", "rows.svm"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // A v2 file loads, with a note that its cut could not be detected.
+    let note = "m.txt: a model file of an older format, without a checksum: a file cut short at \
+                a line's end cannot be told from a whole one";
+    assert!(stderr(&out).contains(note), "{}", stderr(&out));
     let line = String::from_utf8_lossy(&out.stdout);
     // Scores: NaN (positive, ranked last), 10 (negative), 20 and -10 (positive): of the three
     // positives only 20 is above the negative.

@@ -64,7 +64,8 @@ pub fn open_input(path: &Path) -> std::io::Result<File> {
         "a device"
     };
     Err(std::io::Error::other(format!(
-        "{what}, not a regular file: gradflow reads its inputs by byte ranges and more than once,          so a stream must be saved to a file first"
+        "{what}, not a regular file: gradflow reads its inputs by byte ranges and more than \
+         once, so a stream must be saved to a file first"
     )))
 }
 

@@ -140,7 +140,9 @@ impl ModelFile {
         let old = !text.starts_with(MAGIC);
         let note = old.then(|| {
             format!(
-                "{}: a model file of an older format, without a checksum: a file cut short at a                  line's end cannot be told from a whole one (saving it again with this version                  adds one)",
+                "{}: a model file of an older format, without a checksum: a file cut short at a \
+                 line's end cannot be told from a whole one (saving it again with this version \
+                 adds one)",
                 path.display()
             )
         });
