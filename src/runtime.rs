@@ -341,6 +341,9 @@ pub fn run_program(
             dir.display()
         );
     }
+    if processes > 1 {
+        supervisor.watch_own_progress(process, peer_timeout);
+    }
     let (sup, w) = (supervisor.clone(), wire.clone());
     // Read once per process; every worker checks it against the data it loads.
     let warm_start = match &job.train.init_model {

@@ -23,6 +23,7 @@ use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::Inspect;
 use timely::worker::Worker;
 
+use super::supervisor::stalled_message;
 use super::Supervisor;
 
 /// The heartbeat dataflow of one worker; [`Heartbeat::stop`] removes it.
@@ -57,13 +58,7 @@ impl Heartbeat {
                         let paused = now.duration_since(last_run);
                         last_run = now;
                         if paused > timeout {
-                            supervisor.fail(format!(
-                                "this process (process {me}) made no progress for {:.0} s \
-                                 (stopped, frozen or starved of CPU), longer than \
-                                 --peer-timeout {} s: its peers stop waiting for it",
-                                paused.as_secs_f64(),
-                                timeout.as_secs_f64()
-                            ));
+                            supervisor.fail(stalled_message(me, paused, timeout));
                             activator.activate_after(period);
                             return;
                         }

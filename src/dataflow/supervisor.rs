@@ -4,9 +4,14 @@
 //! peer that will never make progress. A panic anywhere in the process (including timely's
 //! communication threads when a peer's connection breaks) sets it too, through
 //! [`Supervisor::install_panic_hook`].
+//!
+//! A process that was itself stopped (SIGSTOP, a frozen machine) finds, when it runs again,
+//! broken connections and silent peers: those are consequences of its own stop, which
+//! [`Supervisor::watch_own_progress`] tells apart, so the error names this process, not a peer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// Shared failure state of one process.
 #[derive(Clone, Default)]
@@ -14,6 +19,8 @@ pub struct Supervisor {
     failed: Arc<AtomicBool>,
     /// The first failure: its message, and the peer that caused it if another process did.
     first: Arc<Mutex<Option<Failure>>>,
+    /// This process's own progress, once [`Supervisor::watch_own_progress`] started watching.
+    watch: Arc<Mutex<Option<Arc<StallWatch>>>>,
 }
 
 /// A failure's message, and the peer that caused it if another process did.
@@ -38,6 +45,12 @@ impl Supervisor {
     }
 
     fn record(&self, message: String, peer: Option<usize>) {
+        // A peer's failure seen by a process that was itself stopped is that stop's consequence.
+        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let (message, peer) = match (peer, watch.and_then(|w| w.stalled())) {
+            (Some(_), Some(stall)) => (stall, None),
+            _ => (message, peer),
+        };
         self.first().get_or_insert((message, peer));
         self.failed.store(true, Ordering::SeqCst);
     }
@@ -59,6 +72,33 @@ impl Supervisor {
     /// The first failure message.
     pub fn message(&self) -> Option<String> {
         self.first().as_ref().map(|f| f.0.clone())
+    }
+
+    /// Watches, from a thread of its own, that this process (process `me`) keeps running: a
+    /// gap longer than `timeout` between two ticks means the whole process was stopped. A peer's
+    /// failure recorded after such a gap (a connection that broke, a peer not heard while
+    /// stopped) is recorded as this process's own stop instead. The thread ends with the
+    /// supervisor.
+    pub fn watch_own_progress(&self, me: usize, timeout: Duration) {
+        let watch = Arc::new(StallWatch {
+            me,
+            timeout,
+            base: Instant::now(),
+            last_tick_ns: AtomicU64::new(0),
+            longest_gap_ns: AtomicU64::new(0),
+        });
+        let weak: Weak<StallWatch> = Arc::downgrade(&watch);
+        *self.watch.lock().unwrap_or_else(|p| p.into_inner()) = Some(watch);
+        let tick = (timeout / 8).clamp(Duration::from_millis(10), Duration::from_millis(250));
+        let _ = std::thread::Builder::new()
+            .name("gradflow:stall-watch".into())
+            .spawn(move || {
+                while let Some(watch) = weak.upgrade() {
+                    watch.tick();
+                    drop(watch);
+                    std::thread::sleep(tick);
+                }
+            });
     }
 
     /// Chains a panic hook that records any panic of this process as a failure (then prints it as
@@ -102,5 +142,104 @@ impl Supervisor {
                 }
             }
         }));
+    }
+}
+
+/// When a process last ran, and the longest time it did not: see
+/// [`Supervisor::watch_own_progress`].
+struct StallWatch {
+    me: usize,
+    timeout: Duration,
+    base: Instant,
+    last_tick_ns: AtomicU64,
+    longest_gap_ns: AtomicU64,
+}
+
+impl StallWatch {
+    fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    fn tick(&self) {
+        let now = self.now_ns();
+        let gap = now.saturating_sub(self.last_tick_ns.swap(now, Ordering::SeqCst));
+        self.longest_gap_ns.fetch_max(gap, Ordering::SeqCst);
+    }
+
+    /// The message naming this process, if it went longer than the timeout without running:
+    /// between two ticks, or since the last one (the watch thread may not have run yet after
+    /// a stop).
+    fn stalled(&self) -> Option<String> {
+        let since_tick = self
+            .now_ns()
+            .saturating_sub(self.last_tick_ns.load(Ordering::SeqCst));
+        let gap = since_tick.max(self.longest_gap_ns.load(Ordering::SeqCst));
+        let gap = Duration::from_nanos(gap);
+        (gap > self.timeout).then(|| stalled_message(self.me, gap, self.timeout))
+    }
+}
+
+/// The error of a process that did not run for `gap`, longer than its peers wait (`timeout`).
+pub(crate) fn stalled_message(me: usize, gap: Duration, timeout: Duration) -> String {
+    format!(
+        "this process (process {me}) made no progress for {:.0} s (stopped, frozen or starved \
+         of CPU), longer than --peer-timeout {} s: its peers stop waiting for it",
+        gap.as_secs_f64(),
+        timeout.as_secs_f64()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_failure_after_this_process_stalled_names_this_process() {
+        let sup = Supervisor::new();
+        sup.watch_own_progress(1, Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(30));
+        // A stop of 3 s, as the watch thread measures it when the process runs again.
+        let watch = sup.watch.lock().unwrap().clone().unwrap();
+        watch
+            .longest_gap_ns
+            .fetch_max(Duration::from_secs(3).as_nanos() as u64, Ordering::SeqCst);
+        sup.fail_because_of(0, "lost the connection to process 0");
+        assert_eq!(sup.lost_peer(), None);
+        let m = sup.message().unwrap();
+        assert!(
+            m.starts_with("this process (process 1) made no progress for 3 s"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_peer_failure_of_a_running_process_names_the_peer() {
+        let sup = Supervisor::new();
+        sup.watch_own_progress(1, Duration::from_secs(2));
+        std::thread::sleep(Duration::from_millis(30));
+        sup.fail_because_of(0, "lost the connection to process 0");
+        assert_eq!(sup.lost_peer(), Some(0));
+        assert_eq!(sup.message().unwrap(), "lost the connection to process 0");
+    }
+
+    #[test]
+    fn the_watch_measures_a_gap_between_ticks() {
+        let watch = StallWatch {
+            me: 0,
+            timeout: Duration::from_millis(20),
+            base: Instant::now(),
+            last_tick_ns: AtomicU64::new(0),
+            longest_gap_ns: AtomicU64::new(0),
+        };
+        watch.tick();
+        std::thread::sleep(Duration::from_millis(40));
+        watch.tick();
+        assert!(watch.stalled().is_some());
+        let quick = StallWatch {
+            timeout: Duration::from_secs(5),
+            ..watch
+        };
+        quick.tick();
+        assert!(quick.stalled().is_none());
     }
 }
