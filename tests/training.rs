@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{epoch_losses, file_names, free_ports, gradflow, gradflow_ok, job_from, run_local};
+use common::{
+    epoch_losses, file_names, free_ports, gradflow, gradflow_ok, job_from, run_local, run_processes,
+};
 use gradflow::dataflow::Supervisor;
 use gradflow::exchange::ExchangeKind;
 use gradflow::job::Job;
@@ -1189,4 +1191,116 @@ fn train_prints_the_replica_the_cores_distance_chose() {
     }
     let one = gradflow_ok(["train", job, "-w", "1", "--epochs", "1"]);
     assert!(!one.contains("replica:"), "{one}");
+}
+
+/// The test AUC from score bins is within 1e-3 of the exact one at the default 65,536 bins,
+/// and 2 bins (a score's sign only) are not: the bins are what decides it. The other metrics
+/// and training do not depend on the bins.
+#[test]
+fn binned_auc_is_close_to_the_exact_auc_and_changes_nothing_else() {
+    let run = |bins: &str| run_local(&job(&[&format!("train.auc_bins={bins}")]), 2);
+    let (exact, binned, coarse) = (run("\"exact\""), run("65536"), run("2"));
+    let evals = |out: &RunOutcome| -> Vec<(f64, f64, f64)> {
+        out.rows
+            .iter()
+            .filter(|r| r.kind == "epoch")
+            .map(|r| {
+                (
+                    r.test_loss.unwrap(),
+                    r.test_accuracy.unwrap(),
+                    r.test_auc.unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (e, b, c) = (evals(&exact), evals(&binned), evals(&coarse));
+    assert_eq!(e.len(), 4);
+    for ((e, b), c) in e.iter().zip(&b).zip(&c) {
+        assert_eq!(
+            (e.0, e.1),
+            (b.0, b.1),
+            "loss and accuracy do not depend on the bins"
+        );
+        assert!(
+            (e.2 - b.2).abs() < 1e-3,
+            "65,536 bins: {} against exact {}",
+            b.2,
+            e.2
+        );
+        assert!(
+            (e.2 - c.2).abs() > 0.02,
+            "2 bins: {} against exact {}",
+            c.2,
+            e.2
+        );
+    }
+    assert_eq!(
+        epoch_losses(&exact.rows),
+        epoch_losses(&binned.rows),
+        "training changed"
+    );
+}
+
+/// Round statistics and evaluations sent to process 0 are counted, in their own column and
+/// not as gradient traffic; binned, an evaluation's bytes do not grow with the test set, while
+/// exact scores (8 bytes a test row) do. Evaluations run on a copy of the model while later
+/// rounds go on (12,000 test rows a process take three steps): every evaluation is of the
+/// model after its own round, the same with exact or binned scores.
+#[test]
+fn evaluation_bytes_are_counted_and_binned_ones_do_not_grow_with_the_test_set() {
+    type Evals = Vec<(u64, f64)>;
+    let run = |overrides: &[&str]| -> (u64, u64, Evals) {
+        let mut all = vec!["data.synth.rows=60000", "train.eval_every=3"];
+        all.extend_from_slice(overrides);
+        let outs = run_processes(&job(&all), 2);
+        let rows = &outs[0].rows;
+        let round_bytes: u64 = rows
+            .iter()
+            .filter(|r| r.kind == "round")
+            .map(|r| r.eval_bytes)
+            .sum();
+        let process: Vec<u64> = rows
+            .iter()
+            .filter(|r| r.kind == "process")
+            .map(|r| r.eval_bytes)
+            .collect();
+        assert_eq!(process.len(), 2);
+        assert_eq!(process[0], 0, "process 0 sends its statistics to itself");
+        assert!(process[1] > 0);
+        let evals = rows
+            .iter()
+            .filter(|r| r.kind == "eval" || r.kind == "epoch")
+            .map(|r| (r.round, r.test_loss.unwrap()))
+            .collect();
+        (round_bytes, process[1], evals)
+    };
+    let (small, large) = ("data.test_fraction=0.1", "data.test_fraction=0.4");
+    let exact = "train.auc_bins=\"exact\"";
+    let (rounds, binned_small, _) = run(&[small]);
+    assert_eq!(
+        rounds, binned_small,
+        "the round rows add up to the process row"
+    );
+    let (_, binned_large, binned_evals) = run(&[large]);
+    let (_, exact_small, _) = run(&[small, exact]);
+    let (_, exact_large, exact_evals) = run(&[large, exact]);
+    // 10 rounds an epoch, 4 epochs: after every third round and at epoch ends.
+    let expected: Vec<u64> = (0..40)
+        .filter(|q| (q + 1) % 3 == 0 || (q + 1) % 10 == 0)
+        .collect();
+    let rounds_of = |e: &Evals| e.iter().map(|x| x.0).collect::<Vec<u64>>();
+    assert_eq!(rounds_of(&binned_evals), expected);
+    assert_eq!(
+        binned_evals, exact_evals,
+        "the evaluations do not depend on the bins"
+    );
+    // Process 1 holds half the test rows: 3,000 at 0.1, 12,000 at 0.4.
+    assert!(
+        exact_large > exact_small + expected.len() as u64 * 9000 * 8,
+        "exact: {exact_small} -> {exact_large}"
+    );
+    assert!(
+        binned_large < binned_small + (exact_large - exact_small) / 4,
+        "binned: {binned_small} -> {binned_large}, exact: {exact_small} -> {exact_large}"
+    );
 }

@@ -35,6 +35,10 @@ pub struct MetricsRecord {
     pub uplink_bytes: u64,
     /// Downlink payload bytes sent to other processes.
     pub downlink_bytes: u64,
+    /// Round statistics and evaluation bytes sent to process 0 (absent in CSVs written before
+    /// the column existed).
+    #[serde(default)]
+    pub eval_bytes: u64,
     /// Stage times, ms (mean over workers).
     pub gradient_ms: f64,
     /// Encode time, ms.
@@ -105,6 +109,8 @@ pub struct ResultRow {
     pub up_bytes_per_process: f64,
     /// Downlink bytes so far, per process.
     pub down_bytes_per_process: f64,
+    /// Round statistics and evaluation bytes sent to process 0 so far, per process.
+    pub eval_bytes_per_process: f64,
     /// Stage times so far, ms (mean over workers).
     pub gradient_ms: f64,
     /// Encode ms so far.
@@ -152,13 +158,15 @@ impl ResultRow {
 pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
     let c = &run.cell;
     let per = c.processes.max(1) as f64;
-    let (mut up, mut down, mut times) = (0u64, 0u64, StageTimes::default());
+    let (mut up, mut down, mut eval) = (0u64, 0u64, 0u64);
+    let mut times = StageTimes::default();
     let mut out = Vec::new();
     for r in &run.rows {
         match r.kind.as_str() {
             "round" => {
                 up += r.uplink_bytes;
                 down += r.downlink_bytes;
+                eval += r.eval_bytes;
                 times.add(&r.times());
             }
             "epoch" | "eval" => out.push(ResultRow {
@@ -178,6 +186,7 @@ pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
                 test_auc: r.test_auc,
                 up_bytes_per_process: up as f64 / per,
                 down_bytes_per_process: down as f64 / per,
+                eval_bytes_per_process: eval as f64 / per,
                 gradient_ms: times.gradient_ms,
                 encode_ms: times.encode_ms,
                 wait_ms: times.wait_ms,
@@ -202,6 +211,8 @@ pub struct Summary {
     pub up_bytes: f64,
     /// Downlink bytes per process.
     pub down_bytes: f64,
+    /// Round statistics and evaluation bytes per process (sent to process 0).
+    pub eval_bytes: f64,
     /// Final test loss.
     pub final_loss: Option<f64>,
     /// Final accuracy.
@@ -219,8 +230,10 @@ pub struct Summary {
     pub speedup: Option<f64>,
     /// On a shaped link, the speed-up this cell would have if its own traffic cost nothing:
     /// the baseline's time to target on this link over the same cell's time to target on the
-    /// suite's unshaped link (same processes, model and repeat). A speed-up close to it is not
-    /// limited by the link; a target above it needs a faster round, not fewer bytes.
+    /// suite's unshaped link (same processes, model and repeat), plus the time its evaluation
+    /// bytes to that point take on this link (they all cross process 0's link, and are not the
+    /// exchange's to save). A speed-up close to it is not limited by the link; a target above
+    /// it needs a faster round, not fewer bytes.
     pub free_link_bound: Option<f64>,
 }
 
@@ -229,12 +242,12 @@ pub struct Summary {
 pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
     let results: Vec<Vec<ResultRow>> = runs.iter().map(result_rows).collect();
     let final_loss = |i: usize| results[i].last().and_then(|r| r.test_loss);
-    let time_to = |i: usize, loss: f64| {
+    let reached = |i: usize, loss: f64| {
         results[i]
             .iter()
             .find(|r| r.test_loss.is_some_and(|l| l <= loss))
-            .map(|r| r.seconds)
     };
+    let time_to = |i: usize, loss: f64| reached(i, loss).map(|r| r.seconds);
     let unshaped = suite.unshaped_link();
     runs.iter()
         .enumerate()
@@ -249,7 +262,8 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
             let target_loss = base.and_then(final_loss).map(|l| l * (1.0 + suite.target));
             let time_to_target = target_loss.and_then(|t| time_to(i, t));
             let base_time = base.zip(target_loss).and_then(|(b, t)| time_to(b, t));
-            // The same cell on the unshaped link, to the same target loss.
+            // The same cell on the unshaped link, to the same target loss, and its evaluation
+            // bytes to there at this link's rate.
             let free_link_time = unshaped.filter(|_| c.link.shaped()).and_then(|free| {
                 let j = runs.iter().position(|r| {
                     let d = &r.cell;
@@ -257,7 +271,13 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                         && (d.processes, &d.model, &d.exchange, &d.compressor, d.repeat)
                             == (c.processes, &c.model, &c.exchange, &c.compressor, c.repeat)
                 })?;
-                time_to(j, target_loss?)
+                let at = reached(j, target_loss?)?;
+                let eval_bits = 8.0 * at.eval_bytes_per_process * c.processes as f64;
+                let eval_seconds = match c.link.rate_bits() {
+                    Some(Ok(rate)) => eval_bits / rate as f64,
+                    _ => 0.0,
+                };
+                Some(at.seconds + eval_seconds)
             });
             let last = results[i].last();
             let epochs = results[i]
@@ -270,6 +290,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                 seconds_per_epoch: last.map_or(0.0, |r| r.seconds / epochs as f64),
                 up_bytes: last.map_or(0.0, |r| r.up_bytes_per_process),
                 down_bytes: last.map_or(0.0, |r| r.down_bytes_per_process),
+                eval_bytes: last.map_or(0.0, |r| r.eval_bytes_per_process),
                 final_loss: final_loss(i),
                 final_accuracy: last.and_then(|r| r.test_accuracy),
                 final_auc: last.and_then(|r| r.test_auc),
@@ -300,15 +321,17 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
         md,
         "\nTime to target: first evaluation within {:.1}% of the final test loss of `{be}` / \
          `{bc}` on the same link, processes, model and repeat; speed-up: its time over the \
-         cell's. Bytes are payload sent to other processes, per process, both directions.",
+         cell's. Bytes are payload sent to other processes, per process, both directions; \
+         eval: round statistics and test evaluations sent to process 0, per process.",
         100.0 * suite.target
     );
     if let Some(free) = suite.unshaped_link() {
         let _ = writeln!(
             md,
             "\nBound, free link (shaped links): the baseline's time to target on the link over \
-             the same cell's on `{}`, the speed-up the cell would have if its own traffic cost \
-             nothing. A speed-up near it is limited by the rest of the round, not by the link.",
+             the same cell's on `{}` plus its evaluation bytes at the link's rate, the speed-up \
+             the cell would have if its gradient traffic cost nothing. A speed-up near it is \
+             limited by the rest of the round, not by the link.",
             free.name
         );
     }
@@ -319,12 +342,12 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
         let _ = writeln!(
             md,
             "| W | model | exchange | compressor | runs | s/epoch | up MB/proc | down MB/proc | \
-             final loss | final acc | final AUC | min loss @ s | time to target s | speed-up | \
+             eval MB/proc | final loss | final acc | final AUC | min loss @ s | time to target s | speed-up | \
              bound, free link |"
         );
         let _ = writeln!(
             md,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         // One line per cell with its repeats folded in: medians, and how many runs reached
         // the target when not all did.
@@ -372,7 +395,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 .map_or("–".into(), |(l, t)| format!("{l:.4} @ {t:.2}"));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} | {} | {} | {} | {} | {} |",
                 c.processes,
                 c.model,
                 c.exchange,
@@ -381,6 +404,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 med(&|r| Some(r.seconds_per_epoch)).unwrap_or(0.0),
                 med(&|r| Some(r.up_bytes)).unwrap_or(0.0) / 1e6,
                 med(&|r| Some(r.down_bytes)).unwrap_or(0.0) / 1e6,
+                med(&|r| Some(r.eval_bytes)).unwrap_or(0.0) / 1e6,
                 fmt(med(&|r| r.final_loss), 4),
                 fmt(med(&|r| r.final_accuracy), 4),
                 fmt(med(&|r| r.final_auc), 4),
@@ -586,6 +610,38 @@ mod tests {
             .iter()
             .all(|x| x.free_link_bound.is_none()));
         assert!(!summary_markdown(&s, &summarize(&s, &only_slow), &[]).contains("Bound, free"));
+    }
+
+    /// Evaluation bytes are not free on a shaped link: the bound adds their time at the
+    /// link's rate to the same cell's time on the unshaped link.
+    #[test]
+    fn the_free_link_bound_counts_evaluation_bytes_at_the_links_rate() {
+        let mut s = suite();
+        let slow = Link {
+            name: "slow".into(),
+            rate: Some("10mbit".into()),
+            delay: None,
+        };
+        s.links = vec![slow, Link::loopback()];
+        s.compressors.pop();
+        let cells = s.cells(); // slow: none; loopback: none
+        let at = |i: usize, t: f64| run(cells[i].clone(), &[(9, t / 2.0, 0.45), (19, t, 0.40)], 1);
+        let mut free = at(1, 1.0);
+        // 20 rounds of 31,250 bytes: 5 Mbit, half a second at 10 Mbit/s.
+        for r in free.rows.iter_mut().filter(|r| r.kind == "round") {
+            r.eval_bytes = 31_250;
+        }
+        let sum = summarize(&s, &[at(0, 3.0), free.clone()]);
+        assert!(
+            (sum[0].free_link_bound.unwrap() - 2.0).abs() < 1e-9,
+            "3 s / (1 s + 0.5 s)"
+        );
+        assert_eq!(sum[1].eval_bytes, 20.0 * 31_250.0 / 2.0, "per process");
+        let rows = result_rows(&free);
+        assert_eq!(rows[0].eval_bytes_per_process, 10.0 * 31_250.0 / 2.0);
+        let md = summary_markdown(&s, &sum, &[]);
+        assert!(md.contains("| eval MB/proc |"), "{md}");
+        assert!(md.contains("| 0.312 |"), "{md}");
     }
 
     #[test]

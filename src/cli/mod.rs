@@ -740,10 +740,11 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
     if spec.processes > 1 {
         let (w, t) = (outcome.wire, outcome.traffic);
         println!(
-            "process {} sent {} up + {} down, received {} up + {} down (payload, to and from other processes); wire: {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({})",
+            "process {} sent {} up + {} down + {} statistics and evaluations, received {} up + {} down (payload, to and from other processes); wire: {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({})",
             spec.process,
             human_bytes(t.up_sent),
             human_bytes(t.down_sent),
+            human_bytes(t.eval_sent),
             human_bytes(t.up_received),
             human_bytes(t.down_received),
             w.data,
@@ -917,7 +918,8 @@ fn predict(a: PredictArgs) -> Result<(), String> {
             let (k, v) = data.row(i as usize);
             with_labels.push_row(k, v, data.labels[i as usize]);
         }
-        let part = EvalPart::evaluate(&with_labels, &model.weights, &*loss);
+        let exact = crate::job::AucBins::EXACT.bits();
+        let part = EvalPart::evaluate(&with_labels, &model.weights, &*loss, exact);
         let s = part.summary(&*loss);
         line += &format!(
             "  scored {}  loss {:.4}",

@@ -12,6 +12,7 @@ use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::{Exchange, Pipeline};
 use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 use timely::dataflow::operators::generic::OutputBuilder;
+use timely::dataflow::operators::Capability;
 use timely::dataflow::Stream;
 
 use super::checkpoint::Carried;
@@ -27,7 +28,7 @@ use crate::exchange::{
     read_f32s, Envelope, ExchangeKind, Owners, Router, APPLIED, DATA, PULL_REQUEST,
 };
 use crate::metrics::WireCounters;
-use crate::model::{EvalPart, GradientWorkspace};
+use crate::model::{EvalPart, GradientWorkspace, PartialEval};
 use crate::sparse::SparseGrad;
 
 /// The gradient operator. Input: model changes (routed to their `dest`). Outputs: gradient
@@ -87,6 +88,7 @@ pub fn gradient<'s>(
         data.map(|data| GradientStep::new(me, peers, plan, data, &supervisor, wire.clone()));
     let mut arrived: Vec<PreparedRow> = Vec::new();
     let plan = plan.clone();
+    let activator = scope.activator_for(builder.operator_info().address);
 
     let start = at(plan.start_round);
     builder.build(move |mut caps| {
@@ -104,6 +106,8 @@ pub fn gradient<'s>(
         let mut arrivals: Arrivals<()> = Arrivals::new(expected);
         let mut stops: BTreeMap<u64, String> = BTreeMap::new();
         let mut envelopes = Vec::new();
+        // The statistics of a round whose evaluation is still running, at that round.
+        let mut held: Option<(Capability<RoundTime>, RoundStats)> = None;
         move |frontiers| {
             // 1. What arrived: model changes and stop decisions by round, a program's rows.
             input.for_each(|cap, batch| {
@@ -158,6 +162,15 @@ pub fn gradient<'s>(
                 };
                 let st = &mut *state.borrow_mut();
                 let run = worker.begin(r, &stops, st);
+                // The evaluation in progress ends before a round that evaluates again.
+                if let Some((c, mut s)) = held.take_if(|_| worker.evaluates_at(r)) {
+                    worker.finish_evaluation(&mut s);
+                    stats_out.activate().session(&c).give(worker.count_report(
+                        round_of(c.time()),
+                        s,
+                        st,
+                    ));
+                }
                 let stats = match run.and_then(|_| worker.round(r, changes, st, &mut envelopes)) {
                     Ok(stats) => stats,
                     Err(e) => {
@@ -172,13 +185,33 @@ pub fn gradient<'s>(
                 let sc = stats_cap
                     .as_mut()
                     .expect("held with the gradient capability");
-                stats_out.activate().session(&*sc).give(stats);
+                // An evaluation in progress with nothing held is this round's own.
+                if worker.evaluating() && held.is_none() {
+                    held = Some((sc.clone(), stats));
+                } else {
+                    stats_out
+                        .activate()
+                        .session(&*sc)
+                        .give(worker.count_report(r, stats, st));
+                }
                 if r < worker.rounds {
                     cap.downgrade(&at(r + 1));
                     sc.downgrade(&at(r + 1));
                 } else {
                     grad_cap = None;
                     stats_cap = None;
+                }
+            }
+            // 4. While the next round's input is not in: the evaluation in progress, some
+            // rows at a time, its statistics sent once it is done.
+            if let Some((_, s)) = held.as_mut() {
+                if worker.evaluate_some(s) {
+                    let (c, s) = held.take().expect("held above");
+                    let r = round_of(c.time());
+                    let s = worker.count_report(r, s, &mut state.borrow_mut());
+                    stats_out.activate().session(&c).give(s);
+                } else {
+                    activator.activate();
                 }
             }
         }
@@ -243,6 +276,24 @@ struct GradientStep {
     /// `train.pull`: the owner map, what this worker asked each owner for last round, the keys
     /// of its test rows by owner, and reusable buffers.
     pull: Option<Pull>,
+    /// The test evaluation in progress, on a copy of the model it evaluates.
+    evaluation: Option<Evaluating>,
+    /// The copy's buffer between evaluations.
+    eval_weights: Vec<f32>,
+    /// Evaluation time since the last round's messages went out (spent while waiting).
+    overlapped_eval_ms: f64,
+}
+
+/// Test rows evaluated per step of an evaluation in progress: a step costs about as much as
+/// a round of a small batch, so a round whose input arrives waits for at most one step.
+const EVAL_STEP_ROWS: usize = 4096;
+
+/// An evaluation of the model after some round, on a copy of it, while later rounds run.
+struct Evaluating {
+    weights: Vec<f32>,
+    next_row: usize,
+    eval: PartialEval,
+    ms: f64,
 }
 
 /// A worker's side of `train.pull`.
@@ -306,6 +357,9 @@ impl GradientStep {
             last_emit: None,
             pull,
             wire: wire.filter(|_| plan.leads_process(me)),
+            evaluation: None,
+            eval_weights: Vec::new(),
+            overlapped_eval_ms: 0.0,
         }
     }
 
@@ -371,6 +425,23 @@ impl GradientStep {
         Ok(stats)
     }
 
+    /// Counts the bytes of round `r`'s `stats` (and the evaluation part they carry) as they
+    /// cross to worker 0, when this worker is in another process. They count for round
+    /// `r - 1`, whose evaluation and downstream stages they report (round 0's for itself; the
+    /// round after the last has no row of its own).
+    fn count_report(&self, r: u64, mut stats: RoundStats, st: &mut WorkerState) -> RoundStats {
+        if self.plan.process_of(self.me) != self.plan.process_of(0) {
+            // Fixed-width integers: setting the count does not change the size.
+            let bytes = bincode::serialized_size(&stats).unwrap_or(0);
+            match r {
+                0 => stats.traffic.eval_sent = bytes,
+                _ => stats.prev_traffic.eval_sent = bytes,
+            }
+            st.traffic_total.eval_sent += bytes;
+        }
+        stats
+    }
+
     /// The times and traffic of round `r - 1`'s exchange (its update ended with this round's
     /// [`Self::apply_changes`], which started at `started`), reported with round `r`; a resumed
     /// run reports those the checkpoint carried.
@@ -392,7 +463,7 @@ impl GradientStep {
             stats.prev_update_ms = st.update_ms + ms(started);
             stats.prev_aggregate_ms = st.aggregate_ms;
             if let Some(t) = self.last_emit {
-                let between = ms(t);
+                let between = ms(t) - std::mem::take(&mut self.overlapped_eval_ms);
                 stats.prev_wait_ms = (between - st.aggregate_ms - st.update_ms).max(0.0);
             }
         }
@@ -421,17 +492,74 @@ impl GradientStep {
         c.save_worker(r, self.me, st, carried)
     }
 
-    /// The test metrics of the model after round `r - 1`, at epoch ends, every `eval_every`
-    /// rounds and after the last round.
-    fn evaluate(&self, r: u64, st: &WorkerState, stats: &mut RoundStats) {
-        if self.plan.evaluates_after(r) || (r == self.rounds && r > 0) {
-            let started = Instant::now();
-            let loss = &*self.plan.loss;
-            // SAFETY: the gradient step's window (see `Replica::in_round`).
-            let weights = unsafe { st.weights.in_round() };
-            stats.eval = Some(EvalPart::evaluate(&self.data.test, weights, loss));
-            stats.prev_eval_ms = ms(started);
+    /// Whether round `r` evaluates the model after round `r - 1`: at epoch ends, every
+    /// `eval_every` rounds and after the last round.
+    fn evaluates_at(&self, r: u64) -> bool {
+        self.plan.evaluates_after(r) || (r == self.rounds && r > 0)
+    }
+
+    /// The test metrics of the model after round `r - 1`, when round `r` evaluates. After the
+    /// last round they are computed here; otherwise on a copy of the model, some rows at a
+    /// time while the worker waits for the next round ([`Self::evaluate_some`]), so that the
+    /// evaluation does not delay the rounds after it. The metrics are the same either way.
+    fn evaluate(&mut self, r: u64, st: &WorkerState, stats: &mut RoundStats) {
+        if !self.evaluates_at(r) {
+            return;
         }
+        let started = Instant::now();
+        let loss = &*self.plan.loss;
+        // SAFETY: the gradient step's window (see `Replica::in_round`).
+        let weights = unsafe { st.weights.in_round() };
+        if r == self.rounds {
+            let auc_bits = self.plan.auc_bits;
+            stats.eval = Some(EvalPart::evaluate(&self.data.test, weights, loss, auc_bits));
+            stats.prev_eval_ms = ms(started);
+            return;
+        }
+        let mut copy = std::mem::take(&mut self.eval_weights);
+        copy.clear();
+        copy.extend_from_slice(weights);
+        self.evaluation = Some(Evaluating {
+            weights: copy,
+            next_row: 0,
+            eval: PartialEval::default(),
+            ms: ms(started),
+        });
+    }
+
+    /// Whether an evaluation is in progress.
+    fn evaluating(&self) -> bool {
+        self.evaluation.is_some()
+    }
+
+    /// Evaluates the next rows of the evaluation in progress; once it is done, puts its part
+    /// and time into `stats` (those of the round that evaluates) and returns true.
+    fn evaluate_some(&mut self, stats: &mut RoundStats) -> bool {
+        let Some(e) = self.evaluation.as_mut() else {
+            return true;
+        };
+        let started = Instant::now();
+        let test = &self.data.test;
+        let end = (e.next_row + EVAL_STEP_ROWS).min(test.rows());
+        e.eval
+            .rows(test, e.next_row..end, &e.weights, &*self.plan.loss);
+        e.next_row = end;
+        let spent = ms(started);
+        e.ms += spent;
+        self.overlapped_eval_ms += spent;
+        if end < test.rows() {
+            return false;
+        }
+        let e = self.evaluation.take().expect("in progress");
+        stats.eval = Some(e.eval.finish(self.plan.auc_bits));
+        stats.prev_eval_ms = e.ms;
+        self.eval_weights = e.weights;
+        true
+    }
+
+    /// Ends the evaluation in progress (see [`Self::evaluate_some`]).
+    fn finish_evaluation(&mut self, stats: &mut RoundStats) {
+        while !self.evaluate_some(stats) {}
     }
 
     /// The mini-batch gradient of the rows at `batch` (positions in `order`) into `self.grad`,

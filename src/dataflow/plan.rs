@@ -60,6 +60,8 @@ pub struct TrainPlan {
     /// Evaluate on the test rows every this many rounds as well as at epoch ends (0: epoch ends
     /// only).
     pub eval_every: u64,
+    /// Test scores go into `2^auc_bits` bins for the AUC (32: exact; `train.auc_bins`).
+    pub auc_bits: u8,
     /// Epochs.
     pub epochs: u64,
     /// Seed of every random choice.

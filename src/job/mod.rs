@@ -312,6 +312,11 @@ pub struct TrainSection {
     /// Also evaluate on the test rows every this many rounds (metrics rows of kind `eval`), so
     /// that time to a target loss is not bound to epoch ends; 0: at epoch ends only.
     pub eval_every: u64,
+    /// How the test AUC is computed: from scores in this many bins (a power of two, 2 to 2^32;
+    /// each worker sends counts per bin, at most 12 bytes a bin, whatever the test set's size),
+    /// or `"exact"` (every distinct score its own bin). The binned AUC is within a stated bound
+    /// of the exact one ([`crate::model::ScoreBins`]).
+    pub auc_bins: AucBins,
     /// Warm start: begin from the weights of this model file (written by `train` for the same
     /// features, dimension and loss); the optimizer state and error-feedback memory start
     /// fresh.
@@ -336,8 +341,72 @@ impl Default for TrainSection {
             sketch: SketchParams::default(),
             seed: 42,
             eval_every: 0,
+            auc_bins: AucBins::default(),
             init_model: None,
             checkpoint: None,
+        }
+    }
+}
+
+/// `train.auc_bins`: a bin count (a power of two) or `"exact"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "AucBinsText", into = "AucBinsText")]
+pub struct AucBins {
+    /// Bits of a score's order key that pick its bin: `2^bits` bins, 32 exact.
+    bits: u8,
+}
+
+impl AucBins {
+    /// Every distinct score its own bin.
+    pub const EXACT: AucBins = AucBins { bits: 32 };
+
+    /// Bits of a score's order key that pick its bin (32: exact).
+    pub fn bits(self) -> u8 {
+        self.bits
+    }
+}
+
+impl Default for AucBins {
+    /// 65,536 bins: a bin spans under 1% of its scores' value.
+    fn default() -> Self {
+        AucBins { bits: 16 }
+    }
+}
+
+/// How `train.auc_bins` is written.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum AucBinsText {
+    Count(u64),
+    Word(String),
+}
+
+impl TryFrom<AucBinsText> for AucBins {
+    type Error = String;
+
+    fn try_from(t: AucBinsText) -> Result<Self, String> {
+        match t {
+            AucBinsText::Count(n) if n.is_power_of_two() && (2..=1 << 32).contains(&n) => {
+                Ok(AucBins {
+                    bits: n.trailing_zeros() as u8,
+                })
+            }
+            AucBinsText::Word(w) if w == "exact" => Ok(AucBins::EXACT),
+            AucBinsText::Count(n) => Err(format!(
+                "auc_bins = {n}: expected a power of two from 2 to 4294967296 (e.g. 65536), or \"exact\""
+            )),
+            AucBinsText::Word(w) => Err(format!(
+                "auc_bins = \"{w}\": expected a power of two from 2 to 4294967296 (e.g. 65536), or \"exact\""
+            )),
+        }
+    }
+}
+
+impl From<AucBins> for AucBinsText {
+    fn from(b: AucBins) -> Self {
+        match b.bits {
+            32 => AucBinsText::Word("exact".into()),
+            bits => AucBinsText::Count(1 << bits),
         }
     }
 }
@@ -1288,6 +1357,7 @@ impl Job {
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
             eval_every: self.train.eval_every,
+            auc_bits: self.train.auc_bins.bits(),
             epochs: self.train.epochs,
             seed: self.train.seed,
             threads_per_process,

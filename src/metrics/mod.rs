@@ -83,6 +83,9 @@ pub struct Traffic {
     pub logical_up: u64,
     /// Downlink bytes addressed to any worker, this process's own included.
     pub logical_down: u64,
+    /// Bytes of round statistics and test evaluation parts sent to process 0 (which writes
+    /// the metrics) from another process: the cost of watching the run, not of training.
+    pub eval_sent: u64,
 }
 
 impl Traffic {
@@ -120,6 +123,7 @@ impl Traffic {
         self.down_received += o.down_received;
         self.logical_up += o.logical_up;
         self.logical_down += o.logical_down;
+        self.eval_sent += o.eval_sent;
     }
 
     /// Bytes sent to other processes, both directions.
@@ -181,6 +185,11 @@ pub struct MetricsRow {
     /// The most payload bytes one process sent to the others (both directions): the busiest
     /// link. A `process` row: that process's own.
     pub max_process_sent_bytes: u64,
+    /// Bytes of round statistics and test evaluation parts sent to process 0 by the other
+    /// processes (serialized as they cross), at this round: gradient traffic's neighbour on
+    /// process 0's inbound link. A `process` row: that process's own.
+    #[serde(default)]
+    pub eval_bytes: u64,
     /// Bytes timely sent on data channels to other processes, by process 0 (the process that
     /// writes the rows; the per-process totals are printed at the end of each process).
     pub wire_data_bytes: u64,
@@ -231,6 +240,7 @@ impl MetricsRow {
         self.logical_uplink_bytes = t.logical_up;
         self.logical_downlink_bytes = t.logical_down;
         self.max_process_sent_bytes = busiest;
+        self.eval_bytes = t.eval_sent;
     }
 
     /// The per-stage times of this row.

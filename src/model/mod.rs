@@ -11,7 +11,7 @@ pub mod metrics;
 pub mod softmax;
 
 pub use gradient::{GradientWorkspace, SparseGrad};
-pub use metrics::{auc, EvalPart, EvalSummary};
+pub use metrics::{auc, EvalPart, EvalSummary, PartialEval, ScoreBins};
 pub use softmax::Softmax;
 
 use std::sync::Arc;
