@@ -47,6 +47,31 @@ fn write_all(dst: &mut [MaybeUninit<u8>], src: &[u8]) {
     }
 }
 
+/// Appends `x` as an unsigned LEB128 varint: 7 bits a byte, low bits first, the high bit set
+/// on every byte but the last (1 byte below 128, at most 5 for a `u32`).
+pub fn put_uleb128(out: &mut Vec<u8>, mut x: u32) {
+    while x >= 0x80 {
+        out.push(x as u8 | 0x80);
+        x >>= 7;
+    }
+    out.push(x as u8);
+}
+
+/// Reads an unsigned LEB128 varint of at most 32 bits from the front of `bytes`, advancing it;
+/// None when `bytes` ends inside one or it does not fit a `u32`.
+pub fn get_uleb128(bytes: &mut &[u8]) -> Option<u32> {
+    let mut x: u64 = 0;
+    for i in 0..5 {
+        let (&b, rest) = bytes.split_first()?;
+        *bytes = rest;
+        x |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            return u32::try_from(x).ok();
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +89,22 @@ mod tests {
             (words, longs),
             (vec![7, 1, 0x0102_0304], vec![u64::MAX - 1])
         );
+    }
+
+    #[test]
+    fn varints_round_trip_and_overlong_or_cut_ones_are_refused() {
+        let values = [0u32, 1, 127, 128, 16_383, 16_384, u32::MAX];
+        let mut out = Vec::new();
+        values.iter().for_each(|&x| put_uleb128(&mut out, x));
+        assert_eq!(out.len(), 1 + 1 + 1 + 2 + 2 + 3 + 5);
+        let mut rest = &out[..];
+        for &x in &values {
+            assert_eq!(get_uleb128(&mut rest), Some(x));
+        }
+        assert!(rest.is_empty());
+        // 2^32 does not fit; a sixth byte is never read; a cut varint is no varint.
+        assert_eq!(get_uleb128(&mut &[0x80, 0x80, 0x80, 0x80, 0x10][..]), None);
+        assert_eq!(get_uleb128(&mut &[0xff; 6][..]), None);
+        assert_eq!(get_uleb128(&mut &[0x80][..]), None);
     }
 }

@@ -313,7 +313,7 @@ pub struct TrainSection {
     /// that time to a target loss is not bound to epoch ends; 0: at epoch ends only.
     pub eval_every: u64,
     /// How the test AUC is computed: from scores in this many bins (a power of two, 2 to 2^32;
-    /// each worker sends counts per bin, at most 12 bytes a bin, whatever the test set's size),
+    /// each worker sends counts per bin it uses, 3-15 bytes a bin, whatever the test set's size),
     /// or `"exact"` (every distinct score its own bin). The binned AUC is within a stated bound
     /// of the exact one ([`crate::model::ScoreBins`]).
     pub auc_bins: AucBins,

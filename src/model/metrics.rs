@@ -153,15 +153,17 @@ fn order_key(score: f32) -> u32 {
 /// Two-class test scores binned by the leading `bits` bits of their order key ([`order_key`]):
 /// `2^bits` bins, each a run of scores of one sign and magnitude (16 bits: 7 mantissa bits, a
 /// bin spans under 1% of its scores' value). Only bins holding a score are kept, as
-/// `(bin, positives, negatives)` in bin order, so a part costs at most 12 bytes per bin that
-/// any of its rows falls into; parts merge by adding counts (a sorted merge), in any order.
-/// With 32 bits every distinct score is its own bin and the AUC is exact.
+/// `(bin, positives, negatives)` in bin order; parts merge by adding counts (a sorted merge),
+/// in any order. With 32 bits every distinct score is its own bin and the AUC is exact.
+/// Serialized, each bin is three LEB128 varints (the distance from the previous bin, then the
+/// counts): 3 bytes for a bin of one score at 16 bits, 5-7 exact, at most 15.
 ///
 /// The AUC counts a positive and a negative of one bin as a tie (one half), as Spark's
 /// `BinaryClassificationMetrics` with `numBins` does for its downsampled curve: only such
 /// pairs can differ from the exact AUC, each by at most one half, so the error is at most
 /// `Σ_b pos_b · neg_b / (2 · P · N)` ([`ScoreBins::auc_error_bound`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(into = "serde_bytes::ByteBuf", try_from = "serde_bytes::ByteBuf")]
 pub struct ScoreBins {
     bits: u8,
     bins: Vec<(u32, u32, u32)>,
@@ -275,6 +277,50 @@ impl ScoreBins {
         }
         let same_bin: f64 = self.bins.iter().map(|&(_, p, n)| p as f64 * n as f64).sum();
         same_bin / (2.0 * pos * neg)
+    }
+}
+
+impl From<ScoreBins> for serde_bytes::ByteBuf {
+    fn from(b: ScoreBins) -> Self {
+        let mut out = Vec::with_capacity(1 + 3 * b.bins.len());
+        out.push(b.bits);
+        let mut previous = 0;
+        for &(bin, p, n) in &b.bins {
+            crate::le::put_uleb128(&mut out, bin - previous);
+            crate::le::put_uleb128(&mut out, p);
+            crate::le::put_uleb128(&mut out, n);
+            previous = bin;
+        }
+        serde_bytes::ByteBuf::from(out)
+    }
+}
+
+impl TryFrom<serde_bytes::ByteBuf> for ScoreBins {
+    type Error = String;
+
+    /// Checks what may have crossed a socket: bits in `1..=32` (or 0 with no bins), bins
+    /// increasing and below `2^bits`, every varint whole.
+    fn try_from(buf: serde_bytes::ByteBuf) -> Result<Self, String> {
+        let bad = |what: &str| format!("score bins: {what}");
+        let (&bits, mut rest) = buf.split_first().ok_or_else(|| bad("no bit count"))?;
+        if bits > 32 || (bits == 0 && !rest.is_empty()) {
+            return Err(bad(&format!("{bits} bits")));
+        }
+        let top = (1u64 << bits) - 1;
+        // At least 3 bytes a bin: the allocation is bounded by what arrived.
+        let mut bins = Vec::with_capacity(rest.len() / 3);
+        let mut previous: Option<u64> = None;
+        while !rest.is_empty() {
+            let mut next = || crate::le::get_uleb128(&mut rest).ok_or_else(|| bad("cut short"));
+            let (step, p, n) = (next()? as u64, next()?, next()?);
+            let bin = previous.map_or(step, |b| b + step);
+            if (previous.is_some() && step == 0) || bin > top {
+                return Err(bad(&format!("bin {bin} out of order or above {top}")));
+            }
+            bins.push((bin as u32, p, n));
+            previous = Some(bin);
+        }
+        Ok(ScoreBins { bits, bins })
     }
 }
 
@@ -400,6 +446,47 @@ mod tests {
             };
             proptest::prop_assert_eq!(&merged, &ScoreBins::of(&scores, coarser));
         }
+    }
+
+    proptest::proptest! {
+        /// Bins cross the wire and come back equal; any change of their bytes is an error or
+        /// another valid set of bins, never a panic.
+        #[test]
+        fn bins_round_trip_and_damage_is_an_error(
+            scores in scores_strategy(),
+            bits in 1u8..=32,
+            flip in proptest::num::usize::ANY,
+            cut in proptest::num::usize::ANY,
+        ) {
+            let bins = ScoreBins::of(&scores, bits);
+            let bytes = bincode::serialize(&bins).unwrap();
+            proptest::prop_assert_eq!(&bincode::deserialize::<ScoreBins>(&bytes).unwrap(), &bins);
+            let mut damaged = bytes.clone();
+            let i = flip % damaged.len();
+            damaged[i] ^= 0x55;
+            if let Ok(b) = bincode::deserialize::<ScoreBins>(&damaged) {
+                proptest::prop_assert!(b.bins.windows(2).all(|w| w[0].0 < w[1].0));
+                let _ = (b.auc(), b.auc_error_bound());
+            }
+            let _ = bincode::deserialize::<ScoreBins>(&bytes[..cut % bytes.len()]);
+        }
+    }
+
+    /// A bin of one score costs 3 bytes at 16 bits, and exact bins fewer than the 8 bytes a
+    /// `(score, target)` pair took.
+    #[test]
+    fn bins_are_small_on_the_wire() {
+        let scores: Vec<(f32, f32)> = (0..10_000)
+            .map(|i| (i as f32 / 1000.0 - 5.0, if i % 3 == 0 { 1.0 } else { -1.0 }))
+            .collect();
+        let size = |bits| bincode::serialized_size(&ScoreBins::of(&scores, bits)).unwrap();
+        let bins16 = ScoreBins::of(&scores, 16).len() as u64;
+        assert!(
+            size(16) <= 9 + 1 + 3 * bins16 + 8,
+            "{} for {bins16} bins",
+            size(16)
+        );
+        assert!(size(32) < 8 * 10_000 * 3 / 4, "{}", size(32));
     }
 
     /// 16 bits keep scores one bin apart when they differ by more than 1%: far apart scores
