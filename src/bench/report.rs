@@ -458,6 +458,19 @@ mod tests {
         }
     }
 
+    /// [`suite`] on a 10 Mbit link and loopback.
+    fn suite_on_slow_and_loopback() -> Suite {
+        let slow = Link {
+            name: "slow".into(),
+            rate: Some("10mbit".into()),
+            delay: None,
+        };
+        Suite {
+            links: vec![slow, Link::loopback()],
+            ..suite()
+        }
+    }
+
     fn record(kind: &str, round: u64, seconds: f64, loss: Option<f64>, up: u64) -> MetricsRecord {
         MetricsRecord {
             kind: kind.into(),
@@ -563,13 +576,7 @@ mod tests {
 
     #[test]
     fn the_free_link_bound_divides_the_shaped_baseline_by_the_same_cell_on_loopback() {
-        let mut s = suite();
-        let slow = Link {
-            name: "slow".into(),
-            rate: Some("10mbit".into()),
-            delay: None,
-        };
-        s.links = vec![slow, Link::loopback()];
+        let mut s = suite_on_slow_and_loopback();
         let cells = s.cells(); // slow: none, topk; loopback: none, topk
         let id = |link: &str, comp: &str| {
             cells
@@ -616,13 +623,7 @@ mod tests {
     /// link's rate to the same cell's time on the unshaped link.
     #[test]
     fn the_free_link_bound_counts_evaluation_bytes_at_the_links_rate() {
-        let mut s = suite();
-        let slow = Link {
-            name: "slow".into(),
-            rate: Some("10mbit".into()),
-            delay: None,
-        };
-        s.links = vec![slow, Link::loopback()];
+        let mut s = suite_on_slow_and_loopback();
         s.compressors.pop();
         let cells = s.cells(); // slow: none; loopback: none
         let at = |i: usize, t: f64| run(cells[i].clone(), &[(9, t / 2.0, 0.45), (19, t, 0.40)], 1);
