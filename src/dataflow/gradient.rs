@@ -38,11 +38,13 @@ use crate::sparse::SparseGrad;
 /// frontiers have passed `r` or, without `train.pull`, the changes of every other owner and this
 /// worker's own [`crate::exchange::APPLIED`] mark are in (and the other inputs have passed `r`),
 /// in named steps ([`GradientStep::round`]): apply the
-/// changes of round `r - 1`, report the previous round's exchange, checkpoint, evaluate (at
-/// epoch ends and every `eval_every` rounds), take the next mini-batch, compute its gradient,
-/// encode it (memory and codec) and send it; then it holds its capabilities for round `r + 1`.
-/// After the last round it only applies the final changes, evaluates, and releases its
-/// capabilities.
+/// changes of round `r - 1`, report the previous round's exchange, checkpoint, copy the model
+/// to evaluate (at epoch ends and every `eval_every` rounds), take the next mini-batch, compute
+/// its gradient, encode it (memory and codec) and send it; then it holds its capabilities for
+/// round `r + 1`. While no round can run it evaluates the copy, some rows at a time, and sends
+/// the statistics of the round that evaluates once that is done, at that round (the round's
+/// capability is held until then). After the last round it only applies the final changes,
+/// evaluates, and releases its capabilities.
 ///
 /// With rows from a stream ([`Rows::Stream`], a program's own data preparation in the same
 /// dataflow), the operator gathers the worker's rows until that input is complete, orders and
