@@ -377,27 +377,28 @@ impl Default for AucBins {
 #[derive(Serialize, Deserialize)]
 #[serde(untagged)]
 enum AucBinsText {
-    Count(u64),
+    Count(i64),
     Word(String),
+    /// Anything else (a float, a table): an error that says what is expected.
+    #[serde(skip_serializing)]
+    Other(serde::de::IgnoredAny),
 }
 
 impl TryFrom<AucBinsText> for AucBins {
     type Error = String;
 
     fn try_from(t: AucBinsText) -> Result<Self, String> {
+        let expected = "expected a power of two from 2 to 4294967296 (e.g. 65536), or \"exact\"";
         match t {
-            AucBinsText::Count(n) if n.is_power_of_two() && (2..=1 << 32).contains(&n) => {
+            AucBinsText::Count(n) if (2..=1 << 32).contains(&n) && (n as u64).is_power_of_two() => {
                 Ok(AucBins {
                     bits: n.trailing_zeros() as u8,
                 })
             }
             AucBinsText::Word(w) if w == "exact" => Ok(AucBins::EXACT),
-            AucBinsText::Count(n) => Err(format!(
-                "auc_bins = {n}: expected a power of two from 2 to 4294967296 (e.g. 65536), or \"exact\""
-            )),
-            AucBinsText::Word(w) => Err(format!(
-                "auc_bins = \"{w}\": expected a power of two from 2 to 4294967296 (e.g. 65536), or \"exact\""
-            )),
+            AucBinsText::Count(n) => Err(format!("auc_bins = {n}: {expected}")),
+            AucBinsText::Word(w) => Err(format!("auc_bins = \"{w}\": {expected}")),
+            AucBinsText::Other(_) => Err(format!("auc_bins: {expected}")),
         }
     }
 }
@@ -1518,6 +1519,28 @@ mod tests {
             assert!(e.contains(says), "{text}: {e}");
         }
         assert!(parse("").unwrap().program_inputs().is_none());
+    }
+
+    #[test]
+    fn auc_bins_are_a_power_of_two_or_exact() {
+        let bits =
+            |v: &str| parse(&format!("[train]\nauc_bins = {v}\n")).map(|j| j.train.auc_bins.bits());
+        assert_eq!(bits("65536").unwrap(), 16);
+        assert_eq!(bits("2").unwrap(), 1);
+        assert_eq!(bits("4294967296").unwrap(), 32);
+        assert_eq!(bits("\"exact\"").unwrap(), 32);
+        assert_eq!(parse("").unwrap().train.auc_bins, AucBins::default());
+        for bad in ["1000", "1", "0", "8589934592", "\"Exact\"", "-4", "65536.0"] {
+            let e = bits(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("auc_bins") && e.contains("power of two"),
+                "{bad}: {e}"
+            );
+        }
+        // The job file a run writes (`--print-job`, checkpoints) reads back the same.
+        let job = parse("[train]\nauc_bins = \"exact\"\n").unwrap();
+        let text = toml::to_string(&job).unwrap();
+        assert_eq!(parse(&text).unwrap().train.auc_bins, AucBins::EXACT);
     }
 
     #[test]
