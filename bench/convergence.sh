@@ -6,6 +6,11 @@
 # reached it.
 #
 #   bash bench/convergence.sh [job] [workers]     (default: bench/convergence.toml, 2)
+#   ROWS="none none+staleness=1 none+staleness=2" bash bench/convergence.sh
+#
+# A row is a codec with its parameters after commas (`signsgd,vote=true`), and optionally
+# `+field=value` for a [train] field (`+staleness=1`: pipelined rounds). The first row is the
+# reference of the percentages.
 #
 # Prints a Markdown table. Every cell is a `gradflow train` run with timely workers in one
 # process (the codec's effect on convergence does not depend on the transport).
@@ -21,7 +26,9 @@ trap 'rm -rf "$out"' EXIT
 # 0.1, 0.5, 2 for the uncompressed run on this job)
 columns=("logistic|adam|0.01" "logistic|sgd|2.0" "hinge|adam|0.01" "hinge|sgd|0.5" "squared|adam|0.01" "squared|sgd|0.5")
 codecs=(none none64 zipml sketchml skcompress fastsgd gspar topk randomk threshold qsgd terngrad
-  signsgd signsgd,vote=true logquant)
+  signsgd signsgd,vote=true logquant none+staleness=1 none+staleness=2)
+[ -n "${ROWS:-}" ] && read -r -a codecs <<< "$ROWS"
+
 
 header="| codec |"; rule="|---|"
 for col in "${columns[@]}"; do
@@ -30,13 +37,16 @@ for col in "${columns[@]}"; do
 done
 echo "$header"; echo "$rule"
 declare -A base
-for codec in "${codecs[@]}"; do
+for row_spec in "${codecs[@]}"; do
+  codec=${row_spec%%+*}
+  train=(); [[ $row_spec == *+* ]] && IFS='+' read -r -a train <<< "${row_spec#*+}"
+  sets=(); for t in "${train[@]}"; do sets+=(--set "train.$t"); done
   name=${codec%%,*}
   extra=""; [[ $codec == *,* ]] && extra=",${codec#*,}"
-  row="| $codec |"
+  row="| $row_spec |"
   for col in "${columns[@]}"; do
     IFS='|' read -r loss opt lr <<< "$col"
-    ./target/release/gradflow train "$job" -w "$workers" \
+    ./target/release/gradflow train "$job" -w "$workers" "${sets[@]}" \
       --set "train.compressor={name=\"$name\"$extra}" --set "model.loss=\"$loss\"" \
       --set "optimizer.kind=\"$opt\"" --set "optimizer.lr=$lr" \
       --set "output.metrics=\"$out/m.csv\"" > "$out/log" 2>&1 \

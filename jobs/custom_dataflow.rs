@@ -27,7 +27,8 @@ fn main() -> std::process::ExitCode {
         let index = scope.index();
         let supervisor = training.supervisor().clone();
         scope.iterative::<u64, _, _>(|inner| {
-            let (feedback, changes) = inner.loop_variable::<Vec<Envelope>>(1);
+            let (feedback, changes) =
+                inner.loop_variable::<Vec<Envelope>>(training.plan().feedback_delay());
             let (grads, stats) = training.gradient(changes);
             training
                 .exchange(grads)

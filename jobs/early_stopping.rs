@@ -64,7 +64,8 @@ fn main() -> std::process::ExitCode {
             without_improvement: 0,
         };
         scope.iterative::<u64, _, _>(|inner| {
-            let (feedback, changes) = inner.loop_variable::<Vec<Envelope>>(1);
+            let (feedback, changes) =
+                inner.loop_variable::<Vec<Envelope>>(training.plan().feedback_delay());
             let (stop_edge, stop) = inner.loop_variable::<Vec<String>>(LAG);
             let (grads, stats) = training.gradient_until(changes, stop);
             training.exchange(grads).connect_loop(feedback);

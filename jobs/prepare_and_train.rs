@@ -97,7 +97,8 @@ fn main() -> std::process::ExitCode {
 
         // 4. train on them
         scope.iterative::<u64, _, _>(|inner| {
-            let (feedback, changes) = inner.loop_variable::<Vec<Envelope>>(1);
+            let (feedback, changes) =
+                inner.loop_variable::<Vec<Envelope>>(training.plan().feedback_delay());
             let rows: Stream<'_, RoundTime, Vec<PreparedRow>> = rows.enter(inner);
             let (grads, stats) = training.gradient_on(rows, changes);
             training.exchange(grads).connect_loop(feedback);

@@ -392,3 +392,29 @@ fn the_other_exchanges_and_memories_resume_bit_for_bit() {
         assert!(resumed == full, "{job}");
     }
 }
+
+#[test]
+fn pipelined_rounds_resume_bit_for_bit() {
+    // With rounds in flight (`train.staleness`), a checkpoint round starts from the whole
+    // model, so a run resumed there repeats the uninterrupted one: `sharded` with its lossy
+    // downlink, and `allgather`, on two threads and as two processes.
+    let pipelined = JOB
+        .replace("epochs = 800", "epochs = 6")
+        .replace("seed = 11\n", "seed = 11\nstaleness = 2\n");
+    let allgather = pipelined
+        .replace("downlink = { name = \"topk\", ratio = 0.5 }\n", "")
+        .replace(
+            "staleness = 2\n",
+            "staleness = 2\nexchange = \"allgather\"\n",
+        );
+    for (job, processes) in [(&pipelined, 1), (&allgather, 1), (&pipelined, 2)] {
+        let (dir, _) = setup(job);
+        finish(start(dir.path(), processes, &[]));
+        let full = std::fs::read(dir.path().join("model.txt")).unwrap();
+        std::fs::remove_file(dir.path().join("model.txt")).unwrap();
+        let err = finish(start(dir.path(), processes, &["--resume", "ckpt"]));
+        assert!(err.contains("resuming from round 40"), "{err}");
+        let resumed = std::fs::read(dir.path().join("model.txt")).unwrap();
+        assert!(resumed == full, "{processes} process(es): {job}");
+    }
+}

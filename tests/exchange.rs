@@ -404,7 +404,7 @@ fn run_with_faulty_changes(
         let (plan, sup) = (plan.clone(), sup.clone());
         worker.dataflow::<(), _, _>(|scope| {
             scope.iterative::<u64, _, _>(|inner| {
-                let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(1);
+                let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(plan.feedback_delay());
                 let (grads, stats) = gradient(
                     changes,
                     None,

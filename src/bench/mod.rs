@@ -19,7 +19,8 @@
 //! "train.epochs" = 2
 //! "train.eval_every" = 10
 //!
-//! [[compressor]]                   # a codec table, plus optional label, memory, downlink, pull
+//! [[compressor]]                   # a codec table, plus optional label, memory, downlink, pull,
+//!                                  # staleness
 //! name = "none"
 //!
 //! [[compressor]]
@@ -436,6 +437,9 @@ impl Suite {
                 .iter()
                 .any(|(k, _)| k == "train.downlink" || k == "train.pull")
         };
+        let pipelined = |c: &AxisValue| {
+            (c.sets.iter()).any(|(k, v)| k == "train.staleness" && v.as_integer() != Some(0))
+        };
         let coded = |c: &AxisValue| {
             c.sets.iter().any(|(k, v)| {
                 k == "train.compressor" && v.get("name").and_then(|n| n.as_str()) != Some("none")
@@ -447,6 +451,8 @@ impl Suite {
                 Some("a downlink or pull needs the sharded exchange")
             } else if coded(c) && e.label == "sketch" {
                 Some("the sketch exchange sends count sketches, not codec messages")
+            } else if pipelined(c) && e.label == "sketch" {
+                Some("the sketch exchange runs with staleness 0")
             } else {
                 None
             }
@@ -516,13 +522,14 @@ fn axis<T>(
     entries.iter().map(value).collect()
 }
 
-/// A `[[compressor]]` entry: `label`, `memory`, `downlink` and `pull` come out; the rest is the
-/// codec table, checked by parsing it as one.
+/// A `[[compressor]]` entry: `label`, `memory`, `downlink`, `pull` and `staleness` (the
+/// exchange's settings beside the codec) come out; the rest is the codec table, checked by
+/// parsing it as one.
 fn compressor_value(t: &toml::Table) -> Result<AxisValue, String> {
     let mut codec = t.clone();
     let label = codec.remove("label");
     let mut sets = Vec::new();
-    let extra: Vec<(&str, Option<toml::Value>)> = ["memory", "downlink", "pull"]
+    let extra: Vec<(&str, Option<toml::Value>)> = ["memory", "downlink", "pull", "staleness"]
         .iter()
         .map(|k| (*k, codec.remove(*k)))
         .collect();
@@ -559,6 +566,7 @@ fn compressor_value(t: &toml::Table) -> Result<AxisValue, String> {
                         format!("+down={}", table_label(d, "name"))
                     }
                     ("train.pull", toml::Value::Boolean(true)) => "+pull".into(),
+                    ("train.staleness", v) => format!("+s{}", plain(v)),
                     (_, v) => format!("+{}", plain(v)),
                 };
             }
@@ -692,6 +700,9 @@ name = "none"
 [[compressor]]
 name = "topk"
 ratio = 0.05
+[[compressor]]
+name = "none"
+staleness = 1
 "#,
         )
         .unwrap();
@@ -701,14 +712,19 @@ ratio = 0.05
             [
                 "loopback/W2/job/sharded/none/r0",
                 "loopback/W2/job/sharded/topk,ratio=0.05/r0",
+                "loopback/W2/job/sharded/none+s1/r0",
                 "loopback/W2/job/sketch/none/r0",
             ]
         );
         let left = s.left_out();
-        assert_eq!(left.len(), 1);
+        assert_eq!(left.len(), 2);
         assert!(
             left[0].starts_with("sketch / topk,ratio=0.05: the sketch exchange"),
             "{left:?}"
+        );
+        assert_eq!(
+            left[1],
+            "sketch / none+s1: the sketch exchange runs with staleness 0"
         );
         for cell in s.cells() {
             cell.job_text(&s.job, &[]).unwrap();

@@ -15,14 +15,16 @@ use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners, DATA
 use crate::sparse::SparseGrad;
 
 /// The aggregation operator. Input: gradient envelopes (routed to their `dest`). Output: model
-/// changes for the other workers (`sharded`; `allgather` updates every replica in place), and
-/// the [`applied`] envelope to this worker's own gradient step.
+/// changes: for this worker's own gradient step (`allgather`: the whole step; `sharded`: its
+/// keys') and, `sharded`, for the other workers.
 ///
 /// Round `r` runs once every gradient of round `r` is in: decode, sum in worker order weighted
-/// by batch rows, take the optimizer step on the summed keys; `allgather` adds it to the local
-/// replica, `sharded` encodes it (plus the downlink residual) and every replica, this one
-/// included, adds the decoded change. Workers that share a replica ([`crate::dataflow::Replica`])
-/// add it once: the owner adds it and sends the others an [`applied`] mark in its place.
+/// by batch rows, take the optimizer step on the summed keys; `sharded` encodes it (plus the
+/// downlink residual) and every replica, this one included, adds the decoded change. Each
+/// worker's gradient step adds the changes to its replica (in the round `train.staleness`
+/// puts them in). Workers that share a replica ([`crate::dataflow::Replica`]) add it once: the
+/// owner adds it here and sends the others (and itself) an [`applied`] mark in its place; so
+/// does an owner that answers pulls with its new weights.
 pub fn aggregate<'s>(
     grads: Stream<'s, RoundTime, Vec<Envelope>>,
     plan: &TrainPlan,
@@ -139,9 +141,18 @@ pub fn aggregate<'s>(
             } else {
                 &change
             };
-            st.weights
-                .add(mine)
-                .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+            // This worker's own replica adds the change in its gradient step, which takes it
+            // from the feedback edge (in the round that pipelining puts it in). A replica
+            // shared with other workers, or one that answers pulls with the new weights,
+            // adds it here.
+            let in_place = st.weights.is_shared() || plan.pull;
+            if in_place {
+                st.weights
+                    .add(mine)
+                    .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+            } else {
+                out.push(local_message(me, me, 0, plan.dim, mine.clone(), 0));
+            }
             // What leaves is a copy: the change's buffer stays with this worker, written by
             // this core alone, round after round. Written into lines the other core has read
             // (a buffer that left before, handed back to this thread's arena), the optimizer
@@ -163,7 +174,9 @@ pub fn aggregate<'s>(
                 st.sent(false, answer.payload.len(), remote(m.src));
                 out.push(answer);
             }
-            out.push(applied(me, me));
+            if in_place {
+                out.push(applied(me, me));
+            }
             st.update_ms = ms(t_update);
             Ok(())
         },

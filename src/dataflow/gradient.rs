@@ -35,10 +35,12 @@ use crate::sparse::SparseGrad;
 /// envelopes (one per receiving worker per round) and round statistics.
 ///
 /// The operator gathers what arrives, and runs round `r` once its input is complete: its input
-/// frontiers have passed `r` or, without `train.pull`, the changes of every other owner and this
-/// worker's own [`crate::exchange::APPLIED`] mark are in (and the other inputs have passed `r`),
-/// in named steps ([`GradientStep::round`]): apply the
-/// changes of round `r - 1`, report the previous round's exchange, checkpoint, copy the model
+/// frontiers have passed `r` or, without `train.pull`, every owner's change (this worker's own
+/// included, or its [`crate::exchange::APPLIED`] mark where its aggregate step adds it in
+/// place) is in (and the other inputs have passed `r`), in named steps
+/// ([`GradientStep::round`]): apply the changes of round `r - 1 - s` (`s` =
+/// `train.staleness`, the feedback edge's delay less one; at a checkpoint and after the last
+/// round, every change still in flight), report the previous round's exchange, checkpoint, copy the model
 /// to evaluate (at epoch ends and every `eval_every` rounds), take the next mini-batch, compute
 /// its gradient, encode it (memory and codec) and send it; then it holds its capabilities for
 /// round `r + 1`. While no round can run it evaluates the copy, some rows at a time, and sends
@@ -106,6 +108,8 @@ pub fn gradient<'s>(
             _ => 1,
         });
         let mut arrivals: Arrivals<()> = Arrivals::new(expected);
+        // The last round whose changes were applied ahead of their round.
+        let mut applied_through = 0;
         let mut stops: BTreeMap<u64, String> = BTreeMap::new();
         let mut envelopes = Vec::new();
         // The statistics of a round whose evaluation is still running, at that round.
@@ -158,9 +162,23 @@ pub fn gradient<'s>(
                     break;
                 }
                 let r = round_of(cap.time());
-                let passed = !frontiers[0].less_equal(cap.time());
-                let Some((_, changes)) = arrivals.take(r, passed) else {
-                    break;
+                let passed = |q: u64| !frontiers[0].less_equal(&at(q));
+                // Round r applies the changes of round r - 1 - staleness, or, where it must
+                // see the whole model (a checkpoint, the end), all those in flight.
+                let changes = if r <= applied_through {
+                    Vec::new()
+                } else if worker.sees_whole_model(r, &stops) {
+                    let through = r + plan.staleness;
+                    let Some(changes) = arrivals.take_through(r, through, passed) else {
+                        break;
+                    };
+                    applied_through = through;
+                    changes
+                } else {
+                    let Some((_, changes)) = arrivals.take(r, passed(r)) else {
+                        break;
+                    };
+                    changes
                 };
                 let st = &mut *state.borrow_mut();
                 let run = worker.begin(r, &stops, st);
@@ -393,6 +411,16 @@ impl GradientStep {
         }
     }
 
+    /// Whether round `r` must start from the whole model, every change in flight applied: when
+    /// rounds are pipelined (`train.staleness`), at a checkpoint (it saves a model that no
+    /// change is missing from) and after the last round (the model written; `stops` are the
+    /// decisions to end early). A round that runs anyway does nothing different.
+    fn sees_whole_model(&self, r: u64, stops: &BTreeMap<u64, String>) -> bool {
+        let last = r >= self.rounds || stops.first_key_value().is_some_and(|(&at, _)| at <= r);
+        let checkpoint = (self.plan.checkpoints.as_ref()).is_some_and(|c| c.due(r, &self.plan));
+        self.plan.staleness > 0 && (last || checkpoint)
+    }
+
     /// Round `r`, in its named steps: leaves this round's gradient envelopes in `out` and
     /// returns its statistics. After the last round only the first steps run (the final
     /// changes are applied and the model evaluated).
@@ -599,8 +627,10 @@ impl GradientStep {
         Ok(())
     }
 
-    /// Adds the changes of round `r - 1` that the owners of other keys sent (`sharded`; the
-    /// other exchanges update the replica in their own operators), or the weights asked for
+    /// Adds the model changes that arrived for round `r` (those of round `r - 1 - s`): every
+    /// owner's (`sharded`) or this worker's aggregate (`allgather`), except where the aggregate
+    /// step added its own in place and sent an [`APPLIED`] mark (a shared replica, `train.pull`;
+    /// the `sketch` exchange updates the replica in its own operator); or the weights asked for
     /// (`train.pull`).
     fn apply_changes(
         &mut self,
@@ -632,7 +662,9 @@ impl GradientStep {
                 ));
             }
             let remote = !same_process(msg.src);
-            st.received(false, msg.len(), remote);
+            if msg.src != self.me {
+                st.received(false, msg.len(), remote);
+            }
             let bad = |e: String| {
                 format!(
                     "worker {}, round {r}: bad model change from worker {}: {e}",

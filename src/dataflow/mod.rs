@@ -4,7 +4,7 @@
 //! `sharded` and `allgather`:
 //!
 //! ```text
-//!            ┌──────── model changes of round r-1 (feedback edge, +1 round) ◄──────────────┐
+//!            ┌──── model changes of round r-1-s (feedback edge, +1+s rounds) ◄────────────┐
 //!            ▼                                                                            │
 //!   [Gradient] apply changes, (evaluate at epoch ends), batch, gradient, memory, encode   │
 //!            │ gradient envelopes ── Exchange(dest) ──► [Aggregate] decode, sum in        │
@@ -21,6 +21,12 @@
 //!   [Candidates] top P·k, exact v ── chunks ──► [SumExact] ── sums ──► [ApplyTopK] top k,
 //!   optimizer step, mask u and v ── (nothing; its frontier) ──► feedback edge
 //! ```
+//!
+//! `s` is `train.staleness` (0 by default): with `s ≥ 1` round `r`'s gradient is computed on the
+//! model after round `r - 1 - s`, so the exchange of up to `s` rounds runs while the next ones
+//! compute (pipelined rounds, as Pipe-SGD's width-2 pipeline for `s = 1`). The delay is the
+//! feedback edge's, so the frontier alone orders the rounds and the model is the same on every
+//! run and every split of the workers into processes.
 //!
 //! Operators decide that a round is complete from their input frontiers: the gradient operator
 //! starts round `r` only when nothing for round `r` can still arrive on the feedback edge; every
@@ -162,8 +168,8 @@ impl Training {
     }
 
     /// This worker's model state. Within round `r`'s gradient step the weights are the model
-    /// after the changes of round `r - 1` (the step applies them before it computes round
-    /// `r`'s batch); a replica shared by the workers of a process may, outside that step,
+    /// after the changes of round `r - 1 - s` (`s` = `train.staleness`; the step applies them
+    /// before it computes round `r`'s batch); a replica shared by the workers of a process may, outside that step,
     /// already hold some owners' changes of round `r`.
     pub fn state(&self) -> Rc<RefCell<WorkerState>> {
         self.state.clone()
@@ -421,10 +427,12 @@ pub struct ProgramInputs {
 }
 
 /// Builds the standard training loop inside `scope` (a fresh iterative scope whose timestamp is
-/// the round): gradient, exchange, back around the feedback edge, and the metrics.
+/// the round): gradient, exchange, back around the feedback edge (of
+/// [`TrainPlan::feedback_delay`] rounds: a loop built by hand uses the same), and the metrics.
 pub fn build_training(scope: Scope<'_, ()>, mut t: Training) -> TrainHandle {
+    let delay = t.plan().feedback_delay();
     scope.iterative::<u64, _, _>(|inner| {
-        let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(1);
+        let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(delay);
         let (grads, stats) = t.gradient(changes);
         t.exchange(grads).connect_loop(handle);
         t.collect(stats);
@@ -553,6 +561,30 @@ impl<C> Arrivals<C> {
         let &r = self.by_round.keys().next()?;
         let (held, msgs) = self.take(r, passed(r))?;
         Some((r, (held?, msgs)))
+    }
+
+    /// The envelopes of rounds `first..=last` in round order, once every one of them is
+    /// complete (`passed(r)`: the frontier has passed `r`), or none (nothing is taken). A
+    /// pipelined loop's gradient step takes the changes still in flight this way where it
+    /// must see all of them (a checkpoint, the end).
+    pub(crate) fn take_through(
+        &mut self,
+        first: u64,
+        last: u64,
+        passed: impl Fn(u64) -> bool,
+    ) -> Option<Vec<Envelope>> {
+        let complete = |r: u64| {
+            let arrived = self.by_round.get(&r).map_or(0, |(_, msgs)| msgs.len());
+            passed(r) || self.expected == Some(arrived)
+        };
+        if !(first..=last).all(complete) {
+            return None;
+        }
+        let mut all = Vec::new();
+        for r in first..=last {
+            all.append(&mut self.take(r, true).expect("complete").1);
+        }
+        Some(all)
     }
 
     /// Round `r`'s envelopes if the round is complete (`passed`: the frontier has passed it),

@@ -53,6 +53,10 @@ pub struct TrainPlan {
     pub pull: bool,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
+    /// Rounds in flight (`train.staleness`): round `r`'s gradient is computed on the model
+    /// after round `r - 1 - staleness`; the changes go around a feedback edge of
+    /// `1 + staleness` rounds ([`Self::feedback_delay`]).
+    pub staleness: u64,
     /// Where to write each worker's gradient of each round (`codec compare --input` format).
     pub dump_gradients: Option<std::path::PathBuf>,
     /// Rounds (mini-batches) per epoch.
@@ -103,6 +107,13 @@ impl TrainPlan {
         }
     }
 
+    /// The delay of the loop variable that carries the model changes back to the gradient
+    /// step: `1 + staleness` rounds. A loop built by hand ([`crate::dataflow::Training`]) uses
+    /// it; the gradient step counts on it.
+    pub fn feedback_delay(&self) -> u64 {
+        1 + self.staleness
+    }
+
     /// Total number of rounds.
     pub fn rounds(&self) -> u64 {
         self.rounds_per_epoch * self.epochs
@@ -124,7 +135,10 @@ impl TrainPlan {
     /// Whether the `peers` workers could keep one replica: `sharded` without pulls, every
     /// worker a thread of one process.
     fn can_share_replica(&self, peers: usize) -> bool {
-        self.exchange == ExchangeKind::Sharded && !self.pull && self.threads_per_process == peers
+        self.exchange == ExchangeKind::Sharded
+            && !self.pull
+            && self.staleness == 0
+            && self.threads_per_process == peers
     }
 
     /// Whether `replica = "auto"` asks how far apart the cores of the `peers` workers are

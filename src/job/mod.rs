@@ -307,6 +307,11 @@ pub struct TrainSection {
     pub replica: ReplicaMode,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
+    /// Pipelined rounds: round `r`'s gradient is computed on the model after round
+    /// `r - 1 - staleness`, so that up to `staleness` rounds' messages are in flight while the
+    /// next round computes (0: every round waits for the last one's changes, exact SGD).
+    /// Deterministic; `sharded` (without `pull`) and `allgather`, one replica per worker.
+    pub staleness: u64,
     /// Seed of every random choice (split, batches, randomised codecs).
     pub seed: u64,
     /// Also evaluate on the test rows every this many rounds (metrics rows of kind `eval`), so
@@ -339,6 +344,7 @@ impl Default for TrainSection {
             pull: false,
             replica: ReplicaMode::Auto,
             sketch: SketchParams::default(),
+            staleness: 0,
             seed: 42,
             eval_every: 0,
             auc_bins: AucBins::default(),
@@ -347,6 +353,10 @@ impl Default for TrainSection {
         }
     }
 }
+
+/// The most rounds `train.staleness` lets be in flight: more only delays the model further
+/// (the papers pipeline one or two rounds).
+pub const MAX_STALENESS: u64 = 16;
 
 /// `train.auc_bins`: a bin count (a power of two) or `"exact"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -688,6 +698,33 @@ impl Job {
                 return Err(
                     "train.pull: pulled weights travel exact; train.downlink must be none".into(),
                 );
+            }
+        }
+        if self.train.staleness > 0 {
+            let s = self.train.staleness;
+            if s > MAX_STALENESS {
+                return Err(format!(
+                    "train.staleness = {s}: at most {MAX_STALENESS} rounds may be in flight"
+                ));
+            }
+            if self.train.exchange == ExchangeKind::Sketch {
+                return Err(format!(
+                    "train.staleness = {s}: the sketch exchange masks its memory with each \
+                     round's top k before the next gradient; it runs with staleness = 0"
+                ));
+            }
+            if self.train.pull {
+                return Err(format!(
+                    "train.staleness = {s}: pulled weights answer the next round's batch; \
+                     train.pull runs with staleness = 0"
+                ));
+            }
+            if self.train.replica == ReplicaMode::Process {
+                return Err(format!(
+                    "train.staleness = {s}: a replica shared by the workers of a process is \
+                     written by its owners as soon as their round ends; set replica = \"worker\" \
+                     (or \"auto\")"
+                ));
             }
         }
         if self.train.replica == ReplicaMode::Process
@@ -1352,6 +1389,7 @@ impl Job {
             downlink: self.train.downlink.clone(),
             ownership: self.train.ownership,
             pull: self.train.pull,
+            staleness: self.train.staleness,
             replica: self.train.replica,
             core_distance_ns: None,
             dump_gradients: self.output.gradients.clone(),
