@@ -397,10 +397,15 @@ fn the_other_exchanges_and_memories_resume_bit_for_bit() {
 fn pipelined_rounds_resume_bit_for_bit() {
     // With rounds in flight (`train.staleness`), a checkpoint round starts from the whole
     // model, so a run resumed there repeats the uninterrupted one: `sharded` with its lossy
-    // downlink, and `allgather`, on two threads and as two processes.
+    // downlink and delay compensation (whose changes in flight the checkpoint round forgets),
+    // and `allgather`, on two threads and as two processes.
     let pipelined = JOB
         .replace("epochs = 800", "epochs = 6")
-        .replace("seed = 11\n", "seed = 11\nstaleness = 2\n");
+        .replace("seed = 11\n", "seed = 11\nstaleness = 2\n")
+        .replace(
+            "memory = \"residual\"\n",
+            "memory = \"residual\"\ndelay_compensation = 0.5\n",
+        );
     let allgather = pipelined
         .replace("downlink = { name = \"topk\", ratio = 0.5 }\n", "")
         .replace(

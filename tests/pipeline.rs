@@ -10,7 +10,7 @@ use gradflow::job::Job;
 /// One feature, rows `x = 1, y = 1`, squared loss `½(w − 1)²` without L2 or intercept: the
 /// gradient at `w` is `w − 1`, so a model's weight says which earlier weights its gradients
 /// were computed on.
-fn recurrence_job(dir: &std::path::Path, staleness: u64, exchange: &str) -> Job {
+fn recurrence_job(dir: &std::path::Path, staleness: u64, exchange: &str, dc: f32) -> Job {
     let data = dir.join("rows.svm");
     std::fs::write(&data, "1 1:1\n".repeat(8)).unwrap();
     let text = format!(
@@ -30,6 +30,7 @@ epochs = 7
 batch_fraction = 1.0
 exchange = "{exchange}"
 staleness = {staleness}
+delay_compensation = {dc}
 replica = "worker"
 "#,
         data.display()
@@ -37,12 +38,15 @@ replica = "worker"
     job_from(&text, "recurrence.toml", &[])
 }
 
-/// `w_{r+1} = w_r − lr·(w_{max(0, r−s)} − 1)` from `w_0 = 0`: round `r`'s gradient is computed
-/// on the model after round `r − 1 − s`, and the final model has every round's change.
-fn delayed_sgd(rounds: usize, s: usize, lr: f64) -> f64 {
+/// `w_{r+1} = w_r − lr·g̃` from `w_0 = 0`, with `g = w_{max(0, r−s)} − 1`: round `r`'s gradient
+/// is computed on the model after round `r − 1 − s`, and the final model has every round's
+/// change; with delay compensation `g̃ = g + λ·g²·(w_r − w_{max(0, r−s)})`, else `g̃ = g`.
+fn delayed_sgd(rounds: usize, s: usize, lr: f64, lambda: f64) -> f64 {
     let mut w = vec![0.0f64];
     for r in 0..rounds {
-        let g = w[r.saturating_sub(s)] - 1.0;
+        let bak = w[r.saturating_sub(s)];
+        let g = bak - 1.0;
+        let g = g + lambda * g * g * (w[r] - bak);
         w.push(w[r] - lr * g);
     }
     w[rounds]
@@ -50,29 +54,31 @@ fn delayed_sgd(rounds: usize, s: usize, lr: f64) -> f64 {
 
 /// Every staleness, exchange and worker count follows the delayed recurrence to the last
 /// round: a loop that applied a change a round early or late, dropped the changes still in
-/// flight at the end, or applied one twice, ends elsewhere (the values for s = 0, 1, 2, 3
-/// after 7 rounds are 0.99, 1.11, 1.29, 0.94).
+/// flight at the end, or applied one twice, ends elsewhere (after 7 rounds: 0.99, 0.94, 1.13
+/// and 2.0 for s = 0 to 3; 0.98 and 1.16 for s = 1 and 2 with λ = 0.5).
 #[test]
 fn pipelined_rounds_follow_the_delayed_sgd_recurrence() {
     let dir = tempfile::tempdir().unwrap();
-    for s in 0..=3u64 {
-        let want = delayed_sgd(7, s as usize, 0.5);
+    let cases = [(0, 0.0), (1, 0.0), (2, 0.0), (3, 0.0), (1, 0.5), (2, 0.5)];
+    for (s, lambda) in cases {
+        let want = delayed_sgd(7, s as usize, 0.5, lambda as f64);
         for (exchange, workers) in [("sharded", 1), ("sharded", 2), ("allgather", 2)] {
-            let out = run_local(&recurrence_job(dir.path(), s, exchange), workers);
-            let got = out.weights.unwrap()[0] as f64;
+            let job = recurrence_job(dir.path(), s, exchange, lambda);
+            let got = run_local(&job, workers).weights.unwrap()[0] as f64;
             assert!(
                 (got - want).abs() < 1e-5,
-                "staleness {s}, {exchange}, {workers} worker(s): w = {got}, the delayed \
-                 recurrence gives {want}"
+                "staleness {s}, delay compensation {lambda}, {exchange}, {workers} worker(s): \
+                 w = {got}, the delayed recurrence gives {want}"
             );
         }
     }
-    // The recurrences differ, so the test tells the delays apart.
-    let ends: Vec<f64> = (0..4).map(|s| delayed_sgd(7, s, 0.5)).collect();
-    assert!(
-        ends.windows(2).all(|w| (w[0] - w[1]).abs() > 0.05),
-        "{ends:?}"
-    );
+    // The recurrences differ, so the test tells the delays (and the compensation) apart.
+    let mut ends: Vec<f64> = cases
+        .iter()
+        .map(|&(s, l)| delayed_sgd(7, s as usize, 0.5, l as f64))
+        .collect();
+    ends.sort_by(f64::total_cmp);
+    assert!(ends.windows(2).all(|w| w[1] - w[0] > 0.01), "{ends:?}");
 }
 
 /// A CTR-like job with plain SGD and a lossy downlink (whose residual lives at the owner).
@@ -143,7 +149,8 @@ fn pipelined_rounds_cost_little_loss() {
     }
 }
 
-/// What cannot pipeline says so, naming the field.
+/// What cannot pipeline says so, naming the field; so does a delay compensation without
+/// pipelining, or a negative one.
 #[test]
 fn what_cannot_pipeline_is_an_error_naming_the_field() {
     for (extra, want) in [
@@ -162,6 +169,18 @@ fn what_cannot_pipeline_is_an_error_naming_the_field() {
         assert!(
             e.contains("train.staleness") && e.contains(want),
             "{extra}: {e}"
+        );
+    }
+    for (train, want) in [
+        ("delay_compensation = 1.0", "train.staleness is 0"),
+        ("staleness = 1\ndelay_compensation = -1.0", "≥ 0"),
+    ] {
+        let text = JOB.replace("downlink = { name = \"topk\", ratio = 0.5 }", train);
+        let e = Job::parse(&text, std::path::Path::new("job.toml"), &[]).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("train.delay_compensation") && e.contains(want),
+            "{train}: {e}"
         );
     }
 }

@@ -12,6 +12,7 @@ use crate::codec::EncodeContext;
 use crate::exchange::pull::Request;
 use crate::exchange::{applied, broadcast, local_message, write_f32s};
 use crate::exchange::{Aggregator, Downlink, Envelope, ExchangeKind, Owners, DATA};
+use crate::optim::delay::DelayCompensation;
 use crate::sparse::SparseGrad;
 
 /// The aggregation operator. Input: gradient envelopes (routed to their `dest`). Output: model
@@ -41,6 +42,10 @@ pub fn aggregate<'s>(
     let mut downlink = Downlink::new(downlink_codec);
     let mut aggregator = Aggregator::default();
     let mut change = SparseGrad::default();
+    // `train.delay_compensation`: the gradient corrected for the rounds in flight.
+    let mut delay = (plan.staleness > 0 && plan.delay_compensation > 0.0)
+        .then(|| DelayCompensation::new(plan.delay_compensation, plan.staleness, plan.dim));
+    let mut compensated = Vec::new();
     // One gradient from every worker, and pull requests (how many, nobody knows in advance).
     let expected = (!plan.pull).then_some(peers as usize);
     // Ownership is checked on what may have crossed a socket: when some worker is in another
@@ -80,8 +85,18 @@ pub fn aggregate<'s>(
             // Optimizer step on the summed keys.
             let t_update = Instant::now();
             change.keys.clone_from(&sum.keys);
-            st.optimizer
-                .step(r, &sum.keys, &sum.values, &mut change.values);
+            let grads = match delay.as_mut() {
+                Some(dc) => {
+                    if plan.checkpoints.as_ref().is_some_and(|c| c.due(r, &plan)) {
+                        // A checkpoint's round is computed on the whole model.
+                        dc.clear();
+                    }
+                    dc.compensate(&sum.keys, &sum.values, &mut compensated);
+                    &compensated
+                }
+                None => &sum.values,
+            };
+            st.optimizer.step(r, &sum.keys, grads, &mut change.values);
             // Apply it here; `sharded` sends it to every other replica, encoded or, lossless
             // within this process, as it is (or, pulling, answers the requests with the new
             // weights). `unencoded`: the workers of this process that get it as it is, and its
@@ -145,6 +160,9 @@ pub fn aggregate<'s>(
             // from the feedback edge (in the round that pipelining puts it in). A replica
             // shared with other workers, or one that answers pulls with the new weights,
             // adds it here.
+            if let Some(dc) = delay.as_mut() {
+                dc.record(mine);
+            }
             let in_place = st.weights.is_shared() || plan.pull;
             if in_place {
                 st.weights

@@ -57,6 +57,8 @@ pub struct TrainPlan {
     /// after round `r - 1 - staleness`; the changes go around a feedback edge of
     /// `1 + staleness` rounds ([`Self::feedback_delay`]).
     pub staleness: u64,
+    /// λ of the delay compensation of pipelined rounds (`train.delay_compensation`; 0: none).
+    pub delay_compensation: f32,
     /// Where to write each worker's gradient of each round (`codec compare --input` format).
     pub dump_gradients: Option<std::path::PathBuf>,
     /// Rounds (mini-batches) per epoch.

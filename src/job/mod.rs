@@ -312,6 +312,9 @@ pub struct TrainSection {
     /// next round computes (0: every round waits for the last one's changes, exact SGD).
     /// Deterministic; `sharded` (without `pull`) and `allgather`, one replica per worker.
     pub staleness: u64,
+    /// With `staleness ≥ 1`: correct each gradient for the rounds in flight with strength λ
+    /// (DC-ASGD, Zheng et al. 2017: `g + λ·g⊙g⊙(w − w_bak)`); 0: no correction.
+    pub delay_compensation: f32,
     /// Seed of every random choice (split, batches, randomised codecs).
     pub seed: u64,
     /// Also evaluate on the test rows every this many rounds (metrics rows of kind `eval`), so
@@ -345,6 +348,7 @@ impl Default for TrainSection {
             replica: ReplicaMode::Auto,
             sketch: SketchParams::default(),
             staleness: 0,
+            delay_compensation: 0.0,
             seed: 42,
             eval_every: 0,
             auc_bins: AucBins::default(),
@@ -699,6 +703,18 @@ impl Job {
                     "train.pull: pulled weights travel exact; train.downlink must be none".into(),
                 );
             }
+        }
+        let dc = self.train.delay_compensation;
+        if !(dc.is_finite() && dc >= 0.0) {
+            return Err(format!(
+                "train.delay_compensation = {dc}: λ must be a finite number ≥ 0"
+            ));
+        }
+        if dc > 0.0 && self.train.staleness == 0 {
+            return Err(format!(
+                "train.delay_compensation = {dc}: it corrects for rounds in flight, and \
+                 train.staleness is 0"
+            ));
         }
         if self.train.staleness > 0 {
             let s = self.train.staleness;
@@ -1390,6 +1406,7 @@ impl Job {
             ownership: self.train.ownership,
             pull: self.train.pull,
             staleness: self.train.staleness,
+            delay_compensation: self.train.delay_compensation,
             replica: self.train.replica,
             core_distance_ns: None,
             dump_gradients: self.output.gradients.clone(),

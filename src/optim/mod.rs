@@ -3,6 +3,8 @@
 //! aggregated gradient, as the papers' systems do. A step yields *changes* of the weights, which
 //! is what the `sharded` downlink transmits. Adam bias correction uses the global step (the round number + 1).
 
+pub mod delay;
+
 use crate::snapshot::NonZero;
 use serde::{Deserialize, Serialize};
 
