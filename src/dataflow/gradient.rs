@@ -628,10 +628,9 @@ impl GradientStep {
     }
 
     /// Adds the model changes that arrived for round `r` (those of round `r - 1 - s`): every
-    /// owner's (`sharded`) or this worker's aggregate (`allgather`), except where the aggregate
-    /// step added its own in place and sent an [`APPLIED`] mark (a shared replica, `train.pull`;
-    /// the `sketch` exchange updates the replica in its own operator); or the weights asked for
-    /// (`train.pull`).
+    /// owner's (`sharded`), or this worker's own exchange's (`allgather`, `sketch`), except
+    /// where the aggregate step added its own in place and sent an [`APPLIED`] mark (a shared
+    /// replica, `train.pull`); or the weights asked for (`train.pull`).
     fn apply_changes(
         &mut self,
         r: u64,

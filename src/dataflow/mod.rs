@@ -19,7 +19,7 @@
 //! ```text
 //!   [Gradient] … memory (u, v), sketch v ── column slices ──► [SumSlices] ── summed slices ──►
 //!   [Candidates] top P·k, exact v ── chunks ──► [SumExact] ── sums ──► [ApplyTopK] top k,
-//!   optimizer step, mask u and v ── (nothing; its frontier) ──► feedback edge
+//!   optimizer step, mask u and v ── the update, to its own [Gradient] ──► feedback edge
 //! ```
 //!
 //! `s` is `train.staleness` (0 by default): with `s ≥ 1` round `r`'s gradient is computed on the

@@ -12,14 +12,14 @@ use super::{RoundTime, Supervisor, TrainPlan, WorkerState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
 use crate::exchange::sketch::{candidates, part, put_slice, sketch_seed, values_at};
-use crate::exchange::{applied, broadcast, read_f32s, write_f32s};
+use crate::exchange::{broadcast, local_message, read_f32s, write_f32s};
 use crate::exchange::{Envelope, DATA};
 use crate::sparse::SparseGrad;
 
 /// Steps 2-5 of Sketched-SGD. Input: the column slices of every worker's sketch (routed to the
-/// slice's owner). Output: only the [`applied`] envelope to this worker's own gradient step:
-/// every worker applies the same top-k update to its own replica, and the feedback edge only
-/// tells the next round that this one is done.
+/// slice's owner). Output: the round's update, to this worker's own gradient step (a local
+/// envelope): every worker computes the same top-k update, and each gradient step adds it to
+/// its replica.
 pub fn sketch_exchange<'s>(
     slices: Stream<'s, RoundTime, Vec<Envelope>>,
     plan: &TrainPlan,
@@ -30,7 +30,7 @@ pub fn sketch_exchange<'s>(
     let me = scope.index() as u32;
     let peers = scope.peers();
     let plan = Rc::new(plan.clone());
-    let shape = plan.sketch.shape(plan.dim);
+    let (shape, dim) = (plan.sketch.shape(plan.dim), plan.dim);
     let threads = plan.threads_per_process;
     let remote = move |w: u32| w as usize / threads != me as usize / threads;
     let bad = move |r: u64, what: &str, src: u32, e: String| {
@@ -148,9 +148,6 @@ pub fn sketch_exchange<'s>(
             st.optimizer
                 .step(r, &update.keys, &update.values, &mut changes);
             std::mem::swap(&mut update.values, &mut changes);
-            st.weights
-                .add(&update)
-                .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
             // Momentum-factor masking: this worker's v at the k coordinates counts as sent.
             taken.keys.clone_from(&update.keys);
             values_at(
@@ -162,7 +159,7 @@ pub fn sketch_exchange<'s>(
             let compensated = std::mem::take(&mut st.compensated);
             st.memory.update(&compensated, filter_zero(&mut taken));
             st.compensated = compensated;
-            out.push(applied(me, me));
+            out.push(local_message(me, me, 0, dim, update.clone(), 0));
             st.update_ms = ms(t);
             Ok(())
         },

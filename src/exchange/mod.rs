@@ -147,10 +147,11 @@ pub const ENVELOPE_OVERHEAD: usize = 3 * 4 + 1 + 8;
 pub const DATA: u8 = 0;
 /// [`Envelope::kind`] of a [`pull::Request`].
 pub const PULL_REQUEST: u8 = 1;
-/// [`Envelope::kind`] of the empty envelope a worker's exchange sends to its own gradient step
-/// once the round's update is in its replica (and, when the workers of a process share one
-/// replica, to theirs instead of its change): with the other owners' changes, it completes
-/// the next round's input by count (see [`applied`]).
+/// [`Envelope::kind`] of the empty envelope an owner sends in place of its change where it
+/// added the change to the replica itself (a replica shared by the workers of a process, or
+/// `train.pull`, whose answers carry the new weights): with the other owners' changes, it
+/// completes the next round's input by count (see [`applied`]). Elsewhere every replica adds
+/// every change in its own gradient step.
 pub const APPLIED: u8 = 2;
 
 /// The envelope that tells worker `dest`'s gradient step that worker `src`'s update of the
