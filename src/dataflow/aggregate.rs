@@ -97,10 +97,10 @@ pub fn aggregate<'s>(
                 None => &sum.values,
             };
             st.optimizer.step(r, &sum.keys, grads, &mut change.values);
-            // Apply it here; `sharded` sends it to every other replica, encoded or, lossless
-            // within this process, as it is (or, pulling, answers the requests with the new
-            // weights). `unencoded`: the workers of this process that get it as it is, and its
-            // encoded length.
+            // Send it: `sharded` to every other replica, encoded or, lossless within this
+            // process, as it is (or, pulling, answers the requests with the new weights).
+            // `unencoded`: the workers of this process that get it as it is, and its encoded
+            // length.
             let mut unencoded = (Vec::new(), 0);
             let mine = if plan.exchange == ExchangeKind::Sharded && !plan.pull {
                 let ctx = EncodeContext {

@@ -40,8 +40,9 @@ use crate::sparse::SparseGrad;
 /// place) is in (and the other inputs have passed `r`), in named steps
 /// ([`GradientStep::round`]): apply the changes of round `r - 1 - s` (`s` =
 /// `train.staleness`, the feedback edge's delay less one; at a checkpoint and after the last
-/// round, every change still in flight), report the previous round's exchange, checkpoint, copy the model
-/// to evaluate (at epoch ends and every `eval_every` rounds), take the next mini-batch, compute
+/// round, every change still in flight), report the previous round's exchange, checkpoint,
+/// copy the model to evaluate (at epoch ends and every `eval_every` rounds), take the next
+/// mini-batch, compute
 /// its gradient, encode it (memory and codec) and send it; then it holds its capabilities for
 /// round `r + 1`. While no round can run it evaluates the copy, some rows at a time, and sends
 /// the statistics of the round that evaluates once that is done, at that round (the round's
