@@ -51,13 +51,17 @@ impl DelayCompensation {
         for (&k, &v) in change.keys.iter().zip(&change.values) {
             self.pending[k as usize] += v;
         }
-        self.in_flight.push_back(change.clone());
-        if self.in_flight.len() > self.staleness {
-            let old = self.in_flight.pop_front().expect("more than s");
-            for (&k, &v) in old.keys.iter().zip(&old.values) {
+        // The change that leaves lends its buffers to the one that enters.
+        let mut slot = SparseGrad::default();
+        if self.in_flight.len() == self.staleness {
+            slot = self.in_flight.pop_front().expect("s > 0 in flight");
+            for (&k, &v) in slot.keys.iter().zip(&slot.values) {
                 self.pending[k as usize] -= v;
             }
         }
+        slot.keys.clone_from(&change.keys);
+        slot.values.clone_from(&change.values);
+        self.in_flight.push_back(slot);
     }
 
     /// Forgets the changes in flight: the round's gradient was computed on the whole model (a
