@@ -1,20 +1,30 @@
-//! A job program with a codec and an optimizer of its own, plugged into the standard loop
-//! through the `Codec` and `UpdateRule` traits (no operator copied):
+//! A job program with a codec, an optimizer and an exchange of its own, plugged into the
+//! standard loop through the `Codec`, `UpdateRule` and `Exchange` traits (no operator copied):
 //!
 //! * `int8`: every value scaled by the message's largest magnitude and rounded stochastically
 //!   to a signed byte (unbiased: `E[decoded] = value`), keys as 32-bit integers; 5 bytes a pair
 //!   against `none`'s 8. The decoder checks everything it reads (sizes, key order, dimension,
 //!   the scale) and never trusts a count it cannot hold.
 //! * AdaGrad (Duchi, Hazan & Singer 2011): `G ← G + g²; w ← w − lr·g / (√G + ε)`.
+//! * `central` (with `OWN_EXCHANGE=1`): one parameter server, worker 0. Every worker sends its
+//!   whole gradient (the job's codec, no error feedback) to it; it sums them in worker order,
+//!   takes the optimizer step and sends the change to every worker. With a lossless codec it
+//!   trains `allgather`'s model bit for bit, with `W` gradients into one worker instead of `W²`
+//!   between all of them, and a change back.
 //!
 //!   cargo run --release --example own_parts -- cluster jobs/quickstart.toml -n 2 --lr 0.05
 //!
-//! `OWN_CODEC=0` or `OWN_OPTIMIZER=0` keeps the job's codec or optimizer instead.
+//! `OWN_CODEC=0` or `OWN_OPTIMIZER=0` keeps the job's codec or optimizer instead;
+//! `OWN_EXCHANGE=1` exchanges through `central` instead of the job's `train.exchange`.
 
 use std::sync::Arc;
 
-use gradflow::codec::{check_keys, read_header, write_header, Codec, CodecError, EncodeContext};
-use gradflow::dataflow::{build_training, Training};
+use gradflow::codec::{build_codec, check_keys, read_header, write_header};
+use gradflow::codec::{Codec, CodecError, EncodeContext};
+use gradflow::dataflow::{build_training, TrainPlan, Training, WorkerData, WorkerState};
+use gradflow::exchange::aggregate::Update;
+use gradflow::exchange::uplink::add_change;
+use gradflow::exchange::{broadcast, Endpoint, Envelope, Exchange, Place, Step};
 use gradflow::optim::UpdateRule;
 use gradflow::sparse::SparseGrad;
 use rand::RngExt;
@@ -98,9 +108,156 @@ impl UpdateRule for AdaGrad {
     }
 }
 
+/// One parameter server, worker 0.
+struct Central;
+
+impl Exchange for Central {
+    fn name(&self) -> &str {
+        "central"
+    }
+
+    fn endpoint(&self, at: &Place<'_>, _: &WorkerData) -> Result<Box<dyn Endpoint>, String> {
+        Ok(Box::new(Client {
+            me: at.me,
+            peers: at.peers,
+            plan: at.plan.clone(),
+            codec: build_codec(&at.plan.codec)?,
+            scratch: SparseGrad::default(),
+        }))
+    }
+
+    fn steps(&self, at: &Place<'_>) -> Result<Vec<Box<dyn Step>>, String> {
+        Ok(vec![Box::new(Server {
+            me: at.me,
+            peers: at.peers,
+            plan: at.plan.clone(),
+            update: Update::new(at)?,
+            codec: build_codec(&at.plan.codec)?,
+        })])
+    }
+}
+
+/// A worker's side: its gradient to the server, the server's change into its replica.
+struct Client {
+    me: u32,
+    peers: u32,
+    plan: TrainPlan,
+    codec: Box<dyn Codec>,
+    scratch: SparseGrad,
+}
+
+impl Endpoint for Client {
+    fn changes_per_round(&self) -> Option<usize> {
+        Some(1)
+    }
+
+    fn receive(
+        &mut self,
+        r: u64,
+        changes: Vec<Envelope>,
+        st: &mut WorkerState,
+    ) -> Result<(), String> {
+        let at = Place {
+            me: self.me,
+            peers: self.peers,
+            plan: &self.plan,
+        };
+        for msg in changes {
+            if msg.src != 0 {
+                return Err(format!(
+                    "worker {}, round {r}: a change from worker {}, not the server",
+                    self.me, msg.src
+                ));
+            }
+            add_change(
+                &at,
+                r,
+                &msg,
+                self.codec.as_mut(),
+                &mut self.scratch,
+                None,
+                st,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        r: u64,
+        grad: &mut SparseGrad,
+        rows: u32,
+        _: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(u64, u64), String> {
+        let ctx = EncodeContext {
+            seed: self.plan.seed,
+            round: r,
+            worker: self.me,
+            piece: 0,
+        };
+        let mut payload = Vec::new();
+        (self.codec)
+            .encode(&grad.keys, &grad.values, self.plan.dim, ctx, &mut payload)
+            .map_err(|e| format!("worker {}, round {r}: {e}", self.me))?;
+        broadcast(self.me, rows, [0], payload, |e| out.push(e));
+        Ok((grad.len() as u64, grad.len() as u64))
+    }
+}
+
+/// The server's step (on worker 0; the others receive nothing).
+struct Server {
+    me: u32,
+    peers: u32,
+    plan: TrainPlan,
+    update: Update,
+    codec: Box<dyn Codec>,
+}
+
+impl Step for Server {
+    fn name(&self) -> &str {
+        "Server"
+    }
+
+    fn expected(&self) -> Option<usize> {
+        (self.me == 0).then_some(self.peers as usize)
+    }
+
+    fn run(
+        &mut self,
+        r: u64,
+        mut msgs: Vec<Envelope>,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(), String> {
+        let plan = &self.plan;
+        let remote = |w: u32| plan.process_of(w) != plan.process_of(self.me);
+        msgs.iter()
+            .for_each(|m| st.received(true, m.len(), remote(m.src)));
+        self.update.run(r, &mut msgs, None, st)?;
+        let change = &self.update.change;
+        let ctx = EncodeContext {
+            seed: plan.seed,
+            round: r,
+            worker: self.me,
+            piece: 0,
+        };
+        let mut payload = Vec::new();
+        (self.codec)
+            .encode(&change.keys, &change.values, plan.dim, ctx, &mut payload)
+            .map_err(|e| format!("worker {}, round {r}: model diverged: {e}", self.me))?;
+        broadcast(self.me, 0, 0..self.peers, payload, |e| {
+            st.sent(false, e.len(), remote(e.dest));
+            out.push(e);
+        });
+        Ok(())
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let on = |name: &str| std::env::var(name).map_or(true, |v| v != "0");
     let (own_codec, own_optimizer) = (on("OWN_CODEC"), on("OWN_OPTIMIZER"));
+    let own_exchange = std::env::var("OWN_EXCHANGE").is_ok_and(|v| v == "1");
     gradflow::cli::main_with(Arc::new(move |scope, mut training: Training| {
         if own_codec {
             training.set_codec("int8", || Box::new(Int8));
@@ -114,6 +271,9 @@ fn main() -> std::process::ExitCode {
                     sum_sq: vec![0.0; (hi - lo) as usize],
                 })
             });
+        }
+        if own_exchange {
+            training.set_exchange("central", Central);
         }
         build_training(scope, training)
     }))

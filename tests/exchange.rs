@@ -372,7 +372,7 @@ fn run_with_faulty_changes(
         + 'static,
 ) -> String {
     use gradflow::dataflow::{
-        aggregate, collect, gradient, Rows, Supervisor, WorkerData, WorkerState,
+        collect, exchange, gradient, Rows, Supervisor, WorkerData, WorkerState,
     };
     use gradflow::exchange::{Envelope, Owners};
     use std::cell::RefCell;
@@ -414,7 +414,7 @@ fn run_with_faulty_changes(
                     sup.clone(),
                     None,
                 );
-                aggregate(grads, &plan, state.clone(), sup.clone())
+                exchange(grads, &plan, state.clone(), sup.clone())
                     .map(move |e: Envelope| fault(e, &owners, dim))
                     .connect_loop(handle);
                 collect(stats, &plan, rows.clone(), Box::new(|_| {}), sup.clone());

@@ -231,6 +231,36 @@ fn a_programs_own_codec_and_optimizer_replace_the_jobs() {
     );
 }
 
+/// `jobs/own_parts.rs`'s `central` exchange (one parameter server, through
+/// `Training::set_exchange`) on a 2-process cluster, with the job's lossless codec and
+/// optimizer: it trains `allgather`'s model bit for bit, and its changes cross the network
+/// (downlink bytes) where `allgather` sends none.
+#[test]
+fn a_programs_own_exchange_replaces_the_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let job_parts = [("OWN_CODEC", "0"), ("OWN_OPTIMIZER", "0")];
+    let run_exchange = |name: &str, own: &str| {
+        let mut args = cluster_args(QUICKSTART, dir.path(), name);
+        args.extend(["--set", "train.exchange=allgather"].map(String::from));
+        let env = [job_parts[0], job_parts[1], ("OWN_EXCHANGE", own)];
+        let out = run(&program("own_parts"), &args, &env, Duration::from_secs(120));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let metrics = dir.path().join(format!("{name}-metrics.csv"));
+        let down: f64 = column(&metrics, "round", "downlink_bytes").iter().sum();
+        let model = ModelFile::load(&dir.path().join(format!("{name}-model.txt"))).unwrap();
+        (down, model.weights)
+    };
+    let (central_down, central) = run_exchange("central", "1");
+    let (allgather_down, allgather) = run_exchange("allgather", "0");
+    assert_eq!(central, allgather);
+    assert!(central.iter().any(|&w| w != 0.0));
+    assert!(
+        central_down > 0.0 && allgather_down == 0.0,
+        "{central_down} {allgather_down}"
+    );
+}
+
 /// `jobs/early_stopping.rs` as a 2-process cluster: it stops both processes at the round its
 /// patience rule names (the rule recomputed here from the metrics CSV's evaluations), writes
 /// nothing after it, and, when the rule never fires, trains the standard loop's model bit for

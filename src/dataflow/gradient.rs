@@ -16,17 +16,11 @@ use timely::dataflow::operators::Capability;
 use timely::dataflow::Stream;
 
 use super::checkpoint::Carried;
-use super::{at, codec_or_fail, ms, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
+use super::{at, ms, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
 use super::{Arrivals, WorkerData, WorkerState};
-use crate::codec::countsketch::CountSketch;
-use crate::codec::{Codec, EncodeContext};
 use crate::data::partition::mix64;
 use crate::data::table::PreparedRow;
-use crate::exchange::pull::{keys_by_owner, Request};
-use crate::exchange::sketch::{part, sketch_seed, write_slice, SketchShape};
-use crate::exchange::{
-    read_f32s, Envelope, ExchangeKind, Owners, Router, APPLIED, DATA, PULL_REQUEST,
-};
+use crate::exchange::{Ahead, Endpoint, Envelope, Place};
 use crate::metrics::WireCounters;
 use crate::model::{EvalPart, GradientWorkspace, PartialEval};
 use crate::sparse::SparseGrad;
@@ -35,15 +29,14 @@ use crate::sparse::SparseGrad;
 /// envelopes (one per receiving worker per round) and round statistics.
 ///
 /// The operator gathers what arrives, and runs round `r` once its input is complete: its input
-/// frontiers have passed `r` or, without `train.pull`, every owner's change (this worker's own
-/// included, or its [`crate::exchange::APPLIED`] mark where its aggregate step adds it in
-/// place) is in (and the other inputs have passed `r`), in named steps
+/// frontiers have passed `r` or the exchange's endpoint has the changes it expects each round
+/// ([`Endpoint::changes_per_round`]; and the other inputs have passed `r`), in named steps
 /// ([`GradientStep::round`]): apply the changes of round `r - 1 - s` (`s` =
 /// `train.staleness`, the feedback edge's delay less one; at a checkpoint and after the last
 /// round, every change still in flight), report the previous round's exchange, checkpoint,
 /// copy the model to evaluate (at epoch ends and every `eval_every` rounds), take the next
 /// mini-batch, compute
-/// its gradient, encode it (memory and codec) and send it; then it holds its capabilities for
+/// its gradient and send it (the exchange's endpoint: memory, codec, addressing); then it holds its capabilities for
 /// round `r + 1`. While no round can run it evaluates the copy, some rows at a time, and sends
 /// the statistics of the round that evaluates once that is done, at that round (the round's
 /// capability is held until then). After the last round it only applies the final changes,
@@ -101,14 +94,11 @@ pub fn gradient<'s>(
         caps.iter_mut().for_each(|c| c.downgrade(&start));
         let mut stats_cap = caps.pop();
         let mut grad_cap = caps.pop();
-        // Round r's input is complete when the frontiers have passed r or, without pulls, when
-        // the changes of every other owner (`sharded`) and this worker's own `APPLIED` are in
-        // and the other inputs (stop decisions, a program's rows) have passed r.
-        let expected = (!plan.pull).then_some(match plan.exchange {
-            ExchangeKind::Sharded => peers as usize,
-            _ => 1,
-        });
-        let mut arrivals: Arrivals<()> = Arrivals::new(expected);
+        // Round r's input is complete when the frontiers have passed r or, when the endpoint
+        // knows how many changes a round brings, when they are in and the other inputs (stop
+        // decisions, a program's rows) have passed r.
+        let expected = step.as_ref().map(|w| w.endpoint.changes_per_round());
+        let mut arrivals: Arrivals<()> = Arrivals::new(expected.flatten());
         // The last round whose changes were applied ahead of their round.
         let mut applied_through = 0;
         let mut stops: BTreeMap<u64, String> = BTreeMap::new();
@@ -147,7 +137,9 @@ pub fn gradient<'s>(
                         let rows = (data.train.rows() as u64, data.test.rows() as u64);
                         state.borrow_mut().prepared_rows = Some(rows);
                         let wire = wire.clone();
-                        step = Some(GradientStep::new(me, peers, &plan, data, &supervisor, wire));
+                        let w = GradientStep::new(me, peers, &plan, data, &supervisor, wire);
+                        arrivals.expect(w.endpoint.changes_per_round());
+                        step = Some(w);
                     }
                     Err(e) => {
                         supervisor.fail(format!("worker {me}: the program's rows: {e}"));
@@ -276,27 +268,18 @@ pub enum Rows<'s> {
 /// The gradient operator's state and its named steps.
 struct GradientStep {
     me: u32,
-    peers: u32,
     plan: TrainPlan,
     data: WorkerData,
     rounds: u64,
-    codec: Box<dyn Codec>,
-    downlink: Box<dyn Codec>,
-    router: Router,
-    owners: Owners,
-    sketch: Option<(CountSketch, SketchShape)>,
+    /// The exchange's side of this worker: the uplink and the changes' application.
+    endpoint: Box<dyn Endpoint>,
     workspace: GradientWorkspace,
     grad: SparseGrad,
-    sent: SparseGrad,
-    scratch: SparseGrad,
     order: Vec<u32>,
     shuffled_epoch: Option<u64>,
     last_emit: Option<Instant>,
     /// The process's wire counters, on its first worker (which marks each round's start).
     wire: Option<WireCounters>,
-    /// `train.pull`: the owner map, what this worker asked each owner for last round, the keys
-    /// of its test rows by owner, and reusable buffers.
-    pull: Option<Pull>,
     /// The test evaluation in progress, on a copy of the model it evaluates.
     evaluation: Option<Evaluating>,
     /// The copy's buffer between evaluations.
@@ -317,16 +300,6 @@ struct Evaluating {
     ms: f64,
 }
 
-/// A worker's side of `train.pull`.
-struct Pull {
-    owners: Owners,
-    asked: Vec<Option<Request>>,
-    test_keys: Vec<Vec<u32>>,
-    seen: Vec<u64>,
-    next: Vec<Vec<u32>>,
-    values: Vec<f32>,
-}
-
 impl GradientStep {
     fn new(
         me: u32,
@@ -336,47 +309,22 @@ impl GradientStep {
         sup: &Supervisor,
         wire: Option<WireCounters>,
     ) -> Self {
-        let owners = Owners::new(plan.ownership, plan.dim, peers, plan.seed);
-        let sketch = (plan.exchange == ExchangeKind::Sketch).then(|| {
-            let shape = plan.sketch.shape(plan.dim);
-            let s = CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed));
-            (s, shape)
-        });
-        let pull = plan.pull.then(|| {
-            let (mut seen, mut test_keys) = (Vec::new(), Vec::new());
-            let test = &data.test;
-            let rows = (0..test.rows()).map(|i| test.row(i).0);
-            keys_by_owner(rows, &owners, me, &mut seen, &mut test_keys);
-            Pull {
-                owners,
-                asked: vec![None; peers as usize],
-                test_keys,
-                seen,
-                next: Vec::new(),
-                values: Vec::new(),
-            }
+        let at = Place { me, peers, plan };
+        let endpoint = plan.strategy().endpoint(&at, &data).unwrap_or_else(|e| {
+            sup.fail(e);
+            Box::new(Inert)
         });
         GradientStep {
             me,
-            peers,
             rounds: plan.rounds(),
-            codec: codec_or_fail("train.compressor", &plan.codec, sup),
-            downlink: codec_or_fail("train.downlink", &plan.downlink, sup),
-            router: Router::new(plan.exchange, owners, |w| {
-                plan.process_of(w) == plan.process_of(me)
-            }),
-            owners,
-            sketch,
+            endpoint,
             workspace: GradientWorkspace::new(plan.dim),
             grad: SparseGrad::default(),
-            sent: SparseGrad::default(),
-            scratch: SparseGrad::default(),
             order: (0..data.train.rows() as u32).collect(),
             data,
             plan: plan.clone(),
             shuffled_epoch: None,
             last_emit: None,
-            pull,
             wire: wire.filter(|_| plan.leads_process(me)),
             evaluation: None,
             eval_weights: Vec::new(),
@@ -447,8 +395,7 @@ impl GradientStep {
         let batch = self.next_batch(r);
         self.gradient(r, batch, st, &mut stats)?;
         let encoding = Instant::now();
-        (stats.offered_keys, stats.sent_keys) = self.encode(r, stats.rows as u32, st, out)?;
-        self.send(st, out);
+        (stats.offered_keys, stats.sent_keys) = self.send(r, stats.rows as u32, st, out)?;
         self.ask(r, st, out);
         stats.encode_ms = ms(encoding);
         stats.traffic = std::mem::take(&mut st.traffic);
@@ -628,78 +575,15 @@ impl GradientStep {
         Ok(())
     }
 
-    /// Adds the model changes that arrived for round `r` (those of round `r - 1 - s`): every
-    /// owner's (`sharded`), or this worker's own exchange's (`allgather`, `sketch`), except
-    /// where the aggregate step added its own in place and sent an [`APPLIED`] mark (a shared
-    /// replica, `train.pull`); or the weights asked for (`train.pull`).
+    /// Adds the model changes that arrived for round `r` (those of round `r - 1 - s`): the
+    /// exchange's endpoint applies them.
     fn apply_changes(
         &mut self,
         r: u64,
         changes: Vec<Envelope>,
         st: &mut WorkerState,
     ) -> Result<(), String> {
-        let shared = st.weights.is_shared();
-        let same_process = |w: u32| self.plan.process_of(w) == self.plan.process_of(self.me);
-        for msg in changes {
-            if msg.kind == APPLIED {
-                // This worker's own update is in its replica, and so is that of a worker it
-                // shares the replica with; from anyone else a mark is a forgery.
-                let sharer = shared && same_process(msg.src);
-                if !(msg.src == self.me || sharer) || !msg.is_empty() {
-                    return Err(format!(
-                        "worker {}, round {r}: an `applied` mark from worker {}",
-                        self.me, msg.src
-                    ));
-                }
-                continue;
-            }
-            if shared && same_process(msg.src) {
-                // Its owner has added it to the replica both share: a second time would be wrong.
-                return Err(format!(
-                    "worker {}, round {r}: a model change from worker {}, which shares this \
-                     worker's replica",
-                    self.me, msg.src
-                ));
-            }
-            let remote = !same_process(msg.src);
-            if msg.src != self.me {
-                st.received(false, msg.len(), remote);
-            }
-            let bad = |e: String| {
-                format!(
-                    "worker {}, round {r}: bad model change from worker {}: {e}",
-                    self.me, msg.src
-                )
-            };
-            if let Some(p) = &mut self.pull {
-                // The weights of the keys this worker asked the sender for, in request order.
-                let asked = p.asked.get_mut(msg.src as usize).and_then(Option::take);
-                let keys = asked
-                    .ok_or_else(|| bad("weights nobody asked for".into()))?
-                    .keys_at(&p.owners, msg.src);
-                read_f32s(&msg.payload, keys.len(), &mut p.values).map_err(bad)?;
-                for (&k, &v) in keys.iter().zip(&p.values) {
-                    st.weights.set(k as usize, v);
-                }
-                continue;
-            }
-            let change = (msg.pairs(self.downlink.as_mut(), self.plan.dim, &mut self.scratch))
-                .map_err(|e| bad(e.to_string()))?;
-            // Ownership is checked on what may have crossed a socket (see `aggregate`).
-            let owners = &self.owners;
-            let not_owned = |k: &&u32| owners.owner(**k) != msg.src;
-            let stray = remote.then(|| change.keys.iter().find(not_owned));
-            if let Some(&k) = stray.flatten() {
-                return Err(bad(format!(
-                    "key {k} is owned by worker {}",
-                    owners.owner(k)
-                )));
-            }
-            st.weights
-                .add(change)
-                .map_err(|e| format!("worker {}, round {r}: model diverged: {e}", self.me))?;
-        }
-        Ok(())
+        self.endpoint.receive(r, changes, st)
     }
 
     /// The positions in `order` of round `r`'s mini-batch. Each epoch shuffles the worker's
@@ -726,11 +610,10 @@ impl GradientStep {
         range(b)
     }
 
-    /// `train.pull`: asks each owner for the weights this worker needs next round: the
-    /// keys of its next batch, those of its test rows before an evaluation, and (worker 0,
-    /// after the last round) every key, for the model it writes.
+    /// After the round's gradient: what the endpoint sends that depends on the next round's
+    /// batch (`train.pull`'s requests).
     fn ask(&mut self, r: u64, st: &mut WorkerState, out: &mut Vec<Envelope>) {
-        if self.pull.is_none() {
+        if !self.endpoint.looks_ahead() {
             return;
         }
         let next = r + 1;
@@ -739,122 +622,61 @@ impl GradientStep {
         } else {
             0..0
         };
-        let evaluate = self.plan.evaluates_after(next);
-        let (me, peers) = (self.me, self.peers);
         let (order, train) = (&self.order, &self.data.train);
-        let p = self.pull.as_mut().unwrap();
-        let batch_rows = order[rows].iter().map(|&i| train.row(i as usize).0);
-        keys_by_owner(batch_rows, &p.owners, me, &mut p.seen, &mut p.next);
-        for owner in (0..peers).filter(|&o| o != me) {
-            let o = owner as usize;
-            let request = if next == self.rounds && me == 0 {
-                Request::All
-            } else if evaluate {
-                Request::Keys(merge_sorted(&p.next[o], &p.test_keys[o]))
-            } else {
-                Request::Keys(std::mem::take(&mut p.next[o]))
-            };
-            if request == Request::Keys(Vec::new()) {
-                continue;
-            }
-            let mut payload = Vec::new();
-            request.encode(&mut payload);
-            let remote = self.plan.process_of(owner) != self.plan.process_of(me);
-            st.sent(true, payload.len(), remote);
-            out.push(Envelope {
-                dest: owner,
-                src: me,
-                rows: 0,
-                kind: PULL_REQUEST,
-                payload,
-                local: None,
-            });
-            p.asked[o] = Some(request);
-        }
+        let mut batch = order[rows].iter().map(|&i| train.row(i as usize).0);
+        let ahead = Ahead {
+            round: next,
+            last: next == self.rounds,
+            evaluates: self.plan.evaluates_after(next),
+            batch: &mut batch,
+        };
+        self.endpoint.ask(ahead, st, out);
     }
 
-    /// Passes the gradient through the memory, encodes it and addresses the messages (one per
-    /// receiving worker, in `out`). Returns the keys offered to the codec (after the memory)
-    /// and the keys its messages carry (0 and 0 for the sketch exchange, which sends no codec
-    /// messages).
-    fn encode(
+    /// Checks the gradient, gives it to the exchange's endpoint (memory, codec, addressing:
+    /// the round's envelopes in `out`) and counts the envelopes as this worker's uplink
+    /// traffic. Returns the keys offered to the codec (after the memory) and the keys its
+    /// messages carry.
+    fn send(
         &mut self,
         r: u64,
         rows: u32,
         st: &mut WorkerState,
         out: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String> {
-        let mut keys = (0, 0);
         crate::codec::check_finite(&self.grad.keys, &self.grad.values)
             .map_err(|e| format!("worker {}, round {r}: {e}", self.me))?;
-        st.memory.compensate(&mut self.grad, &mut self.scratch);
-        let ctx = EncodeContext {
-            seed: self.plan.seed,
-            round: r,
-            worker: self.me,
-            piece: 0,
-        };
-        match &mut self.sketch {
-            None => {
-                let needs_sent = st.memory.needs_sent();
-                let carried = self
-                    .router
-                    .route(
-                        self.codec.as_mut(),
-                        &self.grad,
-                        rows,
-                        ctx,
-                        needs_sent.then_some(&mut self.sent),
-                        |env| out.push(env),
-                    )
-                    .map_err(|e| {
-                        format!("worker {}, round {r}: cannot encode gradient: {e}", self.me)
-                    })?;
-                if needs_sent {
-                    st.memory.update(&self.grad, &self.sent);
-                }
-                keys = (self.grad.len() as u64, carried);
-            }
-            Some((sketch, shape)) => {
-                // Sketched-SGD step 1: sketch v; column slice j goes to worker j.
-                sketch.clear();
-                for (&k, &v) in self.grad.keys.iter().zip(&self.grad.values) {
-                    sketch.insert(k, v);
-                }
-                for dest in 0..self.peers {
-                    let (lo, hi) = part(shape.columns, self.peers as usize, dest as usize);
-                    let mut payload = Vec::with_capacity(4 * shape.rows * (hi - lo));
-                    write_slice(sketch, lo, hi, &mut payload);
-                    out.push(Envelope {
-                        dest,
-                        src: self.me,
-                        rows,
-                        kind: DATA,
-                        payload,
-                        local: None,
-                    });
-                }
-                std::mem::swap(&mut st.compensated, &mut self.grad);
-            }
-        }
-        Ok(keys)
-    }
-
-    /// Counts the gradient messages in `out` as this worker's uplink traffic (the operator
-    /// then gives them to the exchange).
-    fn send(&self, st: &mut WorkerState, out: &[Envelope]) {
-        for env in out {
+        let keys = self.endpoint.send(r, &mut self.grad, rows, st, out)?;
+        for env in out.iter() {
             let remote = self.plan.process_of(env.dest) != self.plan.process_of(self.me);
             st.sent(true, env.len(), remote);
         }
+        Ok(keys)
     }
 }
 
-/// The sorted union of two sorted key lists.
-fn merge_sorted(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    crate::sparse::merge_keys(a, b, |k, _, _| out.push(k));
-    out
+/// The endpoint of an exchange that could not be built (the run has failed already).
+struct Inert;
+
+impl Endpoint for Inert {
+    fn changes_per_round(&self) -> Option<usize> {
+        None
+    }
+
+    fn receive(&mut self, _: u64, _: Vec<Envelope>, _: &mut WorkerState) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        _: u64,
+        _: &mut SparseGrad,
+        _: u32,
+        _: &mut WorkerState,
+        _: &mut Vec<Envelope>,
+    ) -> Result<(u64, u64), String> {
+        Ok((0, 0))
+    }
 }
 
 #[cfg(test)]

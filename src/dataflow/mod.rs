@@ -35,7 +35,6 @@
 //! operator functions let a program assemble its own loop; [`build_training`] assembles the
 //! standard one.
 
-mod aggregate;
 pub mod checkpoint;
 mod collect;
 mod evaluations;
@@ -43,16 +42,13 @@ mod gradient;
 pub mod heartbeat;
 mod plan;
 mod replica;
-mod sketch;
 pub mod supervisor;
 
-pub use aggregate::aggregate;
 pub use collect::collect;
 pub use evaluations::{evaluations, Evaluation};
 pub use gradient::{gradient, Rows};
 pub use plan::{InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState};
 pub use replica::{Replica, ReplicaMode, ReplicaSlot};
-pub use sketch::sketch_exchange;
 pub use supervisor::Supervisor;
 
 use std::cell::RefCell;
@@ -67,10 +63,9 @@ use timely::dataflow::operators::{ConnectLoop, LoopVariable};
 use timely::dataflow::{Scope, Stream};
 use timely::order::Product;
 
-use crate::codec::none::NoneCodec;
-use crate::codec::{build_codec, Codec, CodecSpec};
+use crate::codec::{Codec, CodecSpec};
 use crate::data::table::PreparedRow;
-use crate::exchange::{Envelope, ExchangeKind};
+use crate::exchange::{Envelope, Place};
 use crate::metrics::{MetricsRow, RowOutput, WireCounters};
 use crate::model::{LossFn, ModelLoss};
 use crate::optim::UpdateRule;
@@ -363,17 +358,23 @@ impl Training {
         )
     }
 
-    /// The exchange the plan names: [`aggregate`] for `sharded` and `allgather`,
-    /// [`sketch_exchange`] for `sketch`. Its output, the model changes, goes on the feedback edge.
+    /// The exchange's steps ([`exchange`]) from the gradient envelopes to the model changes,
+    /// which go on the feedback edge.
     pub fn exchange<'s>(
         &self,
         grads: Stream<'s, RoundTime, Vec<Envelope>>,
     ) -> Stream<'s, RoundTime, Vec<Envelope>> {
         let (state, sup) = (self.state.clone(), self.supervisor.clone());
-        match self.plan.exchange {
-            ExchangeKind::Sketch => sketch_exchange(grads, &self.plan, state, sup),
-            _ => aggregate(grads, &self.plan, state, sup),
-        }
+        exchange(grads, &self.plan, state, sup)
+    }
+
+    /// Exchanges the gradients with a strategy of the program's own instead of the job's
+    /// `train.exchange` (call it before [`Self::gradient`] and [`Self::exchange`], which build
+    /// its parts: the endpoint in the gradient step, its steps after it). The job's codec,
+    /// memory and optimizer stay, for the strategy to use.
+    pub fn set_exchange(&mut self, name: &str, exchange: impl crate::exchange::Exchange + 'static) {
+        let make: std::sync::Arc<dyn crate::exchange::Exchange> = std::sync::Arc::new(exchange);
+        self.plan.custom_exchange = Some(crate::named::Named::new(name, make));
     }
 
     /// The metrics ([`collect`]): round statistics to rows, handed to the observer on worker 0
@@ -438,6 +439,40 @@ pub fn build_training(scope: Scope<'_, ()>, mut t: Training) -> TrainHandle {
         t.collect(stats);
     });
     t.handle()
+}
+
+/// The exchange of the plan ([`TrainPlan::strategy`]) between the gradient envelopes and the
+/// model changes: each of its steps ([`crate::exchange::Step`]) an operator that runs a round
+/// once its envelopes are in ([`per_round`]), each feeding the next.
+pub fn exchange<'s>(
+    grads: Stream<'s, RoundTime, Vec<Envelope>>,
+    plan: &TrainPlan,
+    state: Rc<RefCell<WorkerState>>,
+    supervisor: Supervisor,
+) -> Stream<'s, RoundTime, Vec<Envelope>> {
+    let scope = grads.scope();
+    let at = Place {
+        me: scope.index() as u32,
+        peers: scope.peers() as u32,
+        plan,
+    };
+    let steps = match plan.strategy().steps(&at) {
+        Ok(steps) => steps,
+        Err(e) => {
+            supervisor.fail(e);
+            return grads;
+        }
+    };
+    steps.into_iter().fold(grads, |input, mut step| {
+        let (state, name, expected) = (state.clone(), step.name().to_owned(), step.expected());
+        per_round(
+            input,
+            &name,
+            expected,
+            supervisor.clone(),
+            move |r, msgs, out| step.run(r, msgs, &mut state.borrow_mut(), out),
+        )
+    })
 }
 
 /// Operators a program adds to the training loop's streams without timely's timestamps.
@@ -531,6 +566,12 @@ impl<C> Arrivals<C> {
         }
     }
 
+    /// From now on a round is complete once `expected` envelopes are in (or, with `None`,
+    /// once the frontier has passed it).
+    pub(crate) fn expect(&mut self, expected: Option<usize>) {
+        self.expected = expected;
+    }
+
     /// Adds envelopes of round `r` (`held` makes the round's entry the first time); an
     /// envelope for a round already taken out is an error naming its sender.
     pub(crate) fn add(
@@ -602,29 +643,8 @@ impl<C> Arrivals<C> {
     }
 }
 
-/// A codec of the job; a bad parameter (jobs validate them first) fails the run.
-fn codec_or_fail(field: &str, spec: &CodecSpec, supervisor: &Supervisor) -> Box<dyn Codec> {
-    build_codec(spec).unwrap_or_else(|e| {
-        supervisor.fail(format!("{field}: {e}"));
-        Box::new(NoneCodec)
-    })
-}
-
-/// Sorts one round's messages by sender and checks there is exactly one from each worker (every
-/// exchange step expects one message from every worker per round, empty ones included).
-fn one_from_each(msgs: &mut [Envelope], peers: usize) -> Result<(), String> {
-    msgs.sort_by_key(|m| m.src);
-    let senders: Vec<u32> = msgs.iter().map(|m| m.src).collect();
-    if senders.len() == peers && senders.iter().enumerate().all(|(i, &s)| s == i as u32) {
-        Ok(())
-    } else {
-        Err(format!(
-            "expected one message from each of {peers} workers, got senders {senders:?}"
-        ))
-    }
-}
-
-fn ms(since: Instant) -> f64 {
+/// Milliseconds since `since`.
+pub fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 

@@ -11,7 +11,7 @@ use crate::codec::CodecSpec;
 use crate::data::table::PreparedRow;
 use crate::data::Dataset;
 use crate::exchange::sketch::SketchParams;
-use crate::exchange::{ExchangeKind, Ownership};
+use crate::exchange::{build_exchange, CustomExchange, Exchange, ExchangeKind, Ownership};
 use crate::memory::residual::Residual;
 use crate::memory::{Memory, MemorySpec};
 use crate::metrics::{RowOutput, Traffic};
@@ -19,7 +19,6 @@ use crate::model::{EvalPart, LossFn, ModelLoss, Task};
 use std::sync::Arc;
 
 use crate::optim::{CustomOptimizer, Optimizer, OptimizerConfig, UpdateRule};
-use crate::sparse::SparseGrad;
 
 /// Everything about a training run that all workers share.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,8 +36,11 @@ pub struct TrainPlan {
     /// A program's own update rule, used instead of `optimizer` when set
     /// ([`crate::dataflow::Training::set_optimizer`]).
     pub custom_optimizer: Option<CustomOptimizer>,
-    /// Exchange strategy.
+    /// Exchange strategy (`train.exchange`).
     pub exchange: ExchangeKind,
+    /// A program's own exchange, used instead of `exchange` when set
+    /// ([`crate::dataflow::Training::set_exchange`]).
+    pub custom_exchange: Option<CustomExchange>,
     /// Gradient (uplink) codec.
     pub codec: CodecSpec,
     /// Error-feedback memory of the uplink (resolved: the codec's paper default when the job
@@ -106,6 +108,14 @@ impl TrainPlan {
         match &self.custom_optimizer {
             Some(c) => (c.make)(lo, hi),
             None => Box::new(Optimizer::new(self.optimizer.clone(), lo, hi)),
+        }
+    }
+
+    /// The exchange strategy: the program's own, or the job's `train.exchange`.
+    pub fn strategy(&self) -> Arc<dyn Exchange> {
+        match &self.custom_exchange {
+            Some(c) => c.make.clone(),
+            None => build_exchange(self.exchange),
         }
     }
 
@@ -296,10 +306,6 @@ pub struct WorkerState {
     /// The residual of this worker's `sharded` downlink (what its lossy downlink codec has not
     /// sent yet of its keys' changes).
     pub downlink: Residual,
-    /// This round's compensated vector (the `sketch` exchange reads it in its second round).
-    pub compensated: SparseGrad,
-    /// This round's sketch candidates (`sketch` exchange).
-    pub candidates: Vec<u32>,
     /// Traffic since the last statistics report.
     pub traffic: Traffic,
     /// Traffic of the whole run.
@@ -332,8 +338,6 @@ impl WorkerState {
             memory: plan.memory.build(plan.dim),
             optimizer: plan.update_rule(0, plan.dim),
             downlink: Residual::new(plan.dim),
-            compensated: SparseGrad::default(),
-            candidates: Vec::new(),
             traffic: Traffic::default(),
             traffic_total: Traffic::default(),
             aggregate_ms: 0.0,

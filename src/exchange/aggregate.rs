@@ -1,7 +1,12 @@
-//! The receiving side of a gradient exchange: decode and sum one round's envelopes.
+//! The receiving side of a gradient exchange: decode and sum one round's envelopes
+//! ([`Aggregator`]), and the update step that `sharded` and `allgather` share ([`Update`]).
 
-use super::Envelope;
-use crate::codec::{Codec, CodecError, Combine};
+use std::time::Instant;
+
+use super::{one_from_each, Envelope, Owners, Place};
+use crate::codec::{build_codec, Codec, CodecError, Combine};
+use crate::dataflow::{TrainPlan, WorkerState};
+use crate::optim::delay::DelayCompensation;
 use crate::sparse::SparseGrad;
 
 /// Decodes and combines the gradient envelopes one worker received for one round.
@@ -69,6 +74,88 @@ impl Aggregator {
             self.votes.clear();
         }
         Ok(&self.sum)
+    }
+}
+
+/// One round's update from the gradients a worker received: checked (one from each worker),
+/// decoded and summed in worker order, corrected for the rounds in flight
+/// (`train.delay_compensation`), and passed through the optimizer into [`Self::change`].
+pub struct Update {
+    me: u32,
+    peers: usize,
+    plan: TrainPlan,
+    codec: Box<dyn Codec>,
+    aggregator: Aggregator,
+    /// `train.delay_compensation`: records the change this worker's replica adds each round
+    /// (after the downlink), which it corrects the next rounds' gradients for.
+    pub delay: Option<DelayCompensation>,
+    compensated: Vec<f32>,
+    /// The optimizer's change of the last round, on the summed keys.
+    pub change: SparseGrad,
+}
+
+impl Update {
+    /// The update step of the worker at `at`, decoding with the job's `train.compressor`.
+    pub fn new(at: &Place<'_>) -> Result<Self, String> {
+        let plan = at.plan;
+        let delay = (plan.staleness > 0 && plan.delay_compensation > 0.0)
+            .then(|| DelayCompensation::new(plan.delay_compensation, plan.staleness, plan.dim));
+        Ok(Update {
+            me: at.me,
+            peers: at.peers as usize,
+            plan: plan.clone(),
+            codec: build_codec(&plan.codec).map_err(|e| format!("train.compressor: {e}"))?,
+            aggregator: Aggregator::default(),
+            delay,
+            compensated: Vec::new(),
+            change: SparseGrad::default(),
+        })
+    }
+
+    /// Round `r`'s change from its `gradients` into [`Self::change`]; with `owners`, every
+    /// summed key must be this worker's. Times the decoding in `st`, and returns when the
+    /// optimizer step started (the caller's update time runs from there).
+    pub fn run(
+        &mut self,
+        r: u64,
+        gradients: &mut [Envelope],
+        owners: Option<&Owners>,
+        st: &mut WorkerState,
+    ) -> Result<Instant, String> {
+        let me = self.me;
+        one_from_each(gradients, self.peers)
+            .map_err(|e| format!("worker {me}, round {r}: gradients: {e}"))?;
+        // Decode and sum, in worker order.
+        let t_agg = Instant::now();
+        let sum = (self.aggregator)
+            .aggregate(self.codec.as_mut(), gradients, self.plan.dim)
+            .map_err(|e| format!("worker {me}, round {r}: bad gradient message: {e}"))?;
+        if let Some(owners) = owners {
+            if let Some(&k) = sum.keys.iter().find(|&&k| owners.owner(k) != me) {
+                return Err(format!(
+                    "worker {me}, round {r}: received key {k}, which worker {} owns",
+                    owners.owner(k)
+                ));
+            }
+        }
+        st.aggregate_ms = crate::dataflow::ms(t_agg);
+        // Optimizer step on the summed keys.
+        let t_update = Instant::now();
+        self.change.keys.clone_from(&sum.keys);
+        let grads = match self.delay.as_mut() {
+            Some(dc) => {
+                if (self.plan.checkpoints.as_ref()).is_some_and(|c| c.due(r, &self.plan)) {
+                    // A checkpoint's round is computed on the whole model.
+                    dc.clear();
+                }
+                dc.compensate(&sum.keys, &sum.values, &mut self.compensated);
+                &self.compensated
+            }
+            None => &sum.values,
+        };
+        st.optimizer
+            .step(r, &sum.keys, grads, &mut self.change.values);
+        Ok(t_update)
     }
 }
 

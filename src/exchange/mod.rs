@@ -17,47 +17,137 @@
 //! order with the same arithmetic, so for the same job they produce bit-identical models.
 
 pub mod aggregate;
+pub mod allgather;
 pub mod downlink;
 pub mod ownership;
 pub mod pull;
+mod registry;
 pub mod router;
+pub mod sharded;
 pub mod sketch;
+pub mod uplink;
 
 pub use aggregate::Aggregator;
 pub use downlink::Downlink;
 pub use ownership::{Owners, Ownership};
+pub use registry::{build_exchange, CustomExchange, ExchangeKind, EXCHANGE_NAMES};
 pub use router::Router;
 
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Codec, CodecError};
+use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
 use crate::sparse::SparseGrad;
 
-/// Which exchange pattern a job uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ExchangeKind {
-    /// Key-range shards, one per worker; owners update and broadcast their range.
-    #[default]
-    Sharded,
-    /// Every worker receives every gradient and updates a full replica.
-    Allgather,
-    /// Sketched-SGD: summed count sketches, then exact values of the candidates.
-    Sketch,
+/// An exchange strategy (GRACE's Communicator, beside its Compressor and Memory): how one
+/// round's gradients become the model changes that every replica adds. It is built into
+/// parts for each worker, which run in different operators of the training loop and share
+/// nothing but the envelopes they pass: the [`Endpoint`] in the gradient operator, and the
+/// [`Step`]s between the gradient envelopes and the feedback edge. Strategies do not know
+/// timely (a step sees one round's envelopes), so each is tested by feeding it envelopes;
+/// the dataflow layer runs them. Built-in ones are named by `train.exchange`
+/// ([`build_exchange`]); a program plugs in its own with
+/// [`crate::dataflow::Training::set_exchange`].
+pub trait Exchange: Send + Sync {
+    /// The strategy's name.
+    fn name(&self) -> &str;
+    /// The worker's side of the exchange (`data`: the worker's rows, for a strategy that
+    /// needs their keys ahead, as pulling does).
+    fn endpoint(&self, at: &Place<'_>, data: &WorkerData) -> Result<Box<dyn Endpoint>, String>;
+    /// The steps from the gradient envelopes to the model changes, in order: the first
+    /// receives what the endpoints send, each receives what the one before sends, and the
+    /// last one's envelopes go around the feedback edge to the endpoints.
+    fn steps(&self, at: &Place<'_>) -> Result<Vec<Box<dyn Step>>, String>;
 }
 
-impl std::str::FromStr for ExchangeKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sharded" => Ok(ExchangeKind::Sharded),
-            "allgather" => Ok(ExchangeKind::Allgather),
-            "sketch" => Ok(ExchangeKind::Sketch),
-            _ => Err(format!(
-                "unknown exchange '{s}' (expected sharded, allgather or sketch)"
-            )),
-        }
+/// Where an exchange's parts run: the worker, the number of workers, the job's plan.
+#[derive(Clone, Copy)]
+pub struct Place<'a> {
+    /// This worker.
+    pub me: u32,
+    /// Workers in the job.
+    pub peers: u32,
+    /// The job's plan.
+    pub plan: &'a TrainPlan,
+}
+
+impl Place<'_> {
+    /// Whether worker `w` is in another process than this one (its messages cross a socket).
+    pub fn remote(&self, w: u32) -> bool {
+        self.plan.process_of(w) != self.plan.process_of(self.me)
     }
+}
+
+/// A worker's side of an exchange, in its gradient operator: the uplink (the memory, the
+/// codec and the addressing of the worker's gradient) and the application of the changes
+/// that come back.
+pub trait Endpoint {
+    /// How many envelopes of changes the worker receives for each round, when every round
+    /// brings the same number (its gradient step then starts once they are in, without
+    /// waiting for the frontier); `None`: as many as arrive before the frontier passes.
+    fn changes_per_round(&self) -> Option<usize>;
+
+    /// Applies the changes that arrived for round `r` (those of round `r - 1 - s`, or at a
+    /// checkpoint and the end every change in flight, in round order) to the replica in
+    /// `st`.
+    fn receive(
+        &mut self,
+        r: u64,
+        changes: Vec<Envelope>,
+        st: &mut WorkerState,
+    ) -> Result<(), String>;
+
+    /// Sends round `r`'s gradient `grad` of `rows` rows (finite, checked): passes it through
+    /// the memory and leaves the round's envelopes in `out`. Returns the keys offered to the
+    /// codec (after the memory) and the keys the messages carry.
+    fn send(
+        &mut self,
+        r: u64,
+        grad: &mut SparseGrad,
+        rows: u32,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(u64, u64), String>;
+
+    /// Whether [`Self::ask`] wants the next round's batch.
+    fn looks_ahead(&self) -> bool {
+        false
+    }
+
+    /// After [`Self::send`], when it [`Self::looks_ahead`]: messages that depend on the next
+    /// round's batch (pull requests), in `out`.
+    fn ask(&mut self, _next: Ahead<'_>, _st: &mut WorkerState, _out: &mut Vec<Envelope>) {}
+}
+
+/// What [`Endpoint::ask`] knows of the round after the one that sent.
+pub struct Ahead<'a> {
+    /// Its round.
+    pub round: u64,
+    /// Whether it is the round after the last (the model is written then).
+    pub last: bool,
+    /// Whether it evaluates the model on the test rows.
+    pub evaluates: bool,
+    /// The keys of each row of its batch.
+    pub batch: &'a mut dyn Iterator<Item = &'a [u32]>,
+}
+
+/// One step of an exchange between the gradient envelopes and the feedback edge, run as its
+/// own operator: round by round, the envelopes addressed to this worker in, envelopes out.
+pub trait Step {
+    /// The operator's name.
+    fn name(&self) -> &str;
+    /// How many envelopes each round brings to this worker, when the count is known (the
+    /// step then runs once they are in); `None`: as many as arrive before the frontier
+    /// passes.
+    fn expected(&self) -> Option<usize>;
+    /// Runs round `r` on its envelopes and leaves the envelopes it sends in `out`.
+    fn run(
+        &mut self,
+        r: u64,
+        msgs: Vec<Envelope>,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(), String>;
 }
 
 /// A message between workers: routing fields plus an opaque payload (codec bytes).
@@ -153,6 +243,11 @@ pub const PULL_REQUEST: u8 = 1;
 /// completes the next round's input by count (see [`applied`]). Elsewhere every replica adds
 /// every change in its own gradient step.
 pub const APPLIED: u8 = 2;
+/// [`Envelope::kind`] of what a worker's exchange step passes to its own next step (the
+/// vector a sketch's candidates are read from, the candidates): [`LocalPairs`] that never
+/// leave the worker's thread. One from another worker, or serialized, is refused
+/// ([`take_carry`]).
+pub const CARRY: u8 = 3;
 
 /// The envelope that tells worker `dest`'s gradient step that worker `src`'s update of the
 /// round is in `dest`'s replica.
@@ -216,6 +311,51 @@ pub fn broadcast(
             payload,
             local: None,
         });
+    }
+}
+
+/// The envelope of `pairs` that worker `me`'s exchange step passes to its own next step.
+pub fn carry(me: u32, pairs: SparseGrad) -> Envelope {
+    Envelope {
+        kind: CARRY,
+        ..local_message(me, me, 0, 0, pairs, 0)
+    }
+}
+
+/// Takes the one [`CARRY`] envelope out of a round's envelopes at worker `me`, and returns
+/// its pairs: it must be `me`'s own, unserialized; none, two, or one from another worker is
+/// an error.
+pub fn take_carry(msgs: &mut Vec<Envelope>, me: u32) -> Result<SparseGrad, String> {
+    let mut carried = None;
+    let mut error = None;
+    msgs.retain_mut(|m| {
+        if m.kind != CARRY {
+            return true;
+        }
+        match m.local.take() {
+            Some(l) if m.src == me && carried.is_none() => carried = Some(l.pairs),
+            _ => error = Some(format!("a carried envelope from worker {}", m.src)),
+        }
+        false
+    });
+    match (error, carried) {
+        (Some(e), _) => Err(e),
+        (None, Some(pairs)) => Ok(pairs),
+        (None, None) => Err("nothing carried from this worker's previous step".into()),
+    }
+}
+
+/// Sorts one round's messages by sender and checks there is exactly one from each of `peers`
+/// workers (steps that expect one message from every worker per round, empty ones included).
+pub fn one_from_each(msgs: &mut [Envelope], peers: usize) -> Result<(), String> {
+    msgs.sort_by_key(|m| m.src);
+    let senders: Vec<u32> = msgs.iter().map(|m| m.src).collect();
+    if senders.len() == peers && senders.iter().enumerate().all(|(i, &s)| s == i as u32) {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected one message from each of {peers} workers, got senders {senders:?}"
+        ))
     }
 }
 
@@ -287,14 +427,14 @@ mod tests {
                 };
                 let owners = Owners::new(Ownership::Hashed, dim, 2, 1);
                 let mut sent = SparseGrad::default();
-                Router::new(ExchangeKind::Sharded, owners, local)
-                    .route(&mut codec, g, rows, ctx, Some(&mut sent), |e| {
+                Router::new(owners, local)
+                    .by_owner(&mut codec, g, rows, ctx, Some(&mut sent), |e| {
                         per_dest[e.dest as usize].push(e)
                     })
                     .unwrap();
                 assert_eq!(&sent, g, "a lossless codec sends the gradient itself");
-                Router::new(ExchangeKind::Allgather, owners, local)
-                    .route(&mut codec, g, rows, ctx, None, |e| {
+                Router::new(owners, local)
+                    .to_all(&mut codec, g, rows, ctx, None, |e| {
                         gathered[e.dest as usize].push(e)
                     })
                     .unwrap();
@@ -353,6 +493,36 @@ mod tests {
         assert!(e.pairs(&mut NoneCodec, 11, &mut scratch).is_err());
     }
 
+    /// A step takes exactly one carry, its own worker's and never serialized: none, two, one
+    /// from another worker or one that crossed a socket (no pairs) is an error.
+    #[test]
+    fn a_carry_is_the_workers_own_and_never_crossed_a_socket() {
+        let pairs = SparseGrad {
+            keys: vec![4],
+            values: vec![2.0],
+        };
+        let data = |src| broadcast_one(src, 0);
+        let mut msgs = vec![data(0), carry(0, pairs.clone()), data(1)];
+        assert_eq!(take_carry(&mut msgs, 0).unwrap(), pairs);
+        assert_eq!(msgs.iter().map(|m| m.src).collect::<Vec<_>>(), [0, 1]);
+        let e = take_carry(&mut msgs, 0).unwrap_err();
+        assert!(e.contains("nothing carried"), "{e}");
+        let mut forged = vec![carry(1, pairs.clone())];
+        forged[0].dest = 0;
+        assert!(take_carry(&mut forged, 0).unwrap_err().contains("worker 1"));
+        let bytes = bincode::serialize(&carry(0, pairs.clone())).unwrap();
+        let mut crossed = vec![bincode::deserialize::<Envelope>(&bytes).unwrap()];
+        assert!(take_carry(&mut crossed, 0).is_err());
+        let mut two = vec![carry(0, pairs.clone()), carry(0, pairs)];
+        assert!(take_carry(&mut two, 0).is_err());
+    }
+
+    fn broadcast_one(src: u32, dest: u32) -> Envelope {
+        let mut got = Vec::new();
+        broadcast(src, 0, [dest], vec![1, 2], |e| got.push(e));
+        got.pop().unwrap()
+    }
+
     /// A message declaring another dimension than the job's is refused before its body is
     /// read: a few bytes claiming 2^32 - 1 features cost nothing to refuse.
     #[test]
@@ -393,5 +563,88 @@ mod tests {
             e.to_string().contains("message dimension 4294967295"),
             "{e}"
         );
+    }
+}
+
+/// Runs exchanges as the training loop does, without timely: for the strategies' unit tests.
+#[cfg(test)]
+pub(crate) mod harness {
+    use std::cell::RefCell;
+    use std::path::Path;
+    use std::rc::Rc;
+
+    use super::{Envelope, Place};
+    use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
+    use crate::sparse::SparseGrad;
+
+    /// The plan of a job of `[train]` fields `train` (plain SGD at rate 0.5 unless it says
+    /// otherwise in `rest`), dimension `dim`, `threads` workers per process.
+    pub fn plan(train: &str, rest: &str, dim: u32, threads: usize) -> TrainPlan {
+        let text = format!("[train]\n{train}\n[optimizer]\nkind = \"sgd\"\nlr = 0.5\n{rest}");
+        let job = crate::job::Job::parse(&text, Path::new("job.toml"), &[]).unwrap();
+        job.plan(dim, threads)
+    }
+
+    /// Each worker's state after a round, and what each step sent.
+    pub type Round = (Vec<Rc<RefCell<WorkerState>>>, Vec<Vec<Envelope>>);
+
+    /// The sparse vector of `pairs`.
+    pub fn grad(pairs: &[(u32, f32)]) -> SparseGrad {
+        SparseGrad {
+            keys: pairs.iter().map(|p| p.0).collect(),
+            values: pairs.iter().map(|p| p.1).collect(),
+        }
+    }
+
+    /// Runs round 0 of `plan`'s exchange on `peers = grads.len()` workers, each sending its
+    /// gradient of `rows` rows: every envelope goes to its `dest`, where each step receives
+    /// them in reverse order of sending (arrival order must not matter). Returns each worker's
+    /// state after its endpoint received the changes, and what each step sent (by step, all
+    /// workers' envelopes).
+    pub fn round(plan: &TrainPlan, grads: &[(SparseGrad, u32)]) -> Result<Round, String> {
+        let peers = grads.len() as u32;
+        let strategy = plan.strategy();
+        let places: Vec<Place> = (0..peers).map(|me| Place { me, peers, plan }).collect();
+        let data = WorkerData::default();
+        let mut endpoints = Vec::new();
+        let mut steps = Vec::new();
+        for at in &places {
+            endpoints.push(strategy.endpoint(at, &data)?);
+            steps.push(strategy.steps(at)?);
+        }
+        let states: Vec<_> = (0..peers).map(|_| WorkerState::shared(plan)).collect();
+        let mut inbox: Vec<Vec<Envelope>> = vec![Vec::new(); peers as usize];
+        let deliver = |out: Vec<Envelope>, inbox: &mut Vec<Vec<Envelope>>| {
+            for e in out {
+                inbox[e.dest as usize].push(e);
+            }
+        };
+        for (w, (g, rows)) in grads.iter().enumerate() {
+            let mut out = Vec::new();
+            let mut g = g.clone();
+            let st = &mut *states[w].borrow_mut();
+            endpoints[w].send(0, &mut g, *rows, st, &mut out)?;
+            deliver(out, &mut inbox);
+        }
+        let mut sent = Vec::new();
+        for i in 0..steps[0].len() {
+            let mut next = vec![Vec::new(); peers as usize];
+            let mut all = Vec::new();
+            for w in 0..peers as usize {
+                let mut msgs = std::mem::take(&mut inbox[w]);
+                msgs.reverse();
+                let mut out = Vec::new();
+                steps[w][i].run(0, msgs, &mut states[w].borrow_mut(), &mut out)?;
+                all.extend(out.iter().cloned());
+                deliver(out, &mut next);
+            }
+            sent.push(all);
+            inbox = next;
+        }
+        for w in 0..peers as usize {
+            let changes = std::mem::take(&mut inbox[w]);
+            endpoints[w].receive(1, changes, &mut states[w].borrow_mut())?;
+        }
+        Ok((states, sent))
     }
 }

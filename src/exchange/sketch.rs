@@ -25,12 +25,17 @@
 //! from the job (slice widths, candidate chunks); a receiver checks the length and that every
 //! value is finite.
 
+use std::time::Instant;
+
 use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 
-use super::write_f32s;
+use super::{broadcast, carry, local_message, one_from_each, read_f32s, take_carry, write_f32s};
+use super::{Endpoint, Envelope, Exchange, Place, Step, DATA};
 use crate::codec::countsketch::CountSketch;
-use crate::codec::EncodeContext;
+use crate::codec::{largest, EncodeContext};
+use crate::dataflow::{WorkerData, WorkerState};
+use crate::sparse::SparseGrad;
 
 /// How candidates are recovered from the summed sketch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -222,12 +227,443 @@ pub fn values_at(v_keys: &[u32], v_values: &[f32], keys: &[u32], out: &mut Vec<f
     }
 }
 
+/// The `sketch` strategy: steps 1-5 above, step 1 in the worker's [`Endpoint`], steps 2-5 as
+/// four [`Step`]s at the round's timestamp. What a worker's step needs of its own earlier one
+/// (its `v` for step 3, the candidates for step 5) travels with the envelopes as a [`CARRY`]
+/// that never leaves the worker; step 5 sends the update to the worker's own endpoint, which
+/// adds it to the replica and masks its memory at the update's keys.
+pub struct Sketch;
+
+impl Exchange for Sketch {
+    fn name(&self) -> &str {
+        "sketch"
+    }
+
+    fn endpoint(&self, at: &Place<'_>, _data: &WorkerData) -> Result<Box<dyn Endpoint>, String> {
+        let plan = at.plan;
+        let shape = plan.sketch.shape(plan.dim);
+        Ok(Box::new(SketchEndpoint {
+            me: at.me,
+            peers: at.peers,
+            sketch: CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed)),
+            shape,
+            v: SparseGrad::default(),
+            taken: SparseGrad::default(),
+            scratch: SparseGrad::default(),
+        }))
+    }
+
+    fn steps(&self, at: &Place<'_>) -> Result<Vec<Box<dyn Step>>, String> {
+        let plan = at.plan;
+        let (me, peers) = (at.me, at.peers as usize);
+        let shape = plan.sketch.shape(plan.dim);
+        let (lo, hi) = part(shape.columns, peers, me as usize);
+        let (a, b) = part(shape.candidates, peers, me as usize);
+        let threads = plan.threads_per_process;
+        let sum = |name, what, len| SumStep {
+            name,
+            what,
+            len,
+            me,
+            peers,
+            threads,
+            acc: Vec::new(),
+            buf: Vec::new(),
+        };
+        Ok(vec![
+            Box::new(sum("SumSlices", "sketch slice", shape.rows * (hi - lo))),
+            Box::new(Candidates {
+                me,
+                peers,
+                threads,
+                seed: plan.seed,
+                dim: plan.dim,
+                shape,
+                sketch: CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed)),
+                estimates: Vec::new(),
+                mine: Vec::new(),
+                buf: Vec::new(),
+            }),
+            Box::new(sum("SumExact", "exact values", b - a)),
+            Box::new(ApplyTopK {
+                me,
+                peers,
+                threads,
+                dim: plan.dim,
+                k: shape.k,
+                total: Vec::new(),
+                buf: Vec::new(),
+                update: SparseGrad::default(),
+                changes: Vec::new(),
+            }),
+        ])
+    }
+}
+
+/// Whether workers `a` and `b` are in different processes of `threads` workers each.
+fn apart(a: u32, b: u32, threads: usize) -> bool {
+    a as usize / threads != b as usize / threads
+}
+
+/// A worker's side of `sketch`: step 1, and the update applied with its masking.
+struct SketchEndpoint {
+    me: u32,
+    peers: u32,
+    sketch: CountSketch,
+    shape: SketchShape,
+    /// The compensated vector of the last round sent, which the update masks.
+    v: SparseGrad,
+    taken: SparseGrad,
+    scratch: SparseGrad,
+}
+
+impl Endpoint for SketchEndpoint {
+    /// The update, from this worker's own step 5.
+    fn changes_per_round(&self) -> Option<usize> {
+        Some(1)
+    }
+
+    /// Adds the update to the replica, and masks the memory (momentum-factor masking): this
+    /// worker's `v` at the update's coordinates counts as sent.
+    fn receive(
+        &mut self,
+        r: u64,
+        changes: Vec<Envelope>,
+        st: &mut WorkerState,
+    ) -> Result<(), String> {
+        let me = self.me;
+        for msg in changes {
+            let update = match (&msg.local, msg.src == me && msg.kind == DATA) {
+                (Some(l), true) => &l.pairs,
+                _ => {
+                    return Err(format!(
+                        "worker {me}, round {r}: a model change from worker {}, under the \
+                         sketch exchange, where every worker computes its own",
+                        msg.src
+                    ))
+                }
+            };
+            st.weights
+                .add(update)
+                .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
+            self.taken.keys.clone_from(&update.keys);
+            values_at(
+                &self.v.keys,
+                &self.v.values,
+                &update.keys,
+                &mut self.taken.values,
+            );
+            st.memory.update(&self.v, filter_zero(&mut self.taken));
+        }
+        Ok(())
+    }
+
+    /// Step 1: sketches `v`; column slice j goes to worker j, and `v` to this worker's own
+    /// step 3. Sends no codec messages: returns 0 and 0 keys.
+    fn send(
+        &mut self,
+        _r: u64,
+        grad: &mut SparseGrad,
+        rows: u32,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(u64, u64), String> {
+        st.memory.compensate(grad, &mut self.scratch);
+        let (sketch, shape) = (&mut self.sketch, &self.shape);
+        sketch.clear();
+        for (&k, &v) in grad.keys.iter().zip(&grad.values) {
+            sketch.insert(k, v);
+        }
+        for dest in 0..self.peers {
+            let (lo, hi) = part(shape.columns, self.peers as usize, dest as usize);
+            let mut payload = Vec::with_capacity(4 * shape.rows * (hi - lo));
+            write_slice(sketch, lo, hi, &mut payload);
+            out.push(Envelope {
+                dest,
+                src: self.me,
+                rows,
+                kind: DATA,
+                payload,
+                local: None,
+            });
+        }
+        self.v.clone_from(grad);
+        out.push(carry(self.me, std::mem::take(grad)));
+        Ok((0, 0))
+    }
+}
+
+/// Steps 2 and 4 share a shape: sum one round's f32 payloads of `len` values, one from each
+/// worker, in worker order (uplink), and send the sum to every worker (downlink); what the
+/// worker carries passes on to its next step.
+struct SumStep {
+    name: &'static str,
+    what: &'static str,
+    len: usize,
+    me: u32,
+    peers: usize,
+    threads: usize,
+    acc: Vec<f32>,
+    buf: Vec<f32>,
+}
+
+impl Step for SumStep {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn expected(&self) -> Option<usize> {
+        Some(self.peers + 1)
+    }
+
+    fn run(
+        &mut self,
+        r: u64,
+        mut msgs: Vec<Envelope>,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(), String> {
+        let (me, what, len) = (self.me, self.what, self.len);
+        let t = Instant::now();
+        let carried = take_carry(&mut msgs, me)
+            .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
+        one_from_each(&mut msgs, self.peers)
+            .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
+        let (acc, buf) = (&mut self.acc, &mut self.buf);
+        acc.clear();
+        acc.resize(len, 0f32);
+        for m in &msgs {
+            st.received(true, m.payload.len(), apart(m.src, me, self.threads));
+            read_f32s(&m.payload, len, buf).map_err(|e| {
+                format!(
+                    "worker {me}, round {r}: bad {what} from worker {}: {e}",
+                    m.src
+                )
+            })?;
+            acc.iter_mut().zip(buf.iter()).for_each(|(a, b)| *a += b);
+        }
+        let mut payload = Vec::with_capacity(4 * len);
+        write_f32s(acc.iter().copied(), &mut payload);
+        broadcast(me, 0, 0..self.peers as u32, payload, |e| {
+            st.sent(false, e.payload.len(), apart(e.dest, me, self.threads));
+            out.push(e);
+        });
+        out.push(carry(me, carried));
+        st.aggregate_ms += crate::dataflow::ms(t);
+        Ok(())
+    }
+}
+
+/// Step 3: assembles the summed sketch, recovers the candidates, and sends this worker's exact
+/// values of candidate chunk j to worker j; the candidates pass on to step 5.
+struct Candidates {
+    me: u32,
+    peers: usize,
+    threads: usize,
+    seed: u64,
+    dim: u32,
+    shape: SketchShape,
+    sketch: CountSketch,
+    estimates: Vec<f32>,
+    mine: Vec<f32>,
+    buf: Vec<f32>,
+}
+
+impl Step for Candidates {
+    fn name(&self) -> &str {
+        "Candidates"
+    }
+
+    fn expected(&self) -> Option<usize> {
+        Some(self.peers + 1)
+    }
+
+    fn run(
+        &mut self,
+        r: u64,
+        mut msgs: Vec<Envelope>,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(), String> {
+        let (me, peers, shape) = (self.me, self.peers, self.shape);
+        let t = Instant::now();
+        let what = "summed sketch slices";
+        let v = take_carry(&mut msgs, me)
+            .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
+        one_from_each(&mut msgs, peers)
+            .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
+        for m in &msgs {
+            st.received(false, m.payload.len(), apart(m.src, me, self.threads));
+            let (lo, hi) = part(shape.columns, peers, m.src as usize);
+            read_f32s(&m.payload, shape.rows * (hi - lo), &mut self.buf).map_err(|e| {
+                format!(
+                    "worker {me}, round {r}: bad summed sketch slice from worker {}: {e}",
+                    m.src
+                )
+            })?;
+            put_slice(&mut self.sketch, lo, hi, &self.buf);
+        }
+        let ctx = EncodeContext {
+            seed: self.seed,
+            round: r,
+            ..Default::default()
+        };
+        let chosen = candidates(&self.sketch, self.dim, &shape, ctx, &mut self.estimates);
+        values_at(&v.keys, &v.values, &chosen, &mut self.mine);
+        for dest in 0..peers {
+            let (a, b) = part(self.mine.len(), peers, dest);
+            let mut payload = Vec::with_capacity(4 * (b - a));
+            write_f32s(self.mine[a..b].iter().copied(), &mut payload);
+            st.sent(true, payload.len(), apart(dest as u32, me, self.threads));
+            out.push(Envelope {
+                dest: dest as u32,
+                src: me,
+                rows: 0,
+                kind: DATA,
+                payload,
+                local: None,
+            });
+        }
+        let chosen = SparseGrad {
+            keys: chosen,
+            values: Vec::new(),
+        };
+        out.push(carry(me, chosen));
+        st.aggregate_ms += crate::dataflow::ms(t);
+        Ok(())
+    }
+}
+
+/// Step 5: the top k of the exact sums is the update; (1/W)·sum goes through the optimizer,
+/// and the change to this worker's own endpoint.
+struct ApplyTopK {
+    me: u32,
+    peers: usize,
+    threads: usize,
+    dim: u32,
+    k: usize,
+    total: Vec<f32>,
+    buf: Vec<f32>,
+    update: SparseGrad,
+    changes: Vec<f32>,
+}
+
+impl Step for ApplyTopK {
+    fn name(&self) -> &str {
+        "ApplyTopK"
+    }
+
+    fn expected(&self) -> Option<usize> {
+        Some(self.peers + 1)
+    }
+
+    fn run(
+        &mut self,
+        r: u64,
+        mut msgs: Vec<Envelope>,
+        st: &mut WorkerState,
+        out: &mut Vec<Envelope>,
+    ) -> Result<(), String> {
+        let (me, peers) = (self.me, self.peers);
+        let t = Instant::now();
+        let chosen = take_carry(&mut msgs, me)
+            .map_err(|e| format!("worker {me}, round {r}: sums: {e}"))?
+            .keys;
+        one_from_each(&mut msgs, peers)
+            .map_err(|e| format!("worker {me}, round {r}: sums: {e}"))?;
+        let n = chosen.len();
+        self.total.clear();
+        self.total.resize(n, 0f32);
+        for m in &msgs {
+            st.received(false, m.payload.len(), apart(m.src, me, self.threads));
+            let (a, b) = part(n, peers, m.src as usize);
+            read_f32s(&m.payload, b - a, &mut self.buf).map_err(|e| {
+                format!(
+                    "worker {me}, round {r}: bad sums from worker {}: {e}",
+                    m.src
+                )
+            })?;
+            self.total[a..b].copy_from_slice(&self.buf);
+        }
+        let top = largest(&self.total, self.k);
+        let update = &mut self.update;
+        update.keys.clear();
+        update.keys.extend(top.iter().map(|&i| chosen[i as usize]));
+        update.values.clear();
+        (update.values).extend(top.iter().map(|&i| self.total[i as usize] / peers as f32));
+        st.optimizer
+            .step(r, &update.keys, &update.values, &mut self.changes);
+        std::mem::swap(&mut update.values, &mut self.changes);
+        out.push(local_message(me, me, 0, self.dim, update.clone(), 0));
+        st.update_ms = crate::dataflow::ms(t);
+        Ok(())
+    }
+}
+
+/// Drops the entries of `v` whose value is 0 (keys this worker did not hold), in place.
+fn filter_zero(v: &mut SparseGrad) -> &SparseGrad {
+    let mut j = 0;
+    for i in 0..v.keys.len() {
+        if v.values[i] != 0.0 {
+            v.keys[j] = v.keys[i];
+            v.values[j] = v.values[i];
+            j += 1;
+        }
+    }
+    v.keys.truncate(j);
+    v.values.truncate(j);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exchange::harness::{grad, plan, round};
     use crate::exchange::read_f32s;
+    use crate::exchange::CARRY;
     use crate::sparse::SparseGrad;
     use rand::{RngExt, SeedableRng};
+
+    /// One round through the five steps on two workers, with as many candidates as keys (so
+    /// the exact values decide): the update is the top k of the summed vectors over W, through
+    /// the optimizer, in both replicas; each worker's residual loses exactly its own values
+    /// at the update's keys (momentum-factor masking), and what the steps carry never leaves
+    /// its worker.
+    #[test]
+    fn the_update_is_the_exact_top_k_and_each_memory_is_masked_at_it() {
+        let train = "exchange = \"sketch\"\nmemory = \"residual\"\n";
+        let plan = plan(train, "[train.sketch]\nk = 2\np = 8\n", 16, 1);
+        let g0 = grad(&[(1, 2.0), (3, 8.0), (7, -1.0)]);
+        let g1 = grad(&[(3, 4.0), (7, -6.0), (9, 0.5)]);
+        let (states, sent) = round(&plan, &[(g0, 5), (g1, 1)]).unwrap();
+        assert_eq!(sent.len(), 4, "four steps");
+        for e in sent.iter().flatten().filter(|e| e.kind == CARRY) {
+            assert!(
+                e.src == e.dest && e.local.as_ref().is_some_and(|l| l.encoded_len == 0),
+                "{e:?}"
+            );
+        }
+        // Sums: key 3 12, key 7 −7 (key 1 2, key 9 0.5 not taken); over W = 2, rate 0.5.
+        let mut residuals: Vec<Vec<(u32, f32)>> = Vec::new();
+        for st in &states {
+            let st = &mut *st.borrow_mut();
+            let w = st.weights.to_vec();
+            let mut want = vec![0.0; 16];
+            (want[3], want[7]) = (-3.0, 1.75);
+            assert_eq!(w, want);
+            let (mut left, mut scratch) = (SparseGrad::default(), SparseGrad::default());
+            st.memory.compensate(&mut left, &mut scratch);
+            let kept = |(k, v): (&u32, &f32)| (*v != 0.0).then_some((*k, *v));
+            residuals.push(
+                left.keys
+                    .iter()
+                    .zip(&left.values)
+                    .filter_map(kept)
+                    .collect(),
+            );
+        }
+        assert_eq!(residuals, [vec![(1, 2.0)], vec![(9, 0.5)]]);
+    }
 
     /// Runs steps 1-5 of the protocol for `vs.len()` simulated workers, as the dataflow does,
     /// and returns the k coordinates every worker would update with their summed values.
@@ -255,7 +691,7 @@ mod tests {
                 let mut bytes = Vec::new();
                 write_slice(s, lo, hi, &mut bytes);
                 read_f32s(&bytes, acc.len(), &mut buf).unwrap();
-                acc.iter_mut().zip(&buf).for_each(|(a, b)| *a += b);
+                acc.iter_mut().zip(buf.iter()).for_each(|(a, b)| *a += b);
             }
             put_slice(&mut summed, lo, hi, &acc);
         }

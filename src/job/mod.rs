@@ -1399,6 +1399,7 @@ impl Job {
             intercept: self.intercept_key(dim),
             optimizer: self.optimizer.clone(),
             custom_optimizer: None,
+            custom_exchange: None,
             exchange: self.train.exchange,
             codec: self.train.compressor.clone(),
             memory: self.memory(),
