@@ -398,7 +398,7 @@ fn pipelined_rounds_resume_bit_for_bit() {
     // With rounds in flight (`train.staleness`), a checkpoint round starts from the whole
     // model, so a run resumed there repeats the uninterrupted one: `sharded` with its lossy
     // downlink and delay compensation (whose changes in flight the checkpoint round forgets),
-    // and `allgather`, on two threads and as two processes.
+    // `allgather` and `sketch` (without memory), on two threads and as two processes.
     let pipelined = JOB
         .replace("epochs = 800", "epochs = 6")
         .replace("seed = 11\n", "seed = 11\nstaleness = 2\n")
@@ -412,7 +412,17 @@ fn pipelined_rounds_resume_bit_for_bit() {
             "staleness = 2\n",
             "staleness = 2\nexchange = \"allgather\"\n",
         );
-    for (job, processes) in [(&pipelined, 1), (&allgather, 1), (&pipelined, 2)] {
+    let sketch = allgather
+        .replace("exchange = \"allgather\"", "exchange = \"sketch\"")
+        .replace("compressor = { name = \"topk\", ratio = 0.2 }\n", "")
+        .replace("memory = \"residual\"", "memory = \"none\"");
+    let cases = [
+        (&pipelined, 1),
+        (&allgather, 1),
+        (&sketch, 1),
+        (&pipelined, 2),
+    ];
+    for (job, processes) in cases {
         let (dir, _) = setup(job);
         finish(start(dir.path(), processes, &[]));
         let full = std::fs::read(dir.path().join("model.txt")).unwrap();

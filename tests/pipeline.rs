@@ -29,11 +29,18 @@ decay = 0
 epochs = 7
 batch_fraction = 1.0
 exchange = "{exchange}"
+{memory}
 staleness = {staleness}
 delay_compensation = {dc}
 replica = "worker"
 "#,
-        data.display()
+        data.display(),
+        // The sketch exchange pipelines without memory.
+        memory = if exchange == "sketch" {
+            "memory = \"none\""
+        } else {
+            ""
+        },
     );
     job_from(&text, "recurrence.toml", &[])
 }
@@ -62,7 +69,13 @@ fn pipelined_rounds_follow_the_delayed_sgd_recurrence() {
     let cases = [(0, 0.0), (1, 0.0), (2, 0.0), (3, 0.0), (1, 0.5), (2, 0.5)];
     for (s, lambda) in cases {
         let want = delayed_sgd(7, s as usize, 0.5, lambda as f64);
-        for (exchange, workers) in [("sharded", 1), ("sharded", 2), ("allgather", 2)] {
+        let exchanges = [
+            ("sharded", 1),
+            ("sharded", 2),
+            ("allgather", 2),
+            ("sketch", 2),
+        ];
+        for (exchange, workers) in exchanges {
             let job = recurrence_job(dir.path(), s, exchange, lambda);
             let got = run_local(&job, workers).weights.unwrap()[0] as f64;
             assert!(
@@ -102,23 +115,30 @@ downlink = { name = "topk", ratio = 0.5 }
 "#;
 
 /// The same job and staleness train the same model, bit for bit: twice on two threads, and as
-/// two processes over TCP; and the staleness changes the model (it is not ignored).
+/// two processes over TCP; and the staleness changes the model (it is not ignored). Under
+/// `sharded` with a lossy downlink, and under `sketch`.
 #[test]
 fn pipelined_rounds_are_deterministic_across_runs_and_processes() {
-    let job = |s: &str| job_from(JOB, "job.toml", &[&format!("train.staleness={s}")]);
-    let threads = run_local(&job("2"), 2).weights.unwrap();
-    let again = run_local(&job("2"), 2).weights.unwrap();
-    assert!(threads == again, "two runs of one job differ");
-    let processes = run_processes(&job("2"), 2);
-    assert!(
-        processes[0].weights.as_ref() == Some(&threads),
-        "2 processes ≠ 2 threads"
+    let sketch = JOB.replace(
+        "downlink = { name = \"topk\", ratio = 0.5 }",
+        "exchange = \"sketch\"\nmemory = \"none\"",
     );
-    let exact = run_local(&job("0"), 2).weights.unwrap();
-    assert!(
-        exact != threads,
-        "staleness 2 trained the model of staleness 0"
-    );
+    for text in [JOB, &sketch] {
+        let job = |s: &str| job_from(text, "job.toml", &[&format!("train.staleness={s}")]);
+        let threads = run_local(&job("2"), 2).weights.unwrap();
+        let again = run_local(&job("2"), 2).weights.unwrap();
+        assert!(threads == again, "two runs of one job differ:\n{text}");
+        let processes = run_processes(&job("2"), 2);
+        assert!(
+            processes[0].weights.as_ref() == Some(&threads),
+            "2 processes ≠ 2 threads:\n{text}"
+        );
+        let exact = run_local(&job("0"), 2).weights.unwrap();
+        assert!(
+            exact != threads,
+            "staleness 2 trained the model of staleness 0:\n{text}"
+        );
+    }
 }
 
 /// The loss pipelining costs at learning rates below the edge of stability, under plain SGD
@@ -154,7 +174,7 @@ fn pipelined_rounds_cost_little_loss() {
 #[test]
 fn what_cannot_pipeline_is_an_error_naming_the_field() {
     for (extra, want) in [
-        ("exchange = \"sketch\"", "sketch exchange"),
+        ("exchange = \"sketch\"", "memory = \"none\""),
         ("pull = true", "train.pull"),
         ("replica = \"process\"", "replica = \"worker\""),
         ("", "at most 16"),

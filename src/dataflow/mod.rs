@@ -1,6 +1,8 @@
 //! The training loop as a timely dataflow.
 //!
-//! One iterative scope whose inner timestamp is the SGD round. Per round, on every worker, for
+//! One iterative scope whose inner timestamp is the SGD round. The gradient operator holds the
+//! exchange's endpoint (its uplink, and the changes' application); the exchange's steps
+//! ([`crate::exchange::Step`]) are the operators between. Per round, on every worker, for
 //! `sharded` and `allgather`:
 //!
 //! ```text
@@ -19,7 +21,8 @@
 //! ```text
 //!   [Gradient] … memory (u, v), sketch v ── column slices ──► [SumSlices] ── summed slices ──►
 //!   [Candidates] top P·k, exact v ── chunks ──► [SumExact] ── sums ──► [ApplyTopK] top k,
-//!   optimizer step, mask u and v ── the update, to its own [Gradient] ──► feedback edge
+//!   optimizer step ── the update, to its own [Gradient] (adds it, masks u and v) ──► feedback
+//!   edge; v and the candidates travel from each step to the next as a worker's own carry
 //! ```
 //!
 //! `s` is `train.staleness` (0 by default): with `s ≥ 1` round `r`'s gradient is computed on the

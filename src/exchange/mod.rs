@@ -1,6 +1,8 @@
 //! Exchange strategies: how messages move between workers and how the receiving side turns
-//! them into one update. Knows the codec and memory layers (messages are opaque codec bytes
-//! inside an [`Envelope`]) but not the dataflow that carries them.
+//! them into one update. Each strategy is one file behind the [`Exchange`] trait, built by
+//! name ([`build_exchange`]); it knows the codec and memory layers (messages are opaque codec
+//! bytes inside an [`Envelope`]), the optimizer and the worker's state, but not timely: the
+//! dataflow layer runs its parts as operators, round by round.
 //!
 //! * `sharded` (parameter-server style, without a single driver): every key has an owner
 //!   ([`Owners`]: a seeded hash by default, or contiguous ranges); worker `j` receives from

@@ -25,6 +25,7 @@
 //! from the job (slice widths, candidate chunks); a receiver checks the length and that every
 //! value is finite.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use rand::seq::index::sample;
@@ -34,7 +35,8 @@ use super::{broadcast, carry, local_message, one_from_each, read_f32s, take_carr
 use super::{Endpoint, Envelope, Exchange, Place, Step, DATA};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
-use crate::dataflow::{WorkerData, WorkerState};
+use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
+use crate::optim::delay::DelayCompensation;
 use crate::sparse::SparseGrad;
 
 /// How candidates are recovered from the summed sketch.
@@ -247,7 +249,8 @@ impl Exchange for Sketch {
             peers: at.peers,
             sketch: CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed)),
             shape,
-            v: SparseGrad::default(),
+            sent: VecDeque::new(),
+            spare: Vec::new(),
             taken: SparseGrad::default(),
             scratch: SparseGrad::default(),
         }))
@@ -289,7 +292,11 @@ impl Exchange for Sketch {
                 me,
                 peers,
                 threads,
-                dim: plan.dim,
+                plan: plan.clone(),
+                delay: (plan.staleness > 0 && plan.delay_compensation > 0.0).then(|| {
+                    DelayCompensation::new(plan.delay_compensation, plan.staleness, plan.dim)
+                }),
+                compensated: Vec::new(),
                 k: shape.k,
                 total: Vec::new(),
                 buf: Vec::new(),
@@ -311,8 +318,12 @@ struct SketchEndpoint {
     peers: u32,
     sketch: CountSketch,
     shape: SketchShape,
-    /// The compensated vector of the last round sent, which the update masks.
-    v: SparseGrad,
+    /// The compensated vectors of the rounds sent whose update has not arrived, oldest first
+    /// (one at staleness 0; `1 + s` with `s` rounds in flight): each update masks its own
+    /// round's.
+    sent: VecDeque<SparseGrad>,
+    /// Buffers of masked vectors, for the next rounds' copies.
+    spare: Vec<SparseGrad>,
     taken: SparseGrad,
     scratch: SparseGrad,
 }
@@ -343,17 +354,16 @@ impl Endpoint for SketchEndpoint {
                     ))
                 }
             };
+            let v = self.sent.pop_front().ok_or_else(|| {
+                format!("worker {me}, round {r}: an update for a round this worker did not send")
+            })?;
             st.weights
                 .add(update)
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
             self.taken.keys.clone_from(&update.keys);
-            values_at(
-                &self.v.keys,
-                &self.v.values,
-                &update.keys,
-                &mut self.taken.values,
-            );
-            st.memory.update(&self.v, filter_zero(&mut self.taken));
+            values_at(&v.keys, &v.values, &update.keys, &mut self.taken.values);
+            st.memory.update(&v, filter_zero(&mut self.taken));
+            self.spare.push(v);
         }
         Ok(())
     }
@@ -387,7 +397,9 @@ impl Endpoint for SketchEndpoint {
                 local: None,
             });
         }
-        self.v.clone_from(grad);
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.clone_from(grad);
+        self.sent.push_back(v);
         out.push(carry(self.me, std::mem::take(grad)));
         Ok((0, 0))
     }
@@ -540,7 +552,11 @@ struct ApplyTopK {
     me: u32,
     peers: usize,
     threads: usize,
-    dim: u32,
+    plan: TrainPlan,
+    /// `train.delay_compensation`, from this worker's own updates (every worker's are the
+    /// same).
+    delay: Option<DelayCompensation>,
+    compensated: Vec<f32>,
     k: usize,
     total: Vec<f32>,
     buf: Vec<f32>,
@@ -591,10 +607,23 @@ impl Step for ApplyTopK {
         update.keys.extend(top.iter().map(|&i| chosen[i as usize]));
         update.values.clear();
         (update.values).extend(top.iter().map(|&i| self.total[i as usize] / peers as f32));
-        st.optimizer
-            .step(r, &update.keys, &update.values, &mut self.changes);
+        let grads = match self.delay.as_mut() {
+            Some(dc) => {
+                if (self.plan.checkpoints.as_ref()).is_some_and(|c| c.due(r, &self.plan)) {
+                    // A checkpoint's round is computed on the whole model.
+                    dc.clear();
+                }
+                dc.compensate(&update.keys, &update.values, &mut self.compensated);
+                &self.compensated
+            }
+            None => &update.values,
+        };
+        st.optimizer.step(r, &update.keys, grads, &mut self.changes);
         std::mem::swap(&mut update.values, &mut self.changes);
-        out.push(local_message(me, me, 0, self.dim, update.clone(), 0));
+        if let Some(dc) = self.delay.as_mut() {
+            dc.record(update);
+        }
+        out.push(local_message(me, me, 0, self.plan.dim, update.clone(), 0));
         st.update_ms = crate::dataflow::ms(t);
         Ok(())
     }

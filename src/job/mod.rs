@@ -723,10 +723,13 @@ impl Job {
                     "train.staleness = {s}: at most {MAX_STALENESS} rounds may be in flight"
                 ));
             }
-            if self.train.exchange == ExchangeKind::Sketch {
+            if self.train.exchange == ExchangeKind::Sketch && self.memory() != MemorySpec::None {
                 return Err(format!(
-                    "train.staleness = {s}: the sketch exchange masks its memory with each \
-                     round's top k before the next gradient; it runs with staleness = 0"
+                    "train.staleness = {s}: the sketch exchange's memory ({}) learns which of \
+                     its values a round sent only from the round's update, after the next \
+                     rounds' vectors have taken them again; pipeline it with memory = \"none\", \
+                     or run it with staleness = 0",
+                    self.memory().name()
                 ));
             }
             if self.train.pull {
