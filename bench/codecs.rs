@@ -1,9 +1,13 @@
-//! Encode and decode of every codec and key coder on one gradient: D = 29,000,000,
-//! d = 1,000,000 uniform keys, Laplace(0, 0.01) values (the setting of the SketchML reference
-//! measurements). One core.
+//! Encode and decode of every codec and key coder, one core, Laplace(0, 0.01) values on
+//! uniform keys, at four shapes: the SketchML reference measurements' gradient (D = 29,000,000,
+//! d = 1,000,000), and the sizes training sends on a 100k-feature CTR set (D = 100,000): a
+//! 1% batch's gradient (40,000 and 10,000 pairs) and one owner's piece of it under `sharded`
+//! with 4 workers (2,500 pairs). Criterion's throughput is pairs per second, so the per-pair
+//! cost of the small shapes against the large one shows each codec's fixed cost per message.
 //!
-//!   cargo bench --bench codecs                 (all)
-//!   cargo bench --bench codecs -- sketchml     (one)
+//!   cargo bench --bench codecs                      (all)
+//!   cargo bench --bench codecs -- sketchml          (one codec, every shape)
+//!   cargo bench --bench codecs -- 'codec/10k/'      (one shape)
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -16,39 +20,49 @@ use gradflow::sparse::SparseGrad;
 const DIM: u32 = 29_000_000;
 const KEYS: usize = 1_000_000;
 
+/// (name, dimension, pairs) of the shapes every codec runs at.
+const SHAPES: [(&str, u32, usize); 4] = [
+    ("1M", DIM, KEYS),
+    ("40k", 100_000, 40_000),
+    ("10k", 100_000, 10_000),
+    ("2.5k", 100_000, 2_500),
+];
+
 fn codecs(c: &mut Criterion) {
-    let g = synth_gradient(DIM, KEYS, 0.01, 1);
-    let mut group = c.benchmark_group("codec");
-    group
-        .sample_size(10)
-        .throughput(Throughput::Elements(KEYS as u64));
-    for name in CODEC_NAMES {
-        let mut codec = build_codec(&CodecSpec::with_defaults(name).unwrap()).unwrap();
-        let ctx = EncodeContext {
-            seed: 1,
-            round: 0,
-            worker: 0,
-            piece: 0,
-        };
-        // Encoded once here too, so that a filter selecting only the decode has a message.
-        let mut buf = Vec::new();
-        codec
-            .encode(&g.keys, &g.values, DIM, ctx, &mut buf)
-            .unwrap();
-        group.bench_function(format!("{name}/encode"), |b| {
-            b.iter(|| {
-                buf.clear();
-                codec
-                    .encode(&g.keys, &g.values, DIM, ctx, &mut buf)
-                    .unwrap();
-            })
-        });
-        let mut out = SparseGrad::default();
-        group.bench_function(format!("{name}/decode"), |b| {
-            b.iter(|| codec.decode(&buf, &mut out).unwrap())
-        });
+    for (shape, dim, pairs) in SHAPES {
+        let g = synth_gradient(dim, pairs, 0.01, 1);
+        let mut group = c.benchmark_group(format!("codec/{shape}"));
+        group
+            .sample_size(if pairs >= KEYS { 10 } else { 50 })
+            .throughput(Throughput::Elements(pairs as u64));
+        for name in CODEC_NAMES {
+            let mut codec = build_codec(&CodecSpec::with_defaults(name).unwrap()).unwrap();
+            let ctx = EncodeContext {
+                seed: 1,
+                round: 0,
+                worker: 0,
+                piece: 0,
+            };
+            // Encoded once here too, so that a filter selecting only the decode has a message.
+            let mut buf = Vec::new();
+            codec
+                .encode(&g.keys, &g.values, dim, ctx, &mut buf)
+                .unwrap();
+            group.bench_function(format!("{name}/encode"), |b| {
+                b.iter(|| {
+                    buf.clear();
+                    codec
+                        .encode(&g.keys, &g.values, dim, ctx, &mut buf)
+                        .unwrap();
+                })
+            });
+            let mut out = SparseGrad::default();
+            group.bench_function(format!("{name}/decode"), |b| {
+                b.iter(|| codec.decode(&buf, &mut out).unwrap())
+            });
+        }
+        group.finish();
     }
-    group.finish();
 }
 
 fn key_coders(c: &mut Criterion) {

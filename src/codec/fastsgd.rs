@@ -72,6 +72,12 @@ fn magnitude(sum: f32, b: f32, level: u32) -> f32 {
     (sum as f64 / (b as f64).powi(level as i32)) as f32
 }
 
+/// [`magnitude`] of every level `0..=tau`, once per message (a `powi` per value was most of
+/// the cost of a message whose values all pass the threshold).
+fn magnitudes(sum: f32, b: f32, tau: u32) -> Vec<f32> {
+    (0..=tau).map(|level| magnitude(sum, b, level)).collect()
+}
+
 impl Codec for FastSgd {
     fn name(&self) -> &'static str {
         "fastsgd"
@@ -89,19 +95,20 @@ impl Codec for FastSgd {
         let (b, tau) = (self.p.b, self.p.tau);
         let sum = reduce::sum_abs(values) as f32;
         let ln_b = (b as f64).ln();
+        let magnitudes = magnitudes(sum, b, tau);
         let mut kept_keys = Vec::with_capacity(keys.len());
         let mut codes = Vec::with_capacity(keys.len());
         for (&k, &v) in keys.iter().zip(values) {
             let a = v.abs();
-            if a == 0.0 || a < magnitude(sum, b, tau) {
+            if a == 0.0 || a < magnitudes[tau as usize] {
                 continue;
             }
             let mut level = (((sum as f64) / a as f64).ln() / ln_b).ceil().max(1.0) as u32;
             level = level.min(tau);
-            while level < tau && magnitude(sum, b, level) > a {
+            while level < tau && magnitudes[level as usize] > a {
                 level += 1;
             }
-            if magnitude(sum, b, level) > a {
+            if magnitudes[level as usize] > a {
                 continue; // cannot be represented without overestimating
             }
             kept_keys.push(k);
@@ -137,6 +144,7 @@ impl Codec for FastSgd {
                 return Err(CodecError::Corrupt(format!("tau {tau}, l {l}")));
             }
             adaptive::decode(h.count as usize, h.dim, l, r, &mut out.keys)?;
+            let magnitudes = magnitudes(sum, b, tau);
             for _ in 0..h.count {
                 let c = r.read(8)? as u32;
                 let level = (c & 127) + 1;
@@ -145,7 +153,7 @@ impl Codec for FastSgd {
                         "level {level} above tau {tau}"
                     )));
                 }
-                let m = magnitude(sum, b, level);
+                let m = magnitudes[level as usize];
                 out.values.push(if c >> 7 == 1 { -m } else { m });
             }
             Ok(())

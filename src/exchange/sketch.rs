@@ -437,9 +437,7 @@ impl Step for SumStep {
     ) -> Result<(), String> {
         let (me, what, len) = (self.me, self.what, self.len);
         let t = Instant::now();
-        let carried = take_carry(&mut msgs, me)
-            .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
-        one_from_each(&mut msgs, self.peers)
+        let carried = own_and_one_from_each(&mut msgs, me, self.peers)
             .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
         let (acc, buf) = (&mut self.acc, &mut self.buf);
         acc.clear();
@@ -500,9 +498,7 @@ impl Step for Candidates {
         let (me, peers, shape) = (self.me, self.peers, self.shape);
         let t = Instant::now();
         let what = "summed sketch slices";
-        let v = take_carry(&mut msgs, me)
-            .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
-        one_from_each(&mut msgs, peers)
+        let v = own_and_one_from_each(&mut msgs, me, peers)
             .map_err(|e| format!("worker {me}, round {r}: {what}: {e}"))?;
         for m in &msgs {
             st.received(false, m.payload.len(), apart(m.src, me, self.threads));
@@ -582,11 +578,9 @@ impl Step for ApplyTopK {
     ) -> Result<(), String> {
         let (me, peers) = (self.me, self.peers);
         let t = Instant::now();
-        let chosen = take_carry(&mut msgs, me)
+        let chosen = own_and_one_from_each(&mut msgs, me, peers)
             .map_err(|e| format!("worker {me}, round {r}: sums: {e}"))?
             .keys;
-        one_from_each(&mut msgs, peers)
-            .map_err(|e| format!("worker {me}, round {r}: sums: {e}"))?;
         let n = chosen.len();
         self.total.clear();
         self.total.resize(n, 0f32);
@@ -627,6 +621,18 @@ impl Step for ApplyTopK {
         st.update_ms = crate::dataflow::ms(t);
         Ok(())
     }
+}
+
+/// What steps 2-5 receive each round: what the worker's own earlier step carried (taken out of
+/// `msgs` and returned), and one message from each of `peers` workers (sorted by sender).
+fn own_and_one_from_each(
+    msgs: &mut Vec<Envelope>,
+    me: u32,
+    peers: usize,
+) -> Result<SparseGrad, String> {
+    let carried = take_carry(msgs, me)?;
+    one_from_each(msgs, peers)?;
+    Ok(carried)
 }
 
 /// Drops the entries of `v` whose value is 0 (keys this worker did not hold), in place.
