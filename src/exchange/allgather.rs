@@ -135,7 +135,7 @@ impl Step for Aggregate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::harness::{grad, plan, round};
+    use crate::exchange::harness::{grad, mean_step, plan, round};
 
     /// Every replica takes the same step, −lr times the rows-weighted mean of every worker's
     /// gradient, whether the workers share a process (the pairs themselves) or not (codec
@@ -144,16 +144,14 @@ mod tests {
     fn every_replica_takes_the_step_of_the_rows_weighted_mean() {
         for threads in [1, 2] {
             let plan = plan("exchange = \"allgather\"", "", 10, threads);
-            let g0 = grad(&[(1, 2.0), (4, 1.0)]);
-            let g1 = grad(&[(0, 4.0), (4, -2.0)]);
-            let (states, sent) = round(&plan, &[(g0, 3), (g1, 1)]).unwrap();
+            let (grads, want) = mean_step();
+            let (states, sent) = round(&plan, &grads).unwrap();
             assert_eq!(sent.len(), 1, "one step");
             assert_eq!(sent[0].len(), 2);
             assert!(sent[0].iter().all(|e| e.src == e.dest && e.local.is_some()));
             for st in &states {
-                // key 0: 1/4 · 4; key 1: 3/4 · 2; key 4: 3/4 · 1 + 1/4 · (−2); rate 0.5.
                 let w = st.borrow().weights.to_vec();
-                assert_eq!(w[..5], [-0.5, -0.75, 0.0, 0.0, -0.125], "{threads} threads");
+                assert_eq!(w[..5], want, "{threads} threads");
             }
         }
     }

@@ -598,6 +598,15 @@ pub(crate) mod harness {
         }
     }
 
+    /// Two workers' gradients (3 rows and 1) and the weights of dimension 5 that one step of
+    /// plain SGD at 0.5 on their rows-weighted mean gives: key 0 1/4 · 4, key 1 3/4 · 2, key 4
+    /// 3/4 · 1 + 1/4 · (−2), all exact in f32.
+    pub fn mean_step() -> ([(SparseGrad, u32); 2], [f32; 5]) {
+        let g0 = grad(&[(1, 2.0), (4, 1.0)]);
+        let g1 = grad(&[(0, 4.0), (4, -2.0)]);
+        ([(g0, 3), (g1, 1)], [-0.5, -0.75, 0.0, 0.0, -0.125])
+    }
+
     /// Runs round 0 of `plan`'s exchange on `peers = grads.len()` workers, each sending its
     /// gradient of `rows` rows: every envelope goes to its `dest`, where each step receives
     /// them in reverse order of sending (arrival order must not matter). Returns each worker's

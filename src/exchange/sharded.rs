@@ -401,7 +401,7 @@ fn answer_pull(
 mod tests {
     use super::*;
     use crate::codec::none::NoneCodec;
-    use crate::exchange::harness::{grad, plan, round};
+    use crate::exchange::harness::{mean_step, plan, round};
 
     /// Each owner sums only its keys' pieces and sends its change to every replica (encoded
     /// to another process, the pairs within one); every replica ends with the step of the
@@ -411,9 +411,8 @@ mod tests {
         for threads in [1, 2] {
             let plan = plan("exchange = \"sharded\"", "", 10, threads);
             let owners = Owners::new(plan.ownership, plan.dim, 2, plan.seed);
-            let g0 = grad(&[(1, 2.0), (4, 1.0)]);
-            let g1 = grad(&[(0, 4.0), (4, -2.0)]);
-            let (states, sent) = round(&plan, &[(g0, 3), (g1, 1)]).unwrap();
+            let (grads, want) = mean_step();
+            let (states, sent) = round(&plan, &grads).unwrap();
             assert_eq!(sent.len(), 1, "one step");
             assert_eq!(sent[0].len(), 4, "each owner to each replica");
             let mut scratch = SparseGrad::default();
@@ -427,7 +426,7 @@ mod tests {
             }
             for st in &states {
                 let w = st.borrow().weights.to_vec();
-                assert_eq!(w[..5], [-0.5, -0.75, 0.0, 0.0, -0.125], "{threads} threads");
+                assert_eq!(w[..5], want, "{threads} threads");
             }
         }
     }
