@@ -22,6 +22,9 @@ use gradflow::sparse::SparseGrad;
 /// Dimension the envelope target's receiver expects.
 pub const ENVELOPE_DIM: u32 = 1 << 20;
 
+/// Feature limit the model file target reads with (its weights take 4 bytes a feature).
+pub const MODEL_MAX_DIM: u32 = 1 << 25;
+
 /// A codec with default parameters (decoders read their parameters from the message).
 pub fn codec(name: &str) -> Box<dyn Codec> {
     build_codec(&CodecSpec::with_defaults(name).expect("a registered codec")).expect("defaults")
@@ -233,7 +236,10 @@ pub fn model_file(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(m) = ModelFile::parse(text) {
+    // A model's weights are dense: a few bytes declaring `dim N` allocate 4N bytes, bounded by
+    // the reader's limit (the job's `data.max_dim`), not by the file's size. Under the fuzzer's
+    // 256 MiB allocation limit the reader's limit is 2^25 features.
+    if let Ok(m) = ModelFile::parse_limited(text, MODEL_MAX_DIM) {
         assert!(m.intercept.is_none_or(|k| (k as usize) < m.weights.len()));
         // Softmax's classes divide the weights and the intercept's first key.
         if let Some(k) = m.classes {
