@@ -27,6 +27,7 @@
 //! ```
 
 pub mod atomic;
+pub mod auto;
 pub mod bench;
 pub mod cli;
 pub mod codec;

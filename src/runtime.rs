@@ -377,6 +377,17 @@ pub fn run_program(
                     if let Some(start) = &warm_start {
                         plan.initial_weights = Some(start.weights_for(&plan, &features)?);
                     }
+                    if job.train.auto.any() {
+                        let (chosen, report) =
+                            crate::auto::choose(worker, &job, &data, &plan, &sup)?;
+                        if index == 0 {
+                            println!("{report}");
+                            crate::metrics::flush_stdout();
+                        }
+                        let initial = plan.initial_weights.take();
+                        plan = chosen.plan(dim, threads);
+                        plan.initial_weights = initial;
+                    }
                     plan.start_round = resume.as_ref().map_or(0, |(_, r)| *r);
                     plan.checkpoints = checkpoints.clone();
                     if plan.replica_depends_on_distance(threads * processes) {

@@ -527,3 +527,64 @@ fn weights_digest(model: &Path) -> String {
     let digest = sha2::Sha256::digest(weights.as_bytes());
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
+
+/// `"auto"` measures a round on every process of a 2-process cluster and all choose alike:
+/// the run trains, prints its choice among the codecs that keep the loss, and the settings it
+/// prints replay it bit for bit (a process that chose otherwise would train another model or
+/// fail on the other's messages).
+#[test]
+fn auto_chooses_alike_on_every_process_and_its_printed_settings_replay_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, sets: &[String]| {
+        let model = dir.path().join(format!("{name}.txt"));
+        let mut args = vec![
+            "cluster".to_string(),
+            "jobs/ctr.toml".into(),
+            "-n=2".into(),
+            "--epochs=2".into(),
+            format!("--set=output.model={:?}", model.display().to_string()),
+            format!(
+                "--set=output.metrics={:?}",
+                dir.path().join(format!("{name}.csv")).display().to_string()
+            ),
+        ];
+        args.extend(sets.iter().map(|s| format!("--set={s}")));
+        (gradflow_ok(args), std::fs::read(model).unwrap())
+    };
+    let auto = [
+        "train.exchange=\"auto\"".to_string(),
+        "train.compressor=\"auto\"".to_string(),
+    ];
+    let (out, chosen_model) = run("auto", &auto);
+    let chose = out
+        .lines()
+        .find_map(|l| l.split_once("auto: chose ").map(|(_, c)| c.to_string()))
+        .unwrap_or_else(|| panic!("no choice printed:\n{out}"));
+    // "EXCHANGE + CODEC (memory M); replay it with --set 'A' --set 'B'"
+    let codec = chose.split_whitespace().nth(2).unwrap();
+    assert!(
+        gradflow::exchange::cost::KEEPS_THE_LOSS.contains(&codec),
+        "{chose}"
+    );
+    let candidates: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            let first = l.trim_start_matches("[p0]").trim_start_matches([' ', '*']);
+            first.starts_with("sharded ") || first.starts_with("allgather ")
+        })
+        .collect();
+    assert_eq!(candidates.len(), 12, "two exchanges by six codecs:\n{out}");
+    assert_eq!(
+        candidates.iter().filter(|l| l.contains('*')).count(),
+        1,
+        "one marked:\n{out}"
+    );
+    let replay: Vec<String> = chose
+        .split("--set '")
+        .skip(1)
+        .map(|s| s.trim_end().trim_end_matches('\'').to_string())
+        .collect();
+    assert_eq!(replay.len(), 2, "{chose}");
+    let (_, replayed_model) = run("replay", &replay);
+    assert_eq!(chosen_model, replayed_model, "{chose}");
+}

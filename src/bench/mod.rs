@@ -45,6 +45,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::codec::CodecSpec;
+use crate::exchange::ExchangeKind;
 use crate::job::Job;
 use crate::memory::MemorySpec;
 
@@ -351,14 +352,16 @@ impl Suite {
                 })
                 .collect::<Result<_, _>>()?
         };
-        let exchanges = axis(&f.exchange, |e| match e.as_str() {
-            "sharded" | "allgather" | "sketch" => Ok(AxisValue {
+        let exchanges = axis(&f.exchange, |e| match e.parse::<ExchangeKind>() {
+            Ok(_) => Ok(AxisValue {
                 label: e.clone(),
                 sets: vec![("train.exchange".into(), toml::Value::String(e.clone()))],
             }),
-            _ => Err(format!(
-                "exchange: '{e}' is not sharded, allgather or sketch"
-            )),
+            Err(_) if e == "auto" => Ok(AxisValue {
+                label: e.clone(),
+                sets: vec![("train.exchange".into(), toml::Value::String(e.clone()))],
+            }),
+            Err(m) => Err(format!("exchange: {m}, or auto")),
         })
         .map_err(&at)?;
         let compressors = axis(&f.compressor, compressor_value).map_err(&at)?;
@@ -537,8 +540,11 @@ fn compressor_value(t: &toml::Table) -> Result<AxisValue, String> {
         .map(|k| (*k, codec.remove(*k)))
         .collect();
     let what = table_label(t, "name");
-    CodecSpec::deserialize(toml::Value::Table(codec.clone()))
-        .map_err(|e| format!("compressor {what}: {}", e.to_string().trim_end()))?;
+    let auto = codec.len() == 1 && codec.get("name").and_then(|n| n.as_str()) == Some("auto");
+    if !auto {
+        CodecSpec::deserialize(toml::Value::Table(codec.clone()))
+            .map_err(|e| format!("compressor {what}: {}", e.to_string().trim_end()))?;
+    }
     sets.push((
         "train.compressor".to_string(),
         toml::Value::Table(codec.clone()),

@@ -38,6 +38,7 @@
 //! operator functions let a program assemble its own loop; [`build_training`] assembles the
 //! standard one.
 
+pub mod calibrate;
 pub mod checkpoint;
 mod collect;
 mod evaluations;

@@ -20,6 +20,7 @@
 
 pub mod aggregate;
 pub mod allgather;
+pub mod cost;
 pub mod downlink;
 pub mod ownership;
 pub mod pull;

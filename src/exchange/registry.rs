@@ -32,6 +32,15 @@ macro_rules! registry {
             }
         }
 
+        impl ExchangeKind {
+            /// The strategy's `train.exchange` name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( ExchangeKind::$variant => $name, )*
+                }
+            }
+        }
+
         /// Every strategy's name, in registry order.
         pub const EXCHANGE_NAMES: &[&str] = &[$($name),*];
 

@@ -277,6 +277,49 @@ impl Default for ModelSection {
     }
 }
 
+/// What `train.exchange = "auto"` and `train.compressor = "auto"` leave to be chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Auto {
+    /// The exchange: `sharded` or `allgather`.
+    pub exchange: bool,
+    /// The compressor, among those that keep the loss
+    /// ([`crate::exchange::cost::KEEPS_THE_LOSS`]), each with its paper's memory.
+    pub compressor: bool,
+}
+
+impl Auto {
+    /// Whether anything is left to choose.
+    pub fn any(self) -> bool {
+        self.exchange || self.compressor
+    }
+
+    /// Removes `"auto"` from `train.exchange` and `train.compressor` (a name or a table named
+    /// so) of a job's table, leaving their defaults, and says which it removed.
+    fn take(table: &mut toml::Table) -> Auto {
+        let Some(train) = table.get_mut("train").and_then(|t| t.as_table_mut()) else {
+            return Auto::default();
+        };
+        let is_auto = |v: Option<&toml::Value>| match v {
+            Some(toml::Value::String(s)) => s == "auto",
+            Some(toml::Value::Table(t)) => {
+                t.get("name").and_then(|n| n.as_str()) == Some("auto") && t.len() == 1
+            }
+            _ => false,
+        };
+        let auto = Auto {
+            exchange: is_auto(train.get("exchange")),
+            compressor: is_auto(train.get("compressor")),
+        };
+        if auto.exchange {
+            train.remove("exchange");
+        }
+        if auto.compressor {
+            train.remove("compressor");
+        }
+        auto
+    }
+}
+
 /// `[train]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -285,10 +328,14 @@ pub struct TrainSection {
     pub epochs: u64,
     /// Mini-batch size as a fraction of the training set (0.1: ten rounds per epoch).
     pub batch_fraction: f64,
-    /// `sharded`, `allgather` or `sketch`.
+    /// `sharded`, `allgather` or `sketch` (`"auto"` in a job file: [`TrainSection::auto`]).
     pub exchange: ExchangeKind,
-    /// Gradient codec, e.g. `{ name = "none" }`.
+    /// Gradient codec, e.g. `{ name = "none" }` (`"auto"` in a job file: [`TrainSection::auto`]).
     pub compressor: CodecSpec,
+    /// Which of `exchange` and `compressor` the job file set to `"auto"`: chosen before
+    /// training from a round's cost measured on the job's own gradients and link.
+    #[serde(skip)]
+    pub auto: Auto,
     /// Error-feedback memory beside the compressor: `"none"`, `"residual"` or
     /// `{ name = "dgc", momentum = 0.9 }`. Absent: what the compressor's paper does (residual for
     /// topk and threshold, and for signsgd unless the optimizer is Adam; none for the others;
@@ -337,6 +384,7 @@ pub struct TrainSection {
 impl Default for TrainSection {
     fn default() -> Self {
         TrainSection {
+            auto: Auto::default(),
             epochs: 10,
             batch_fraction: 0.1,
             exchange: ExchangeKind::Sharded,
@@ -488,28 +536,67 @@ impl Job {
             path: path.into(),
             message: e.to_string().trim_end().to_string(),
         };
-        // First parse the text itself, so that errors point at its lines.
-        let job: Job = toml::from_str(text).map_err(parse_err)?;
-        let job = if overrides.is_empty() {
-            job
+        let mut table: toml::Table = toml::from_str(text).map_err(parse_err)?;
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        let auto = Auto::take(&mut table);
+        let mut job = if overrides.is_empty() && !auto.any() {
+            // The text itself, so that errors point at its lines.
+            toml::from_str::<Job>(text).map_err(parse_err)?
         } else {
-            let mut table: toml::Table = toml::from_str(text).map_err(parse_err)?;
-            for o in overrides {
-                apply_override(&mut table, o)?;
-            }
-            Job::deserialize(toml::Value::Table(table)).map_err(|e| JobError::Parse {
-                path: path.into(),
-                message: format!(
-                    "after overrides {overrides:?}: {}",
-                    e.to_string().trim_end()
-                ),
+            Job::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let e = e.to_string().trim_end().to_string();
+                JobError::Parse {
+                    path: path.into(),
+                    message: match overrides.is_empty() {
+                        true => e,
+                        false => format!("after overrides {overrides:?}: {e}"),
+                    },
+                }
             })?
         };
+        job.train.auto = auto;
         job.validate().map_err(|message| JobError::Invalid {
             path: path.into(),
             message,
         })?;
         Ok(job)
+    }
+
+    /// What `"auto"` cannot be combined with.
+    fn validate_auto(&self) -> Result<(), String> {
+        let t = &self.train;
+        let what = match (t.auto.exchange, t.auto.compressor) {
+            (false, false) => return Ok(()),
+            (true, false) => "train.exchange = \"auto\"",
+            (false, true) => "train.compressor = \"auto\"",
+            (true, true) => "train.exchange and train.compressor = \"auto\"",
+        };
+        if t.auto.compressor && t.memory.is_some() {
+            return Err(format!(
+                "train.memory: {what} chooses each codec with its paper's memory; remove \
+                 train.memory (or name the compressor)"
+            ));
+        }
+        if !t.auto.exchange && t.exchange == ExchangeKind::Sketch {
+            return Err(format!(
+                "{what}: chooses among the sharded and allgather exchanges' codecs; the sketch \
+                 exchange has its own"
+            ));
+        }
+        if t.pull {
+            return Err(format!(
+                "train.pull: {what} does not cover pull; remove one"
+            ));
+        }
+        if t.checkpoint.is_some() {
+            return Err(format!(
+                "train.checkpoint: {what} may choose differently when resumed (the choice is \
+                 measured); run once, then checkpoint the configuration it printed"
+            ));
+        }
+        Ok(())
     }
 
     /// Checks value ranges; the message names the field.
@@ -518,6 +605,7 @@ impl Job {
         if t.epochs == 0 {
             return Err("train.epochs: must be at least 1".into());
         }
+        self.validate_auto()?;
         if let Some(c) = &t.checkpoint {
             if c.every_rounds == 0 {
                 return Err("train.checkpoint.every_rounds: must be at least 1".into());
@@ -762,12 +850,15 @@ impl Job {
     /// ownership, pull, or the sketch's parameters.
     pub fn describe_exchange(&self) -> String {
         let t = &self.train;
-        let name = |c: &CodecSpec| {
-            toml::Value::try_from(c)
-                .ok()
-                .and_then(|v| v.get("name").and_then(|n| n.as_str().map(String::from)))
-                .unwrap_or_default()
-        };
+        if t.auto.any() {
+            let fixed = match (t.auto.exchange, t.auto.compressor) {
+                (true, true) => String::new(),
+                (true, false) => format!(" among compressor {}", codec_name(&t.compressor)),
+                _ => format!(" among the {} exchange's compressors", t.exchange.name()),
+            };
+            return format!("auto{fixed} (chosen from a round measured before training)");
+        }
+        let name = codec_name;
         match t.exchange {
             ExchangeKind::Sketch => {
                 let s = &t.sketch;
@@ -1428,6 +1519,14 @@ impl Job {
     }
 }
 
+/// A codec spec's name.
+fn codec_name(c: &CodecSpec) -> String {
+    toml::Value::try_from(c)
+        .ok()
+        .and_then(|v| v.get("name").and_then(|n| n.as_str().map(String::from)))
+        .unwrap_or_default()
+}
+
 /// Sets `a.b.c = value` in `table`; the value is parsed as TOML, else taken as a string.
 fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), JobError> {
     let (key, raw) = o
@@ -1506,6 +1605,63 @@ mod tests {
 
     fn parse(text: &str) -> Result<Job, JobError> {
         Job::parse(text, Path::new("job.toml"), &[])
+    }
+
+    #[test]
+    fn auto_leaves_the_defaults_and_refuses_what_it_cannot_choose_with() {
+        let job = parse("[train]\nexchange = \"auto\"\ncompressor = \"auto\"").unwrap();
+        assert_eq!(
+            (
+                job.train.auto,
+                job.train.exchange,
+                job.train.compressor.clone()
+            ),
+            (
+                Auto {
+                    exchange: true,
+                    compressor: true
+                },
+                ExchangeKind::Sharded,
+                CodecSpec::default()
+            )
+        );
+        assert!(job.describe_exchange().starts_with("auto"));
+        let fixed =
+            parse("[train]\nexchange = \"allgather\"\ncompressor = { name = \"auto\" }").unwrap();
+        assert_eq!(
+            fixed.train.auto,
+            Auto {
+                exchange: false,
+                compressor: true
+            }
+        );
+        assert_eq!(fixed.train.exchange, ExchangeKind::Allgather);
+        let with_override = Job::parse(
+            "",
+            Path::new("job.toml"),
+            &["train.exchange=auto".to_string()],
+        )
+        .unwrap();
+        assert!(with_override.train.auto.exchange && !with_override.train.auto.compressor);
+        for (extra, field) in [
+            ("memory = \"residual\"", "train.memory"),
+            ("pull = true", "train.pull"),
+            (
+                "checkpoint = { dir = \"c\", every_rounds = 5 }",
+                "train.checkpoint",
+            ),
+        ] {
+            let e = parse(&format!("[train]\ncompressor = \"auto\"\n{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        let e = parse("[train]\nexchange = \"sketch\"\ncompressor = \"auto\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sketch"), "{e}");
+        // Anything else named auto is still an unknown name.
+        assert!(parse("[train]\ndownlink = \"auto\"").is_err());
     }
 
     #[test]

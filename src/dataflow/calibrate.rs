@@ -1,0 +1,456 @@
+//! `train.exchange = "auto"` and `compressor = "auto"`: before training, every worker measures
+//! what a round is made of on the job's own data and link, and all choose the configuration
+//! with the least predicted round time ([`crate::exchange::cost`]).
+//!
+//! Named steps, on every worker:
+//! 1. **measure**: the gradients of `W` of its batches at the initial model (their pairs, and
+//!    the union of their keys for the sum's size), every candidate codec on the first (whole,
+//!    and split by owner as `sharded` sends it), the downlink's change, adding pairs and the
+//!    optimizer's step;
+//! 2. **probe** the link in a small dataflow of its own: rounds in which every worker sends a
+//!    few bytes, then a gradient's worth, to every other worker; the first give a hop's time,
+//!    the difference the rate;
+//! 3. **share** the numbers with every worker (the same dataflow's last round) and average them
+//!    in worker order, so that every worker predicts from the same numbers and chooses alike.
+//!
+//! The choice depends on time measured on this run's machines, so two runs of one job may
+//! choose differently: the run prints its choice as job settings that replay it.
+
+use std::time::{Duration, Instant};
+
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::operators::{Exchange, Input, Inspect, Probe};
+use timely::dataflow::InputHandle;
+use timely::worker::Worker;
+
+use super::{Supervisor, TrainPlan, WorkerData};
+use crate::codec::{build_codec, CodecSpec, EncodeContext};
+use crate::exchange::cost::{CodecCost, LinkCost, RoundInputs};
+use crate::exchange::ownership::Owners;
+use crate::memory::MemorySpec;
+use crate::model::gradient::{GradientWorkspace, L2};
+use crate::sparse::SparseGrad;
+
+/// Repeats of each timed step (the median is kept).
+const REPEATS: usize = 5;
+/// Probe rounds of each payload size (the median is kept).
+const PROBE_ROUNDS: usize = 11;
+/// The probe's large payload per receiver: a gradient's uncompressed size, within these (at
+/// least enough for a loopback's rate to show above a hop's time).
+const PROBE_BYTES: (usize, usize) = (64 << 10, 1 << 20);
+
+/// What calibration measured, averaged over the workers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Calibration {
+    /// Everything but the codecs.
+    pub round: RoundInputs,
+    /// Each candidate codec, in the order given.
+    pub codecs: Vec<CodecCost>,
+}
+
+/// Measures a round of `plan` on this worker's `data` for each codec of `codecs`, probes the
+/// link with the other workers and returns the numbers every worker agrees on.
+pub fn calibrate(
+    worker: &mut Worker,
+    data: &WorkerData,
+    plan: &TrainPlan,
+    codecs: &[Candidate],
+    supervisor: &Supervisor,
+) -> Result<Calibration, String> {
+    let (me, workers) = (worker.index() as u32, worker.peers());
+    let (mut local, whole_bytes) = measure(data, plan, me, workers, codecs)?;
+    let link = probe(
+        worker,
+        plan.threads_per_process,
+        whole_bytes,
+        &mut local,
+        supervisor,
+    )?;
+    let mut round = RoundInputs {
+        workers,
+        threads: plan.threads_per_process,
+        gradient_ms: link[0],
+        pairs: link[1],
+        union_keys: link[2],
+        add_ns: link[3],
+        update_ns: link[4],
+        change_bytes: link[5],
+        change_encode_ms: link[6],
+        change_decode_ms: link[7],
+        link: LinkCost {
+            hop_ms: link[8],
+            bytes_per_s: link[9],
+        },
+        staleness: plan.staleness,
+    };
+    round.link.bytes_per_s = round.link.bytes_per_s.max(1.0);
+    let codecs = codecs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _, _))| {
+            let c = &link[FIXED + CODEC_FIELDS * i..];
+            CodecCost {
+                name: name.clone(),
+                encode_whole_ms: c[0],
+                decode_whole_ms: c[1],
+                whole_bytes: c[2],
+                encode_pieces_ms: c[3],
+                decode_piece_ms: c[4],
+                pieces_bytes: c[5],
+            }
+        })
+        .collect();
+    Ok(Calibration { round, codecs })
+}
+
+/// Numbers before the codecs' in a worker's measurements.
+const FIXED: usize = 10;
+/// Numbers per codec.
+const CODEC_FIELDS: usize = 6;
+
+/// Step 1: this worker's measurements (the link's two left as 0), and the size of its first
+/// gradient uncompressed (the probe's payload).
+fn measure(
+    data: &WorkerData,
+    plan: &TrainPlan,
+    me: u32,
+    workers: usize,
+    codecs: &[Candidate],
+) -> Result<(Vec<f64>, usize), String> {
+    let dim = plan.dim;
+    let weights = match &plan.initial_weights {
+        Some(w) => w.0.to_vec(),
+        None => vec![0.0; dim as usize],
+    };
+    let rows = data.train.rows();
+    let batch = rows.div_ceil(plan.rounds_per_epoch.max(1) as usize).max(1);
+    let l2 = L2 {
+        lambda: plan.lambda,
+        intercept: plan.intercept,
+    };
+    let mut workspace = GradientWorkspace::new(dim);
+    let (mut union, mut scratch) = (SparseGrad::default(), SparseGrad::default());
+    let mut grads = Vec::new();
+    let mut gradient_ms = Vec::new();
+    // A worker's batches are its own rows: its batches' gradients stand for its rounds', and
+    // the union of `W` of them for the sum of `W` workers'.
+    for b in 0..workers.max(ROUNDS) {
+        let rows: Vec<u32> = (0..batch)
+            .map(|i| ((b * batch + i) % rows.max(1)) as u32)
+            .take(rows)
+            .collect();
+        let mut grad = SparseGrad::default();
+        let started = Instant::now();
+        workspace.minibatch(&data.train, &rows, &weights, &*plan.loss, l2, &mut grad);
+        gradient_ms.push(super::ms(started));
+        if b < workers {
+            union.add_scaled(&grad, 1.0, &mut scratch);
+        }
+        grads.push(grad);
+    }
+    let owners = Owners::new(plan.ownership, dim, workers as u32, plan.seed);
+    let ctx = EncodeContext {
+        seed: plan.seed,
+        worker: me,
+        ..Default::default()
+    };
+    let pairs = grads[0].len();
+    let mut out = vec![median(gradient_ms), pairs as f64, union.len() as f64];
+    let mut dense = vec![0f32; dim as usize];
+    out.push(
+        time(|| {
+            for (&k, &v) in union.keys.iter().zip(&union.values) {
+                dense[k as usize] += v;
+            }
+        }) * 1e6
+            / union.len().max(1) as f64,
+    );
+    let mut rule = plan.update_rule(0, dim);
+    let mut changes = Vec::new();
+    let mut step = 0;
+    out.push(
+        time(|| {
+            rule.step(step, &union.keys, &union.values, &mut changes);
+            step += 1;
+        }) * 1e6
+            / union.len().max(1) as f64,
+    );
+    let mut pieces = Vec::new();
+    owners.split(&union, &mut pieces);
+    let change = &pieces[me as usize % pieces.len()];
+    let downlink = cost_of(&plan.downlink, "train.downlink", change, dim, ctx)?;
+    out.extend([downlink.2, downlink.0, downlink.1]);
+    out.extend([0.0, 0.0]);
+    for c in codecs {
+        let whole = rounds_of(c, &grads, dim, ctx, None)?;
+        let split = rounds_of(c, &grads, dim, ctx, Some(&owners))?;
+        out.extend([
+            whole.0,
+            whole.1,
+            whole.2,
+            split.0,
+            split.1 / workers as f64,
+            split.2,
+        ]);
+    }
+    Ok((out, pairs * 8))
+}
+
+/// A codec to measure: its name, its spec and the memory beside it.
+pub type Candidate = (String, CodecSpec, MemorySpec);
+
+/// Rounds a codec runs with its memory before it is timed, and after: the memory's residual
+/// grows over the first rounds, and with it the messages.
+const ROUNDS: usize = 8;
+
+/// A codec's rounds on `grads` with its memory, whole or split by `owners` as `sharded` sends
+/// them: the median over the second half of the rounds of the ms to compensate, encode and
+/// update the memory, the ms to decode every message, and the bytes.
+fn rounds_of(
+    (name, spec, memory): &Candidate,
+    grads: &[SparseGrad],
+    dim: u32,
+    ctx: EncodeContext,
+    owners: Option<&Owners>,
+) -> Result<(f64, f64, f64), String> {
+    let mut codec = build_codec(spec).map_err(|e| format!("{name}: {e}"))?;
+    let mut memory = memory.build(dim);
+    let (mut buf, mut decoded, mut scratch) =
+        (Vec::new(), SparseGrad::default(), SparseGrad::default());
+    let (mut sent, mut pieces) = (SparseGrad::default(), Vec::new());
+    let (mut encode, mut decode, mut bytes) = (Vec::new(), Vec::new(), Vec::new());
+    for (r, g) in grads.iter().enumerate() {
+        let mut g = g.clone();
+        let (mut e, mut d, mut b) = (0.0, 0.0, 0);
+        let started = Instant::now();
+        memory.compensate(&mut g, &mut scratch);
+        e += super::ms(started);
+        match owners {
+            Some(o) => o.split(&g, &mut pieces),
+            None => pieces = vec![g.clone()],
+        }
+        sent.clear();
+        for (i, piece) in pieces.iter().enumerate() {
+            let ctx = EncodeContext {
+                round: r as u64,
+                piece: i as u32 * owners.is_some() as u32,
+                ..ctx
+            };
+            buf.clear();
+            let started = Instant::now();
+            codec
+                .encode(&piece.keys, &piece.values, dim, ctx, &mut buf)
+                .map_err(|e| format!("{name}: {e}"))?;
+            e += super::ms(started);
+            let started = Instant::now();
+            codec
+                .decode(&buf, &mut decoded)
+                .map_err(|e| format!("{name}: {e}"))?;
+            d += super::ms(started);
+            b += buf.len();
+            sent.add_scaled(&decoded, 1.0, &mut scratch);
+        }
+        let started = Instant::now();
+        memory.update(&g, &sent);
+        e += super::ms(started);
+        if r >= grads.len() / 2 {
+            encode.push(e);
+            decode.push(d);
+            bytes.push(b as f64);
+        }
+    }
+    Ok((median(encode), median(decode), median(bytes)))
+}
+
+/// `spec`'s encode and decode ms of `g` (medians) and its message's bytes.
+fn cost_of(
+    spec: &CodecSpec,
+    name: &str,
+    g: &SparseGrad,
+    dim: u32,
+    ctx: EncodeContext,
+) -> Result<(f64, f64, f64), String> {
+    let mut codec = build_codec(spec).map_err(|e| format!("{name}: {e}"))?;
+    let (mut buf, mut decoded) = (Vec::new(), SparseGrad::default());
+    let mut failed = None;
+    let encode = time(|| {
+        buf.clear();
+        if let Err(e) = codec.encode(&g.keys, &g.values, dim, ctx, &mut buf) {
+            failed = Some(format!("{name}: {e}"));
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let decode = time(|| {
+        if let Err(e) = codec.decode(&buf, &mut decoded) {
+            failed = Some(format!("{name}: {e}"));
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((encode, decode, buf.len() as f64)),
+    }
+}
+
+/// The median ms of [`REPEATS`] runs of `f`, after one to warm up.
+fn time(mut f: impl FnMut()) -> f64 {
+    f();
+    median(
+        (0..REPEATS)
+            .map(|_| {
+                let started = Instant::now();
+                f();
+                super::ms(started)
+            })
+            .collect(),
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Steps 2 and 3: probes the link (writing a hop's ms and the rate into `local`) and returns
+/// every worker's `local` averaged, in worker order.
+fn probe(
+    worker: &mut Worker,
+    threads: usize,
+    gradient_bytes: usize,
+    local: &mut [f64],
+    supervisor: &Supervisor,
+) -> Result<Vec<f64>, String> {
+    let (me, workers) = (worker.index() as u32, worker.peers() as u32);
+    let large = gradient_bytes.clamp(PROBE_BYTES.0, PROBE_BYTES.1);
+    // (to, from, whether the payload is a worker's measurements, payload)
+    type Message = (u32, u32, bool, Vec<u8>);
+    let mut input = InputHandle::<u64, CapacityContainerBuilder<Vec<Message>>>::new();
+    let received = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let sink = received.clone();
+    let probe = worker.dataflow(|scope| {
+        scope
+            .input_from(&mut input)
+            .container::<Vec<_>>()
+            .exchange(|m: &Message| m.0 as u64)
+            .inspect(move |m| {
+                if m.2 {
+                    sink.borrow_mut().push((m.1, m.3.clone()))
+                }
+            })
+            .probe()
+            .0
+    });
+    let mut run_round = |worker: &mut Worker, measurements: bool, payload: &[u8]| {
+        let started = Instant::now();
+        for to in (0..workers).filter(|&w| w != me) {
+            input.send((to, me, measurements, payload.to_vec()));
+        }
+        input.advance_to(input.time() + 1);
+        // Not parking (a parked worker wakes late and would add to the hop), but yielding the
+        // core to the process's network threads.
+        while probe.less_than(input.time()) {
+            if supervisor.is_failed() {
+                return Err(supervisor.message().unwrap_or_else(|| "failed".into()));
+            }
+            if !worker.step() {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        Ok(super::ms(started))
+    };
+    let small: Vec<f64> = (0..PROBE_ROUNDS)
+        .map(|_| run_round(worker, false, &[0; 8]))
+        .collect::<Result<_, String>>()?;
+    let payload = vec![1; large];
+    let big: Vec<f64> = (0..PROBE_ROUNDS)
+        .map(|_| run_round(worker, false, &payload))
+        .collect::<Result<_, String>>()?;
+    let (hop, full) = (median(small), median(big));
+    // Each of a process's `threads` workers sent `large` bytes to each remote worker.
+    let remote = (workers as usize).saturating_sub(threads);
+    let bytes = (threads * remote * large) as f64;
+    local[8] = hop;
+    local[9] = match full > hop && remote > 0 {
+        true => bytes / ((full - hop) * 1e-3),
+        false => f64::MAX / 4.0,
+    };
+    let mine: Vec<u8> = local.iter().flat_map(|x| x.to_le_bytes()).collect();
+    run_round(worker, true, &mine)?;
+    drop(input);
+    while !probe.done() {
+        if supervisor.is_failed() {
+            return Err(supervisor.message().unwrap_or_else(|| "failed".into()));
+        }
+        worker.step_or_park(Some(Duration::from_millis(1)));
+    }
+    let mut all = std::mem::take(&mut *received.borrow_mut());
+    all.push((me, mine));
+    all.sort_by_key(|m| m.0);
+    let mut mean = vec![0.0; local.len()];
+    for (from, bytes) in &all {
+        if bytes.len() != local.len() * 8 {
+            return Err(format!(
+                "calibration: worker {from} measured {} numbers, this worker {}",
+                bytes.len() / 8,
+                local.len()
+            ));
+        }
+        for (m, b) in mean.iter_mut().zip(bytes.chunks_exact(8)) {
+            *m += f64::from_le_bytes(b.try_into().unwrap()) / all.len() as f64;
+        }
+    }
+    Ok(mean)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Job;
+
+    /// Two workers measure their own rows and agree on one set of numbers: what each measured
+    /// is the data's own (pairs of a real batch gradient, the union no smaller, uncompressed
+    /// bytes of 8 a pair, a lossy codec's fewer).
+    #[test]
+    fn the_workers_agree_on_numbers_measured_on_their_own_gradients() {
+        let text = "[data.synth]\nrows = 4000\ndim = 20000\n[train]\nbatch_fraction = 0.05";
+        let job = Job::parse(text, std::path::Path::new("job.toml"), &[]).unwrap();
+        let codecs: Vec<Candidate> = ["none", "logquant"]
+            .iter()
+            .map(|n| {
+                let spec = CodecSpec::with_defaults(n).unwrap();
+                (n.to_string(), spec, MemorySpec::None)
+            })
+            .collect();
+        let results = timely::execute(timely::Config::process(2), move |worker| {
+            let (data, dim, _, _) = job.load_on(worker).unwrap();
+            let plan = job.plan(dim, 2);
+            calibrate(worker, &data, &plan, &codecs, &Supervisor::new()).unwrap()
+        })
+        .unwrap()
+        .join()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect::<Vec<_>>();
+        assert_eq!(results[0], results[1]);
+        let c = &results[0];
+        let r = &c.round;
+        assert_eq!((r.workers, r.threads), (2, 2));
+        assert!(r.pairs > 100.0 && r.union_keys >= r.pairs, "{r:?}");
+        assert!(r.gradient_ms > 0.0 && r.update_ns > 0.0 && r.link.hop_ms > 0.0);
+        let (none, logquant) = (&c.codecs[0], &c.codecs[1]);
+        assert_eq!(
+            (none.name.as_str(), logquant.name.as_str()),
+            ("none", "logquant")
+        );
+        // Uncompressed: 8 bytes a pair of gradients of about the first one's size.
+        let per_pair = none.whole_bytes / r.pairs;
+        assert!((6.0..10.0).contains(&per_pair), "{per_pair}");
+        assert!(none.pieces_bytes >= none.whole_bytes);
+        assert!(
+            logquant.whole_bytes < none.whole_bytes / 2.0,
+            "{logquant:?}"
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! A model of one training round's time, from what a round is made of: the CPU of each stage
+//! (gradient, encode, decode, sum and apply), the bytes each process sends, and the link's
+//! rate and latency per hop. `train.exchange = "auto"` and `compressor = "auto"` choose with it
+//! from numbers measured on the job's own gradients and link (`dataflow::calibrate`).
+//!
+//! Per worker and round, with `W` workers of `T` threads per process (`R = W − T` remote
+//! workers):
+//! - `allgather`: encode the whole gradient once, send a copy to each remote worker (one hop),
+//!   decode `R` messages, sum `W` gradients of `n` pairs, apply the sum's `u` keys;
+//! - `sharded`: encode one piece per owner, send the `R` remote pieces, decode `R` pieces, sum
+//!   `W` pieces (`n` pairs), update the `u / W` keys it owns, send that change to the `R` remote
+//!   workers (two hops: up and down), decode `R` changes, apply `u` keys.
+//!
+//! A round costs its CPU plus its hops' latency plus its bytes over the link's rate; with
+//! pipelined rounds (`staleness ≥ 1`) the exchange overlaps the next round's CPU, and the round
+//! costs the larger of the two. Every process sends as much as it receives (the exchanges are
+//! symmetric), so one direction's bytes give the link time.
+
+/// What one codec costs on a worker's gradient, measured (`dataflow::calibrate`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CodecCost {
+    /// The codec's name.
+    pub name: String,
+    /// Encoding the whole gradient as one message (`allgather`), ms.
+    pub encode_whole_ms: f64,
+    /// Decoding that message, ms.
+    pub decode_whole_ms: f64,
+    /// Its size, bytes.
+    pub whole_bytes: f64,
+    /// Encoding the gradient as one piece per owner (`sharded`), all pieces, ms.
+    pub encode_pieces_ms: f64,
+    /// Decoding one piece (the pieces' mean), ms.
+    pub decode_piece_ms: f64,
+    /// All pieces' size, bytes.
+    pub pieces_bytes: f64,
+}
+
+/// A link between processes, probed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkCost {
+    /// Bytes a process sends per second while every process sends.
+    pub bytes_per_s: f64,
+    /// One hop's time without payload (a message and timely's progress), ms.
+    pub hop_ms: f64,
+}
+
+/// What a round is made of, measured on one job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoundInputs {
+    /// Workers in all.
+    pub workers: usize,
+    /// Workers per process.
+    pub threads: usize,
+    /// A worker's gradient, ms.
+    pub gradient_ms: f64,
+    /// Pairs of a worker's gradient (`n`).
+    pub pairs: f64,
+    /// Keys of the sum of all workers' gradients (`u`).
+    pub union_keys: f64,
+    /// Adding one pair into the sum, or one change into the model, ns.
+    pub add_ns: f64,
+    /// The optimizer's step on one key, ns.
+    pub update_ns: f64,
+    /// `sharded`'s downlink: one owner's change (`u / W` keys) uncompressed: its bytes, and
+    /// the ms to encode and to decode it.
+    pub change_bytes: f64,
+    /// Encoding one owner's change, ms.
+    pub change_encode_ms: f64,
+    /// Decoding one owner's change, ms.
+    pub change_decode_ms: f64,
+    /// The link.
+    pub link: LinkCost,
+    /// Rounds in flight (`train.staleness`).
+    pub staleness: u64,
+}
+
+/// The strategies the model covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Each key's owner sums it and sends the change back.
+    Sharded,
+    /// Every worker sends its gradient to every other and sums them all.
+    AllGather,
+}
+
+impl Strategy {
+    /// The `train.exchange` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Sharded => "sharded",
+            Strategy::AllGather => "allgather",
+        }
+    }
+}
+
+/// A predicted round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prediction {
+    /// CPU per worker and round, ms.
+    pub cpu_ms: f64,
+    /// Bytes a process sends per round (payload).
+    pub sent_bytes: f64,
+    /// Those bytes over the link's rate, ms: the round's link-time floor.
+    pub wire_ms: f64,
+    /// Hops a round waits for.
+    pub hops: u32,
+    /// The round, ms.
+    pub round_ms: f64,
+}
+
+/// Predicts a round of `strategy` with `codec`'s messages.
+pub fn predict(r: &RoundInputs, strategy: Strategy, codec: &CodecCost) -> Prediction {
+    let w = r.workers.max(1) as f64;
+    let remote = r.workers.saturating_sub(r.threads) as f64;
+    let sum_ms = r.pairs * r.add_ns * 1e-6;
+    let apply_ms = r.union_keys * r.add_ns * 1e-6;
+    let (cpu, per_worker_bytes, hops) = match strategy {
+        Strategy::AllGather => (
+            codec.encode_whole_ms
+                + remote * codec.decode_whole_ms
+                + w * sum_ms
+                + r.union_keys * r.update_ns * 1e-6
+                + apply_ms,
+            remote * codec.whole_bytes,
+            1,
+        ),
+        Strategy::Sharded => (
+            codec.encode_pieces_ms
+                + remote * codec.decode_piece_ms
+                + sum_ms
+                + r.union_keys / w * r.update_ns * 1e-6
+                + r.change_encode_ms
+                + remote * r.change_decode_ms
+                + apply_ms,
+            codec.pieces_bytes * remote / w + r.change_bytes * remote,
+            2,
+        ),
+    };
+    let cpu_ms = r.gradient_ms + cpu;
+    let sent_bytes = per_worker_bytes * r.threads as f64;
+    let wire_ms = match remote > 0.0 {
+        true => sent_bytes / r.link.bytes_per_s.max(1.0) * 1e3,
+        false => 0.0,
+    };
+    let exchange_ms = hops as f64 * r.link.hop_ms + wire_ms;
+    let round_ms = match r.staleness {
+        0 => cpu_ms + exchange_ms,
+        _ => cpu_ms.max(exchange_ms),
+    };
+    Prediction {
+        cpu_ms,
+        sent_bytes,
+        wire_ms,
+        hops,
+        round_ms,
+    }
+}
+
+/// A configuration `auto` may choose, with its prediction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The exchange.
+    pub strategy: Strategy,
+    /// The codec's name (with its defaults and its paper's memory).
+    pub codec: String,
+    /// Its round.
+    pub prediction: Prediction,
+}
+
+/// Codecs `compressor = "auto"` chooses among: lossless, or within 0.5% of uncompressed
+/// training's loss in every column of the convergence table (six losses and optimizers, each
+/// with its paper's memory; `docs/results.md`).
+pub const KEEPS_THE_LOSS: &[&str] = &["none", "logquant", "topk", "threshold", "fastsgd", "zipml"];
+
+/// A lossy candidate is chosen over uncompressed messages only when predicted at least this
+/// much faster (the model's error is of this order; a wrong lossy choice also costs loss).
+pub const LOSSY_MARGIN: f64 = 0.9;
+
+/// Ranks every pair of `strategies` and `codecs` by predicted round time (fastest first; ties
+/// keep the given order) and returns them with the index of the choice: the fastest, unless
+/// it is lossy and not [`LOSSY_MARGIN`] faster than the fastest uncompressed candidate.
+pub fn choose(
+    r: &RoundInputs,
+    strategies: &[Strategy],
+    codecs: &[CodecCost],
+) -> (Vec<Candidate>, usize) {
+    let mut ranked: Vec<Candidate> = strategies
+        .iter()
+        .flat_map(|&strategy| {
+            codecs.iter().map(move |c| Candidate {
+                strategy,
+                codec: c.name.clone(),
+                prediction: predict(r, strategy, c),
+            })
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.prediction.round_ms.total_cmp(&b.prediction.round_ms));
+    let lossless = ranked.iter().position(|c| c.codec == "none");
+    let chosen = match lossless {
+        Some(i) if ranked[0].prediction.round_ms > LOSSY_MARGIN * ranked[i].prediction.round_ms => {
+            i
+        }
+        _ => 0,
+    };
+    (ranked, chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec(name: &str, whole_bytes: f64, encode_ms: f64) -> CodecCost {
+        CodecCost {
+            name: name.into(),
+            encode_whole_ms: encode_ms,
+            decode_whole_ms: encode_ms / 2.0,
+            whole_bytes,
+            encode_pieces_ms: encode_ms,
+            decode_piece_ms: encode_ms / 8.0,
+            pieces_bytes: whole_bytes,
+        }
+    }
+
+    fn inputs(bytes_per_s: f64, staleness: u64) -> RoundInputs {
+        RoundInputs {
+            workers: 4,
+            threads: 1,
+            gradient_ms: 2.0,
+            pairs: 10_000.0,
+            union_keys: 30_000.0,
+            add_ns: 1.0,
+            update_ns: 4.0,
+            change_bytes: 60_000.0,
+            change_encode_ms: 0.01,
+            change_decode_ms: 0.02,
+            link: LinkCost {
+                bytes_per_s,
+                hop_ms: 0.5,
+            },
+            staleness,
+        }
+    }
+
+    #[test]
+    fn a_round_adds_cpu_hops_and_bytes_over_the_rate() {
+        let r = inputs(1e7, 0);
+        let c = codec("none", 80_000.0, 0.1);
+        let all = predict(&r, Strategy::AllGather, &c);
+        // 3 remote copies of 80 kB; CPU: encode, 3 decodes, 4 sums of 10k pairs, 30k updates
+        // and 30k applies.
+        assert_eq!(all.sent_bytes, 240_000.0);
+        assert!((all.wire_ms - 24.0).abs() < 1e-9);
+        let cpu = 2.0 + 0.1 + 3.0 * 0.05 + 4.0 * 0.01 + 0.12 + 0.03;
+        assert!((all.cpu_ms - cpu).abs() < 1e-9, "{}", all.cpu_ms);
+        assert!((all.round_ms - (cpu + 0.5 + 24.0)).abs() < 1e-9);
+        let sh = predict(&r, Strategy::Sharded, &c);
+        // 3 of 4 pieces up, 3 copies of the owner's change down, two hops.
+        assert_eq!(sh.sent_bytes, 60_000.0 + 180_000.0);
+        assert_eq!(sh.hops, 2);
+        let cpu = 2.0 + 0.1 + 3.0 * 0.0125 + 0.01 + 0.03 + 0.01 + 3.0 * 0.02 + 0.03;
+        assert!((sh.cpu_ms - cpu).abs() < 1e-9, "{}", sh.cpu_ms);
+    }
+
+    #[test]
+    fn pipelined_rounds_cost_the_larger_of_cpu_and_exchange() {
+        let c = codec("none", 80_000.0, 0.1);
+        let (plain, piped) = (
+            predict(&inputs(1e7, 0), Strategy::AllGather, &c),
+            predict(&inputs(1e7, 1), Strategy::AllGather, &c),
+        );
+        assert_eq!(piped.round_ms, (piped.wire_ms + 0.5).max(piped.cpu_ms));
+        assert!(piped.round_ms < plain.round_ms);
+    }
+
+    #[test]
+    fn one_process_sends_nothing_over_a_link() {
+        let mut r = inputs(1.0, 0);
+        r.threads = 4;
+        let p = predict(&r, Strategy::AllGather, &codec("none", 80_000.0, 0.1));
+        assert_eq!((p.sent_bytes, p.wire_ms), (0.0, 0.0));
+    }
+
+    #[test]
+    fn a_slow_link_chooses_the_smaller_messages_and_a_fast_one_the_cheaper_cpu() {
+        let codecs = [
+            codec("none", 80_000.0, 0.05),
+            codec("logquant", 15_000.0, 0.4),
+        ];
+        let both = [Strategy::Sharded, Strategy::AllGather];
+        let (ranked, i) = choose(&inputs(1.25e7, 0), &both, &codecs);
+        assert_eq!(ranked[i].codec, "logquant");
+        let (ranked, i) = choose(&inputs(1e10, 0), &both, &codecs);
+        assert_eq!(ranked[i].codec, "none");
+        assert!(ranked
+            .windows(2)
+            .all(|p| p[0].prediction.round_ms <= p[1].prediction.round_ms));
+    }
+
+    #[test]
+    fn a_lossy_codec_must_win_by_the_margin() {
+        // logquant saves a little wire time on a fast link: not enough.
+        let codecs = [
+            codec("none", 80_000.0, 0.05),
+            codec("logquant", 70_000.0, 0.05),
+        ];
+        let (ranked, i) = choose(&inputs(1e9, 0), &[Strategy::AllGather], &codecs);
+        assert_eq!(ranked[0].codec, "logquant");
+        assert_eq!(ranked[i].codec, "none");
+    }
+}
