@@ -10,7 +10,7 @@ use crate::dataflow::calibrate::{calibrate, Candidate as Measured};
 use crate::dataflow::{Supervisor, TrainPlan, WorkerData};
 use crate::exchange::cost::{choose as rank, Candidate, Strategy, KEEPS_THE_LOSS};
 use crate::exchange::ExchangeKind;
-use crate::job::{Auto, Job};
+use crate::job::{codec_name, Auto, Job};
 
 /// The job with its `"auto"` fields chosen, and a report of the choice and the numbers
 /// behind it (with the settings that replay it).
@@ -78,13 +78,6 @@ pub fn choose(
         choice.codec
     ));
     Ok((job, report))
-}
-
-fn codec_name(c: &CodecSpec) -> String {
-    toml::Value::try_from(c)
-        .ok()
-        .and_then(|v| v.get("name").and_then(|n| n.as_str().map(String::from)))
-        .unwrap_or_default()
 }
 
 fn rate(bytes_per_s: f64, measured: bool) -> String {

@@ -2,7 +2,7 @@
 //! what a round is made of on the job's own data and link, and all choose the configuration
 //! with the least predicted round time ([`crate::exchange::cost`]).
 //!
-//! Named steps, on every worker:
+//! Named steps, on every worker, all starting together:
 //! 1. **measure**: the gradients of `W` of its batches at the initial model (their pairs, and
 //!    the union of their keys for the sum's size), every candidate codec on the first (whole,
 //!    and split by owner as `sharded` sends it), the downlink's change, adding pairs and the
@@ -58,12 +58,10 @@ pub fn calibrate(
     supervisor: &Supervisor,
 ) -> Result<Calibration, String> {
     let (me, workers) = (worker.index() as u32, worker.peers());
-    let (mut local, whole_bytes) = measure(data, plan, me, workers, codecs)?;
     let link = probe(
         worker,
         plan.threads_per_process,
-        whole_bytes,
-        &mut local,
+        || measure(data, plan, me, workers, codecs),
         supervisor,
     )?;
     let mut round = RoundInputs {
@@ -312,17 +310,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// Steps 2 and 3: probes the link (writing a hop's ms and the rate into `local`) and returns
-/// every worker's `local` averaged, in worker order.
+/// Steps 1 to 3: after a first round that starts them together, `measure`s this worker's
+/// numbers, probes the link (a hop's ms and the rate go into them) and returns every worker's
+/// numbers averaged, in worker order.
 fn probe(
     worker: &mut Worker,
     threads: usize,
-    gradient_bytes: usize,
-    local: &mut [f64],
+    measure: impl FnOnce() -> Result<(Vec<f64>, usize), String>,
     supervisor: &Supervisor,
 ) -> Result<Vec<f64>, String> {
     let (me, workers) = (worker.index() as u32, worker.peers() as u32);
-    let large = gradient_bytes.clamp(PROBE_BYTES.0, PROBE_BYTES.1);
     // (to, from, whether the payload is a worker's measurements, payload)
     type Message = (u32, u32, bool, Vec<u8>);
     let mut input = InputHandle::<u64, CapacityContainerBuilder<Vec<Message>>>::new();
@@ -360,6 +357,11 @@ fn probe(
         }
         Ok(super::ms(started))
     };
+    // A first round is a barrier: every worker then measures at once, its processes sharing
+    // the machine's cores as they will in training.
+    run_round(worker, false, &[0; 8])?;
+    let (mut local, gradient_bytes) = measure()?;
+    let large = gradient_bytes.clamp(PROBE_BYTES.0, PROBE_BYTES.1);
     let small: Vec<f64> = (0..PROBE_ROUNDS)
         .map(|_| run_round(worker, false, &[0; 8]))
         .collect::<Result<_, String>>()?;

@@ -1519,8 +1519,8 @@ impl Job {
     }
 }
 
-/// A codec spec's name.
-fn codec_name(c: &CodecSpec) -> String {
+/// A codec spec's name (`topk` for `{ name = "topk", ratio = 0.01 }`).
+pub fn codec_name(c: &CodecSpec) -> String {
     toml::Value::try_from(c)
         .ok()
         .and_then(|v| v.get("name").and_then(|n| n.as_str().map(String::from)))
