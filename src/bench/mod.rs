@@ -353,15 +353,11 @@ impl Suite {
                 .collect::<Result<_, _>>()?
         };
         let exchanges = axis(&f.exchange, |e| match e.parse::<ExchangeKind>() {
-            Ok(_) => Ok(AxisValue {
+            Err(m) if e != "auto" => Err(format!("exchange: {m}, or auto")),
+            _ => Ok(AxisValue {
                 label: e.clone(),
                 sets: vec![("train.exchange".into(), toml::Value::String(e.clone()))],
             }),
-            Err(_) if e == "auto" => Ok(AxisValue {
-                label: e.clone(),
-                sets: vec![("train.exchange".into(), toml::Value::String(e.clone()))],
-            }),
-            Err(m) => Err(format!("exchange: {m}, or auto")),
         })
         .map_err(&at)?;
         let compressors = axis(&f.compressor, compressor_value).map_err(&at)?;

@@ -176,7 +176,13 @@ fn measure(
     let mut pieces = Vec::new();
     owners.split(&union, &mut pieces);
     let change = &pieces[me as usize % pieces.len()];
-    let downlink = cost_of(&plan.downlink, "train.downlink", change, dim, ctx)?;
+    // The owner's change, with the residual the owner keeps for a lossy downlink.
+    let downlink = (
+        "train.downlink".into(),
+        plan.downlink.clone(),
+        MemorySpec::Residual,
+    );
+    let downlink = rounds_of(&downlink, &vec![change.clone(); ROUNDS], dim, ctx, None)?;
     out.extend([downlink.2, downlink.0, downlink.1]);
     out.extend([0.0, 0.0]);
     for c in codecs {
@@ -258,37 +264,6 @@ fn rounds_of(
         }
     }
     Ok((median(encode), median(decode), median(bytes)))
-}
-
-/// `spec`'s encode and decode ms of `g` (medians) and its message's bytes.
-fn cost_of(
-    spec: &CodecSpec,
-    name: &str,
-    g: &SparseGrad,
-    dim: u32,
-    ctx: EncodeContext,
-) -> Result<(f64, f64, f64), String> {
-    let mut codec = build_codec(spec).map_err(|e| format!("{name}: {e}"))?;
-    let (mut buf, mut decoded) = (Vec::new(), SparseGrad::default());
-    let mut failed = None;
-    let encode = time(|| {
-        buf.clear();
-        if let Err(e) = codec.encode(&g.keys, &g.values, dim, ctx, &mut buf) {
-            failed = Some(format!("{name}: {e}"));
-        }
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let decode = time(|| {
-        if let Err(e) = codec.decode(&buf, &mut decoded) {
-            failed = Some(format!("{name}: {e}"));
-        }
-    });
-    match failed {
-        Some(e) => Err(e),
-        None => Ok((encode, decode, buf.len() as f64)),
-    }
 }
 
 /// The median ms of [`REPEATS`] runs of `f`, after one to warm up.
