@@ -1,14 +1,19 @@
 //! `train.exchange = "auto"` and `train.compressor = "auto"`: the job's exchange and compressor
-//! chosen before training, on every worker alike, from a round measured on the job's own
-//! gradients and link ([`crate::dataflow::calibrate`]) and the cost model of
-//! [`crate::exchange::cost`].
+//! chosen before training, on every worker alike. The cost model of [`crate::exchange::cost`]
+//! ranks every candidate from a round measured on the job's own gradients and link
+//! ([`crate::dataflow::calibrate`]); the first few, and the best uncompressed one of each
+//! exchange, are then tried for a few real rounds each ([`crate::dataflow::trial`]), and the
+//! fastest tried wins (a lossy codec only by a margin). The model ranks; real rounds decide,
+//! because they show what the model misses: processes sharing cores, caches emptied by other
+//! processes' rounds, a parked worker's wake-up.
 
 use timely::worker::Worker;
 
 use crate::codec::CodecSpec;
-use crate::dataflow::calibrate::{calibrate, Candidate as Measured};
+use crate::dataflow::calibrate::{agree, calibrate, Candidate as Measured};
+use crate::dataflow::trial::trial;
 use crate::dataflow::{Supervisor, TrainPlan, WorkerData};
-use crate::exchange::cost::{choose as rank, Candidate, Strategy, KEEPS_THE_LOSS};
+use crate::exchange::cost::{choose as rank, least, Candidate, Strategy, KEEPS_THE_LOSS};
 use crate::exchange::ExchangeKind;
 use crate::job::{codec_name, Auto, Job};
 
@@ -44,18 +49,52 @@ pub fn choose(
             (name, spec, memory)
         })
         .collect();
+    let started = std::time::Instant::now();
     let measured = calibrate(worker, data, plan, &codecs, supervisor)?;
-    let (ranked, chosen) = rank(&measured.round, &strategies, &measured.codecs);
-    let choice = &ranked[chosen];
-    let mut job = job.clone();
-    job.train.auto = Auto::default();
-    job.train.exchange = match choice.strategy {
-        Strategy::Sharded => ExchangeKind::Sharded,
-        Strategy::AllGather => ExchangeKind::Allgather,
+    let (ranked, predicted) = rank(&measured.round, &strategies, &measured.codecs);
+    let configured = |c: &Candidate| {
+        let mut job = job.clone();
+        job.train.auto = Auto::default();
+        job.train.exchange = match c.strategy {
+            Strategy::Sharded => ExchangeKind::Sharded,
+            Strategy::AllGather => ExchangeKind::Allgather,
+        };
+        if let Some((_, spec, _)) = codecs.iter().find(|(n, _, _)| *n == c.codec) {
+            job.train.compressor = spec.clone();
+        }
+        job
     };
-    if let Some((_, spec, _)) = codecs.iter().find(|(n, _, _)| *n == choice.codec) {
-        job.train.compressor = spec.clone();
+    // The shortlist, each tried for a few real rounds on every worker.
+    let tried = shortlist(&ranked, predicted);
+    let rounds = TRIAL_ROUNDS.min(plan.rounds());
+    let plans: Vec<TrainPlan> = tried
+        .iter()
+        .map(|&i| {
+            let job = configured(&ranked[i]);
+            TrainPlan {
+                exchange: job.train.exchange,
+                codec: job.train.compressor.clone(),
+                memory: job.memory(),
+                ..plan.clone()
+            }
+        })
+        .collect();
+    // In turns, so that a slow spell of the machine falls on every candidate alike; in each,
+    // the model's first last, so that training follows the lightest traffic (on a shaped link,
+    // training that followed uncompressed trials ran slower: docs/auto.md).
+    let mut timed = vec![Vec::new(); plans.len()];
+    for _ in 0..TRIAL_TURNS {
+        for (plan, timed) in plans.iter().zip(&mut timed).rev() {
+            let times = trial(worker, plan, data, rounds, supervisor)?;
+            timed.extend(typical_rounds(&times));
+        }
     }
+    let mine: Vec<f64> = timed.into_iter().map(median).collect();
+    let trials = agree(worker, &mine, supervisor)?;
+    let lossless: Vec<bool> = tried.iter().map(|&i| ranked[i].codec == "none").collect();
+    let chosen = tried[least(&trials, &lossless)];
+    let choice = &ranked[chosen];
+    let job = configured(choice);
     let r = &measured.round;
     let mut report = format!(
         "auto: a round measured before training: gradient {:.2} ms ({:.0} pairs, {:.0} keys \
@@ -67,7 +106,16 @@ pub fn choose(
         r.link.hop_ms,
         rate(r.link.bytes_per_s, r.workers > r.threads),
     );
-    report.push_str(&table(&ranked, chosen));
+    let mut measured_ms = vec![None; ranked.len()];
+    for (&i, &ms) in tried.iter().zip(&trials) {
+        measured_ms[i] = Some(ms);
+    }
+    report.push_str(&table(&ranked, &measured_ms, chosen));
+    report.push_str(&format!(
+        "auto: predicted all, tried {} in {TRIAL_TURNS} turns of {rounds} rounds ({:.2} s in all)\n",
+        tried.len(),
+        started.elapsed().as_secs_f64()
+    ));
     report.push_str(&format!(
         "auto: chose {} + {} (memory {}); replay it with --set 'train.exchange=\"{}\"' --set \
          'train.compressor={{ name = \"{}\" }}'",
@@ -87,16 +135,56 @@ fn rate(bytes_per_s: f64, measured: bool) -> String {
     }
 }
 
-/// The candidates, fastest first, the choice marked.
-fn table(ranked: &[Candidate], chosen: usize) -> String {
+/// Real rounds of each turn of a trial (fewer when the job has fewer).
+const TRIAL_ROUNDS: u64 = 16;
+/// Turns each configuration of the shortlist is tried in.
+const TRIAL_TURNS: usize = 3;
+/// A trial's first rounds, not timed: the memory's residual and the caches settle.
+const TRIAL_WARMUP: usize = 4;
+/// The cost model's first this many candidates are tried, with the best uncompressed one of
+/// each exchange (the guard against a lossy codec that is slower than none).
+const SHORTLIST: usize = 3;
+
+/// The indices of `ranked` to try: the first [`SHORTLIST`], the model's choice, and each
+/// exchange's first uncompressed candidate, in rank order.
+fn shortlist(ranked: &[Candidate], predicted: usize) -> Vec<usize> {
+    (0..ranked.len())
+        .filter(|&i| {
+            let c = &ranked[i];
+            let first_none_of_its_exchange = c.codec == "none"
+                && !ranked[..i]
+                    .iter()
+                    .any(|o| o.codec == "none" && o.strategy == c.strategy);
+            i < SHORTLIST || i == predicted || first_none_of_its_exchange
+        })
+        .collect()
+}
+
+/// A trial's rounds that tell its round time: those after the warm-up, without the last (it
+/// evaluates the model), or all of them when the trial is too short for that.
+fn typical_rounds(times: &[f64]) -> Vec<f64> {
+    match times.len() > TRIAL_WARMUP + 2 {
+        true => times[TRIAL_WARMUP..times.len() - 1].to_vec(),
+        false => times.to_vec(),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The candidates, fastest predicted first, with the measured round of those tried, the choice
+/// marked.
+fn table(ranked: &[Candidate], measured: &[Option<f64>], chosen: usize) -> String {
     let mut s = format!(
-        "  {:<10} {:<10} {:>8} {:>10} {:>8} {:>5} {:>9}\n",
-        "exchange", "codec", "cpu ms", "sent kB", "link ms", "hops", "round ms"
+        "  {:<10} {:<10} {:>8} {:>10} {:>8} {:>5} {:>9} {:>9}\n",
+        "exchange", "codec", "cpu ms", "sent kB", "link ms", "hops", "round ms", "tried ms"
     );
     for (i, c) in ranked.iter().enumerate() {
         let p = &c.prediction;
         s.push_str(&format!(
-            "{} {:<10} {:<10} {:>8.3} {:>10.1} {:>8.3} {:>5} {:>9.3}\n",
+            "{} {:<10} {:<10} {:>8.3} {:>10.1} {:>8.3} {:>5} {:>9.3} {:>9}\n",
             if i == chosen { '*' } else { ' ' },
             c.strategy.name(),
             c.codec,
@@ -104,7 +192,8 @@ fn table(ranked: &[Candidate], chosen: usize) -> String {
             p.sent_bytes / 1e3,
             p.wire_ms,
             p.hops,
-            p.round_ms
+            p.round_ms,
+            measured[i].map_or("-".into(), |ms| format!("{ms:.3}"))
         ));
     }
     s

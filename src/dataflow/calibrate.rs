@@ -10,8 +10,8 @@
 //! 2. **probe** the link in a small dataflow of its own: rounds in which every worker sends a
 //!    few bytes, then a gradient's worth, to every other worker; the first give a hop's time,
 //!    the difference the rate;
-//! 3. **share** the numbers with every worker (the same dataflow's last round) and average them
-//!    in worker order, so that every worker predicts from the same numbers and chooses alike.
+//! 3. **share** the numbers with every worker ([`agree`]) and average them in worker order, so
+//!    that every worker predicts from the same numbers and chooses alike.
 //!
 //! The choice depends on time measured on this run's machines, so two runs of one job may
 //! choose differently: the run prints its choice as job settings that replay it.
@@ -295,28 +295,21 @@ fn probe(
     supervisor: &Supervisor,
 ) -> Result<Vec<f64>, String> {
     let (me, workers) = (worker.index() as u32, worker.peers() as u32);
-    // (to, from, whether the payload is a worker's measurements, payload)
-    type Message = (u32, u32, bool, Vec<u8>);
+    // (to, payload)
+    type Message = (u32, Vec<u8>);
     let mut input = InputHandle::<u64, CapacityContainerBuilder<Vec<Message>>>::new();
-    let received = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    let sink = received.clone();
     let probe = worker.dataflow(|scope| {
         scope
             .input_from(&mut input)
             .container::<Vec<_>>()
             .exchange(|m: &Message| m.0 as u64)
-            .inspect(move |m| {
-                if m.2 {
-                    sink.borrow_mut().push((m.1, m.3.clone()))
-                }
-            })
             .probe()
             .0
     });
-    let mut run_round = |worker: &mut Worker, measurements: bool, payload: &[u8]| {
+    let mut run_round = |worker: &mut Worker, payload: &[u8]| {
         let started = Instant::now();
         for to in (0..workers).filter(|&w| w != me) {
-            input.send((to, me, measurements, payload.to_vec()));
+            input.send((to, payload.to_vec()));
         }
         input.advance_to(input.time() + 1);
         // Not parking (a parked worker wakes late and would add to the hop), but yielding the
@@ -334,15 +327,15 @@ fn probe(
     };
     // A first round is a barrier: every worker then measures at once, its processes sharing
     // the machine's cores as they will in training.
-    run_round(worker, false, &[0; 8])?;
+    run_round(worker, &[0; 8])?;
     let (mut local, gradient_bytes) = measure()?;
     let large = gradient_bytes.clamp(PROBE_BYTES.0, PROBE_BYTES.1);
     let small: Vec<f64> = (0..PROBE_ROUNDS)
-        .map(|_| run_round(worker, false, &[0; 8]))
+        .map(|_| run_round(worker, &[0; 8]))
         .collect::<Result<_, String>>()?;
     let payload = vec![1; large];
     let big: Vec<f64> = (0..PROBE_ROUNDS)
-        .map(|_| run_round(worker, false, &payload))
+        .map(|_| run_round(worker, &payload))
         .collect::<Result<_, String>>()?;
     let (hop, full) = (median(small), median(big));
     // Each of a process's `threads` workers sent `large` bytes to each remote worker.
@@ -353,25 +346,64 @@ fn probe(
         true => bytes / ((full - hop) * 1e-3),
         false => f64::MAX / 4.0,
     };
-    let mine: Vec<u8> = local.iter().flat_map(|x| x.to_le_bytes()).collect();
-    run_round(worker, true, &mine)?;
     drop(input);
-    while !probe.done() {
+    wait(worker, supervisor, |_| !probe.done())?;
+    agree(worker, &local, supervisor)
+}
+
+/// Steps `worker` (parking, as training does) while `running`, or until the run fails.
+pub(crate) fn wait(
+    worker: &mut Worker,
+    supervisor: &Supervisor,
+    mut running: impl FnMut(&Worker) -> bool,
+) -> Result<(), String> {
+    while running(worker) {
         if supervisor.is_failed() {
             return Err(supervisor.message().unwrap_or_else(|| "failed".into()));
         }
         worker.step_or_park(Some(Duration::from_millis(1)));
     }
+    Ok(())
+}
+
+/// The mean of every worker's `numbers`, summed in worker order (so every worker has the same
+/// bits): a small dataflow that sends them to every other worker.
+pub fn agree(
+    worker: &mut Worker,
+    numbers: &[f64],
+    supervisor: &Supervisor,
+) -> Result<Vec<f64>, String> {
+    let (me, workers) = (worker.index() as u32, worker.peers() as u32);
+    // (to, from, numbers)
+    type Message = (u32, u32, Vec<u8>);
+    let mut input = InputHandle::<u64, CapacityContainerBuilder<Vec<Message>>>::new();
+    let received = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let sink = received.clone();
+    let probe = worker.dataflow(|scope| {
+        scope
+            .input_from(&mut input)
+            .container::<Vec<_>>()
+            .exchange(|m: &Message| m.0 as u64)
+            .inspect(move |m| sink.borrow_mut().push((m.1, m.2.clone())))
+            .probe()
+            .0
+    });
+    let mine: Vec<u8> = numbers.iter().flat_map(|x| x.to_le_bytes()).collect();
+    for to in (0..workers).filter(|&w| w != me) {
+        input.send((to, me, mine.clone()));
+    }
+    drop(input);
+    wait(worker, supervisor, |_| !probe.done())?;
     let mut all = std::mem::take(&mut *received.borrow_mut());
     all.push((me, mine));
     all.sort_by_key(|m| m.0);
-    let mut mean = vec![0.0; local.len()];
+    let mut mean = vec![0.0; numbers.len()];
     for (from, bytes) in &all {
-        if bytes.len() != local.len() * 8 {
+        if bytes.len() != numbers.len() * 8 {
             return Err(format!(
-                "calibration: worker {from} measured {} numbers, this worker {}",
+                "worker {from} shared {} numbers, this worker {}",
                 bytes.len() / 8,
-                local.len()
+                numbers.len()
             ));
         }
         for (m, b) in mean.iter_mut().zip(bytes.chunks_exact(8)) {

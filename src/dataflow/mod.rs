@@ -47,6 +47,7 @@ pub mod heartbeat;
 mod plan;
 mod replica;
 pub mod supervisor;
+pub mod trial;
 
 pub use collect::collect;
 pub use evaluations::{evaluations, Evaluation};

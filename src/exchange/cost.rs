@@ -91,6 +91,22 @@ impl Strategy {
             Strategy::AllGather => "allgather",
         }
     }
+
+    /// The strategy of a `train.exchange` name, if the model covers it.
+    pub fn named(name: &str) -> Option<Strategy> {
+        [Strategy::Sharded, Strategy::AllGather]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+
+    /// The messages a round waits for in turn: up and back down for `sharded`, one for
+    /// `allgather`.
+    pub fn hops(self) -> u32 {
+        match self {
+            Strategy::Sharded => 2,
+            Strategy::AllGather => 1,
+        }
+    }
 }
 
 /// A predicted round.
@@ -122,7 +138,7 @@ pub fn predict(r: &RoundInputs, strategy: Strategy, codec: &CodecCost) -> Predic
                 + r.union_keys * r.update_ns * 1e-6
                 + apply_ms,
             remote * codec.whole_bytes,
-            1,
+            strategy.hops(),
         ),
         Strategy::Sharded => (
             codec.encode_pieces_ms
@@ -133,7 +149,7 @@ pub fn predict(r: &RoundInputs, strategy: Strategy, codec: &CodecCost) -> Predic
                 + remote * r.change_decode_ms
                 + apply_ms,
             codec.pieces_bytes * remote / w + r.change_bytes * remote,
-            2,
+            strategy.hops(),
         ),
     };
     let cpu_ms = r.gradient_ms + cpu;
@@ -142,17 +158,24 @@ pub fn predict(r: &RoundInputs, strategy: Strategy, codec: &CodecCost) -> Predic
         true => sent_bytes / r.link.bytes_per_s.max(1.0) * 1e3,
         false => 0.0,
     };
-    let exchange_ms = hops as f64 * r.link.hop_ms + wire_ms;
-    let round_ms = match r.staleness {
-        0 => cpu_ms + exchange_ms,
-        _ => cpu_ms.max(exchange_ms),
-    };
+    let round_ms = round_ms(cpu_ms, hops, r.link.hop_ms, wire_ms, r.staleness);
     Prediction {
         cpu_ms,
         sent_bytes,
         wire_ms,
         hops,
         round_ms,
+    }
+}
+
+/// A round of `cpu_ms` per worker that waits for `hops` hops of `hop_ms` each and sends bytes
+/// that take `wire_ms` on the link: their sum, or with rounds in flight (`staleness ≥ 1`) the
+/// larger of the CPU and the exchange.
+pub fn round_ms(cpu_ms: f64, hops: u32, hop_ms: f64, wire_ms: f64, staleness: u64) -> f64 {
+    let exchange_ms = hops as f64 * hop_ms + wire_ms;
+    match staleness {
+        0 => cpu_ms + exchange_ms,
+        _ => cpu_ms.max(exchange_ms),
     }
 }
 
@@ -195,14 +218,25 @@ pub fn choose(
         })
         .collect();
     ranked.sort_by(|a, b| a.prediction.round_ms.total_cmp(&b.prediction.round_ms));
-    let lossless = ranked.iter().position(|c| c.codec == "none");
-    let chosen = match lossless {
-        Some(i) if ranked[0].prediction.round_ms > LOSSY_MARGIN * ranked[i].prediction.round_ms => {
-            i
-        }
-        _ => 0,
-    };
+    let times: Vec<f64> = ranked.iter().map(|c| c.prediction.round_ms).collect();
+    let lossless: Vec<bool> = ranked.iter().map(|c| c.codec == "none").collect();
+    let chosen = least(&times, &lossless);
     (ranked, chosen)
+}
+
+/// The index of the least of `times` (the first of equal ones), unless it is lossy and not
+/// [`LOSSY_MARGIN`] below the least lossless time: then that one's.
+pub fn least(times: &[f64], lossless: &[bool]) -> usize {
+    let first_least = |only_lossless: bool| {
+        (0..times.len())
+            .filter(|&i| lossless[i] || !only_lossless)
+            .min_by(|&a, &b| times[a].total_cmp(&times[b]))
+    };
+    match (first_least(false), first_least(true)) {
+        (Some(any), Some(safe)) if times[any] > LOSSY_MARGIN * times[safe] => safe,
+        (Some(any), _) => any,
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
@@ -306,5 +340,18 @@ mod tests {
         let (ranked, i) = choose(&inputs(1e9, 0), &[Strategy::AllGather], &codecs);
         assert_eq!(ranked[0].codec, "logquant");
         assert_eq!(ranked[i].codec, "none");
+    }
+
+    #[test]
+    fn the_least_time_wins_unless_lossy_and_within_the_margin() {
+        let lossless = [false, true, false, true];
+        // The least lossy (index 2) is 10% below the least lossless (index 3): it wins.
+        assert_eq!(least(&[2.0, 3.0, 1.8, 2.0], &lossless), 2);
+        // Within the margin: the lossless one.
+        assert_eq!(least(&[2.0, 3.0, 1.81, 2.0], &lossless), 3);
+        // A lossless one least: it, the first of equals.
+        assert_eq!(least(&[2.0, 1.0, 2.0, 1.0], &lossless), 1);
+        // No lossless candidate: the least.
+        assert_eq!(least(&[2.0, 1.5], &[false, false]), 1);
     }
 }

@@ -1,0 +1,105 @@
+//! A configuration tried for a few real rounds: the standard training loop on the worker's own
+//! rows, stopped after `rounds` rounds, its model discarded, each round's time kept. `auto`
+//! tries the configurations the cost model ranks first ([`crate::auto`]), because a model of a
+//! round misses what only a real round shows: processes sharing cores, caches that the other
+//! processes' rounds have emptied, a parked worker's wake-up.
+
+use std::time::Instant;
+
+use timely::dataflow::operators::generic::operator::source;
+use timely::dataflow::operators::{ConnectLoop, LoopVariable, Probe};
+use timely::order::Product;
+use timely::worker::Worker;
+
+use super::calibrate::wait;
+use super::{Supervisor, TrainPlan, Training, WorkerData};
+use crate::data::Dataset;
+use crate::exchange::Envelope;
+
+/// This worker's time of each of `rounds` rounds of `plan` on `data` (ms, round 0 first): from
+/// the moment its previous round's model changes were out (for round 0, the dataflow's start)
+/// to the moment this round's were. Every worker of the run calls it with the same plan.
+pub fn trial(
+    worker: &mut Worker,
+    plan: &TrainPlan,
+    data: &WorkerData,
+    rounds: u64,
+    supervisor: &Supervisor,
+) -> Result<Vec<f64>, String> {
+    let data = WorkerData {
+        train: data.train.clone(),
+        test: Dataset::new(data.test.dim),
+        ignored_test_features: 0,
+    };
+    let mut t = Training::new(plan, data, supervisor.clone(), None, Box::new(|_| {}));
+    let delay = plan.feedback_delay();
+    let id = worker.next_dataflow_index();
+    let started = Instant::now();
+    let out = worker.dataflow::<(), _, _>(|scope| {
+        scope.iterative::<u64, _, _>(|inner| {
+            // One decision, at round `rounds`: it makes that round the last on every worker.
+            let stop = source(inner, "StopTrial", move |start, _| {
+                let mut at = Some(start.delayed(&Product::new((), rounds)));
+                move |output| {
+                    if let Some(at) = at.take() {
+                        output.session(&at).give(String::from("trial"));
+                    }
+                }
+            })
+            .container::<Vec<String>>();
+            let (handle, changes) = inner.loop_variable::<Vec<Envelope>>(delay);
+            let (grads, stats) = t.gradient_until(changes, stop);
+            let (out, changes) = t.exchange(grads).probe();
+            changes.connect_loop(handle);
+            t.collect(stats);
+            out
+        })
+    });
+    let mut done = Vec::new();
+    wait(worker, supervisor, |w| {
+        while (done.len() as u64) < rounds && !out.less_equal(&Product::new((), done.len() as u64))
+        {
+            done.push(super::ms(started));
+        }
+        w.installed_dataflows().contains(&id)
+    })?;
+    Ok(done
+        .iter()
+        .scan(0.0, |previous, &at| {
+            Some(at - std::mem::replace(previous, at))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Job;
+
+    /// Two workers try a plan for a few rounds: each times every round, and the trial leaves
+    /// nothing behind (a second one, of another plan, runs after it on the same workers).
+    #[test]
+    fn a_trial_times_each_of_its_rounds_and_ends() {
+        let text = "[data.synth]\nrows = 2000\ndim = 5000\n[train]\nbatch_fraction = 0.05";
+        let job = Job::parse(text, std::path::Path::new("job.toml"), &[]).unwrap();
+        let results = timely::execute(timely::Config::process(2), move |worker| {
+            let (data, dim, _, _) = job.load_on(worker).unwrap();
+            let plan = job.plan(dim, 2);
+            let sup = Supervisor::new();
+            let first = trial(worker, &plan, &data, 6, &sup).unwrap();
+            let allgather = TrainPlan {
+                exchange: crate::exchange::ExchangeKind::Allgather,
+                ..plan
+            };
+            let second = trial(worker, &allgather, &data, 3, &sup).unwrap();
+            (first, second, worker.installed_dataflows().len())
+        })
+        .unwrap()
+        .join();
+        for r in results {
+            let (first, second, left) = r.unwrap();
+            assert_eq!((first.len(), second.len(), left), (6, 3, 0));
+            assert!(first.iter().chain(&second).all(|&ms| ms > 0.0), "{first:?}");
+        }
+    }
+}
