@@ -37,6 +37,7 @@
 //! [`MAX_CELL_PROCESSES`] processes and workers per cell, [`MAX_REPEATS`] repeats and
 //! [`MAX_CELLS`] cells.
 
+pub mod fit;
 pub mod plot;
 pub mod report;
 
@@ -417,7 +418,7 @@ impl Suite {
         })
     }
 
-    /// Every cell, links outermost, repeats innermost. A compressor entry with a `downlink` or
+    /// Every cell, links outermost, then repeats. A compressor entry with a `downlink` or
     /// `pull` applies only to `sharded` (the other exchanges have no downlink), and one with a
     /// codec other than `none` does not apply to `sketch` (which sends count sketches): such
     /// cells are left out and listed by [`Suite::left_out`].
@@ -469,14 +470,16 @@ impl Suite {
         }
         let mut cells = Vec::new();
         for link in &self.links {
-            for &processes in &self.processes {
-                for model in &self.models {
-                    for exchange in &self.exchanges {
-                        for compressor in &self.compressors {
-                            if excluded(exchange, compressor).is_some() {
-                                continue;
-                            }
-                            for repeat in 0..self.repeats {
+            // Repeats outside the other axes: a slow spell of the machine falls on one repeat of
+            // many cells rather than on every repeat of one.
+            for repeat in 0..self.repeats {
+                for &processes in &self.processes {
+                    for model in &self.models {
+                        for exchange in &self.exchanges {
+                            for compressor in &self.compressors {
+                                if excluded(exchange, compressor).is_some() {
+                                    continue;
+                                }
                                 let sets = self
                                     .sets
                                     .iter()
@@ -664,13 +667,15 @@ downlink = { name = "topk", ratio = 0.03 }
         // 2 W x (sharded x 2 compressors + allgather x none) x 2 repeats: topk has a downlink.
         assert_eq!(cells.len(), 2 * 3 * 2);
         assert_eq!(s.left_out().len(), 1);
+        // Repeats outside processes, model, exchange and compressor.
         assert_eq!(cells[0].id, "loopback/W2/job/sharded/none/r0");
+        assert_eq!(cells[3].id, "loopback/W4/job/sharded/none/r0");
         assert_eq!(
-            cells[3].id,
+            cells[7].id,
             "loopback/W2/job/sharded/topk,ratio=0.05+residual+down=topk,ratio=0.03/r1"
         );
-        assert!(cells[0].is_baseline(&s) && !cells[3].is_baseline(&s));
-        let job: Job = toml::from_str(&cells[3].job_text(&s.job, &[]).unwrap()).unwrap();
+        assert!(cells[0].is_baseline(&s) && !cells[7].is_baseline(&s));
+        let job: Job = toml::from_str(&cells[7].job_text(&s.job, &[]).unwrap()).unwrap();
         assert_eq!(job.train.eval_every, 5);
         assert_eq!(job.train.epochs, 1, "the base job's fields stay");
         assert_eq!(
@@ -687,7 +692,7 @@ downlink = { name = "topk", ratio = 0.03 }
             cells.iter().filter(|c| matches("allgather", &c.id)).count(),
             4
         );
-        assert!(cells[3]
+        assert!(cells[7]
             .slug()
             .starts_with("loopback__W2__job__sharded__topk,ratio=0.05"));
     }

@@ -649,16 +649,14 @@ mod tests {
     fn repeats_fold_into_medians_and_count_the_runs_that_reached_the_target() {
         let mut s = suite();
         s.repeats = 3;
-        let cells = s.cells(); // none r0..r2, topk r0..r2
+        let (none, topk): (Vec<Cell>, Vec<Cell>) =
+            s.cells().into_iter().partition(|c| c.compressor == "none");
         let base = [(9, 1.0, 0.45), (19, 2.0, 0.40)];
-        let mut runs: Vec<CellRun> = cells[..3]
-            .iter()
-            .map(|c| run(c.clone(), &base, 10))
-            .collect();
+        let mut runs: Vec<CellRun> = none.iter().map(|c| run(c.clone(), &base, 10)).collect();
         // topk: 0.5 s and 1.0 s to the target in two repeats; the third never gets there.
-        runs.push(run(cells[3].clone(), &[(9, 0.5, 0.40), (19, 1.0, 0.39)], 1));
-        runs.push(run(cells[4].clone(), &[(9, 0.7, 0.42), (19, 1.0, 0.40)], 1));
-        runs.push(run(cells[5].clone(), &[(9, 0.6, 0.50), (19, 1.2, 0.45)], 1));
+        runs.push(run(topk[0].clone(), &[(9, 0.5, 0.40), (19, 1.0, 0.39)], 1));
+        runs.push(run(topk[1].clone(), &[(9, 0.7, 0.42), (19, 1.0, 0.40)], 1));
+        runs.push(run(topk[2].clone(), &[(9, 0.6, 0.50), (19, 1.2, 0.45)], 1));
         let md = summary_markdown(&s, &summarize(&s, &runs), &[]);
         let topk = md.lines().find(|l| l.contains("| topk |")).unwrap();
         assert!(topk.contains("| 3 |"), "{topk}");

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::bench::fit::fit_markdown;
 use crate::bench::plot::plots;
 use crate::bench::report::{
     read_metrics, result_rows, summarize, summary_markdown, CellRun, ResultRow,
@@ -176,7 +177,8 @@ fn report(suite: &Suite, out: &Path, runs: &[CellRun], notes: &[String]) -> Resu
     w.flush()
         .map_err(|e| format!("{}: {e}", results.display()))?;
     let summaries = summarize(suite, runs);
-    let md = summary_markdown(suite, &summaries, notes);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let md = summary_markdown(suite, &summaries, notes) + &fit_markdown(suite, runs, cores);
     let summary = out.join("summary.md");
     std::fs::write(&summary, &md).map_err(|e| format!("{}: {e}", summary.display()))?;
     print!("{md}");
