@@ -10,7 +10,7 @@
 use timely::worker::Worker;
 
 use crate::codec::CodecSpec;
-use crate::dataflow::calibrate::{agree, calibrate, Candidate as Measured};
+use crate::dataflow::calibrate::{agree, calibrate, median, Candidate as Measured};
 use crate::dataflow::trial::trial;
 use crate::dataflow::{Supervisor, TrainPlan, WorkerData};
 use crate::exchange::cost::{choose as rank, least, Candidate, Strategy, KEEPS_THE_LOSS};
@@ -167,11 +167,6 @@ fn typical_rounds(times: &[f64]) -> Vec<f64> {
         true => times[TRIAL_WARMUP..times.len() - 1].to_vec(),
         false => times.to_vec(),
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The candidates, fastest predicted first, with the measured round of those tried, the choice

@@ -280,7 +280,8 @@ fn time(mut f: impl FnMut()) -> f64 {
     )
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The upper median (0 for none).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
