@@ -47,8 +47,9 @@ const FONTS: [&str; 3] = [
     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
 ];
 
-/// Registers a font for text once; false when none is found.
-fn font() -> bool {
+/// Registers a font for text once (plotters draws no text without one); false when none is
+/// found.
+pub fn font() -> bool {
     static FONT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FONT.get_or_init(|| {
         FONTS.iter().any(|p| match std::fs::read(p) {

@@ -58,12 +58,40 @@ pub fn calibrate(
     supervisor: &Supervisor,
 ) -> Result<Calibration, String> {
     let (me, workers) = (worker.index() as u32, worker.peers());
-    let link = probe(
+    let numbers = probe(
         worker,
         plan.threads_per_process,
         || measure(data, plan, me, workers, codecs),
         supervisor,
     )?;
+    Ok(calibration(&numbers, plan, workers, codecs))
+}
+
+/// What one of `workers` workers (one a process) would measure of a round of `plan` on `data`
+/// for each codec of `codecs`, without a link (no hop, no rate): the parts of the cost model
+/// that do not depend on the network, for predictions on paper.
+pub fn measure_alone(
+    data: &WorkerData,
+    plan: &TrainPlan,
+    workers: usize,
+    codecs: &[Candidate],
+) -> Result<Calibration, String> {
+    let (mut numbers, _) = measure(data, plan, 0, workers, codecs)?;
+    numbers[9] = f64::MAX / 4.0;
+    let plan = TrainPlan {
+        threads_per_process: 1,
+        ..plan.clone()
+    };
+    Ok(calibration(&numbers, &plan, workers, codecs))
+}
+
+/// The calibration of a worker's measured `link` numbers (in [`measure`]'s layout).
+fn calibration(
+    link: &[f64],
+    plan: &TrainPlan,
+    workers: usize,
+    codecs: &[Candidate],
+) -> Calibration {
     let mut round = RoundInputs {
         workers,
         threads: plan.threads_per_process,
@@ -98,7 +126,7 @@ pub fn calibrate(
             }
         })
         .collect();
-    Ok(Calibration { round, codecs })
+    Calibration { round, codecs }
 }
 
 /// Numbers before the codecs' in a worker's measurements.
@@ -132,19 +160,27 @@ fn measure(
     let mut gradient_ms = Vec::new();
     // A worker's batches are its own rows: its batches' gradients stand for its rounds', and
     // the union of `W` of them for the sum of `W` workers'.
-    for b in 0..workers.max(ROUNDS) {
+    // Each batch twice, timed the second time: training's pages of the model and the
+    // workspace are in memory after its first rounds, and a large model's first touches (page
+    // faults) would be timed as the gradient's.
+    for b in (0..workers.max(ROUNDS)).flat_map(|b| [b, b]) {
         let rows: Vec<u32> = (0..batch)
             .map(|i| ((b * batch + i) % rows.max(1)) as u32)
             .take(rows)
             .collect();
         let mut grad = SparseGrad::default();
+        if grads.len() == b {
+            workspace.minibatch(&data.train, &rows, &weights, &*plan.loss, l2, &mut grad);
+            grads.push(grad);
+            continue;
+        }
         let started = Instant::now();
         workspace.minibatch(&data.train, &rows, &weights, &*plan.loss, l2, &mut grad);
         gradient_ms.push(super::ms(started));
         if b < workers {
             union.add_scaled(&grad, 1.0, &mut scratch);
         }
-        grads.push(grad);
+        grads[b] = grad;
     }
     let owners = Owners::new(plan.ownership, dim, workers as u32, plan.seed);
     let ctx = EncodeContext {
