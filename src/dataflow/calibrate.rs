@@ -499,4 +499,33 @@ mod tests {
             "{logquant:?}"
         );
     }
+
+    /// Measured alone for 16 workers: the sum of 16 of its batches has more keys than one,
+    /// the link costs nothing, and 16 owners' pieces weigh more than the whole message.
+    #[test]
+    fn measured_alone_a_round_of_many_workers_has_their_union_and_no_link() {
+        let text = "[data.synth]\nrows = 4000\ndim = 20000\n[train]\nbatch_fraction = 0.01";
+        let job = Job::parse(text, std::path::Path::new("job.toml"), &[]).unwrap();
+        let codecs: Vec<Candidate> = vec![(
+            "none".into(),
+            CodecSpec::with_defaults("none").unwrap(),
+            MemorySpec::None,
+        )];
+        let (alone, one) = timely::execute_directly(move |worker| {
+            let (data, dim, _, _) = job.load_on(worker).unwrap();
+            let plan = job.plan(dim, 1);
+            let many = measure_alone(&data, &plan, 16, &codecs).unwrap();
+            let one = measure_alone(&data, &plan, 1, &codecs).unwrap();
+            (many, one)
+        });
+        let r = &alone.round;
+        assert_eq!((r.workers, r.threads, r.link.hop_ms), (16, 1, 0.0));
+        assert!(r.link.bytes_per_s > 1e300, "{r:?}");
+        assert!(
+            r.union_keys > 2.0 * one.round.union_keys,
+            "{r:?} {:?}",
+            one.round
+        );
+        assert!(alone.codecs[0].pieces_bytes > alone.codecs[0].whole_bytes);
+    }
 }

@@ -596,6 +596,12 @@ impl Job {
                  measured); run once, then checkpoint the configuration it printed"
             ));
         }
+        if self.data.format == Format::Program {
+            return Err(format!(
+                "data.format: {what} measures the job's rows before training, and a program's \
+                 rows arrive in its own dataflow; name the exchange and compressor"
+            ));
+        }
         Ok(())
     }
 
@@ -1660,6 +1666,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sketch"), "{e}");
+        let e = parse("[data]\nformat = \"program\"\n[train]\nexchange = \"auto\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("data.format"), "{e}");
         // Anything else named auto is still an unknown name.
         assert!(parse("[train]\ndownlink = \"auto\"").is_err());
     }
