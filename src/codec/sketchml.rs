@@ -46,9 +46,7 @@ use serde::{Deserialize, Serialize};
 use super::bits::{BitReader, BitWriter};
 use super::keys::{bit_len, KeyCoding};
 use super::minmax::MinMaxSketches;
-#[cfg(target_arch = "x86_64")]
-use super::quantile::SignedFinders;
-use super::quantile::{signed_bucket_edges, BucketFinder, SignedEdges};
+use super::quantile::{signed_bucket_edges, SignedEdges};
 use super::{
     check_finite, read_message, write_message, Codec, CodecError, EncodeContext, FromParams,
 };
@@ -219,89 +217,6 @@ impl Sketched {
     }
 }
 
-/// Per sign, for every bucket of that sign: its group (numbered over both signs) and its index
-/// within the group, so that the per-value loop divides nothing; one word each, the group in
-/// the low byte and the index in the next ([`split_code`]), which the vector loop gathers.
-fn bucket_codes(sh: &Shape, buckets: [usize; 2]) -> [Vec<u32>; 2] {
-    [0, 1].map(|sign| {
-        (0..buckets[sign])
-            .map(|b| {
-                let g = sign * sh.groups_per_sign + b / sh.per_group;
-                g as u32 | ((b % sh.per_group) as u32) << 8
-            })
-            .collect()
-    })
-}
-
-/// A bucket's code as (group, index within the group).
-fn split_code(code: u32) -> (u8, u8) {
-    (code as u8, (code >> 8) as u8)
-}
-
-/// Writes the group and the bucket in it of the values of whole blocks of sixteen, with
-/// AVX-512 where the CPU has it ([`super::cpu`]); returns how many it wrote (0 without it). Each
-/// value is looked up in its sign's finder through the signs' joint tables
-/// ([`SignedFinders::find16`]), and its code gathered from the signs' joint codes: the same as
-/// the scalar loop's `codes[sign][finders[sign].find(|v|)]` (a finder answers a bucket of its
-/// own for any magnitude). None of the values is zero.
-fn bucket_all_avx512(
-    finders: &[BucketFinder; 2],
-    codes: &[Vec<u32>; 2],
-    values: &[f32],
-    labels: &mut [u8],
-    local: &mut [u8],
-) -> usize {
-    assert!(labels.len() == values.len() && local.len() == values.len());
-    assert!((0..2).all(|s| codes[s].len() >= finders[s].buckets()));
-    #[cfg(target_arch = "x86_64")]
-    if super::cpu::avx512() {
-        let joint = SignedFinders::new(finders);
-        // Each sign's codes at its edges' place in the joint edges.
-        let mut joint_codes = vec![0u32; joint.edge_base[1] + codes[1].len()];
-        for (sign, codes) in codes.iter().enumerate() {
-            joint_codes[joint.edge_base[sign]..][..codes.len()].copy_from_slice(codes);
-        }
-        // SAFETY: AVX-512F is present, the outputs are as long as the values and every
-        // answer indexes the joint codes (a finder's buckets are below its sign's codes,
-        // asserted, each at its sign's base).
-        return unsafe { bucket_blocks(&joint, &joint_codes, values, labels, local) };
-    }
-    0
-}
-
-/// The AVX-512 loop of [`bucket_all_avx512`].
-///
-/// # Safety
-/// AVX-512F is available; `labels` and `local` are as long as `values`; every answer of
-/// `finders` indexes `codes`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn bucket_blocks(
-    finders: &SignedFinders,
-    codes: &[u32],
-    values: &[f32],
-    labels: &mut [u8],
-    local: &mut [u8],
-) -> usize {
-    use std::arch::x86_64::*;
-    let blocks = values.len() / 16;
-    for b in 0..blocks {
-        let at = 16 * b;
-        // SAFETY: the block is inside `values`, `labels` and `local`; answers index the codes
-        // (the caller's promise).
-        unsafe {
-            let bits = _mm512_loadu_si512(values.as_ptr().add(at).cast());
-            let bucket = finders.find16(bits);
-            let code = _mm512_i32gather_epi32::<4>(bucket, codes.as_ptr() as *const i32);
-            let group = _mm512_cvtepi32_epi8(_mm512_and_si512(code, _mm512_set1_epi32(0xFF)));
-            let within = _mm512_cvtepi32_epi8(_mm512_srli_epi32::<8>(code));
-            _mm_storeu_si128(labels.as_mut_ptr().add(at).cast(), group);
-            _mm_storeu_si128(local.as_mut_ptr().add(at).cast(), within);
-        }
-    }
-    16 * blocks
-}
-
 /// Buckets, groups and sketches a gradient into `s` (zero values are dropped), with the table
 /// of what each answered bucket decodes to.
 pub(crate) fn sketch_gradient(
@@ -311,13 +226,13 @@ pub(crate) fn sketch_gradient(
     values: &[f32],
     s: &mut Sketched,
 ) {
-    let SignedEdges { edges, max: maxima } = signed_bucket_edges(values, sh.half);
-    let finders = [
-        BucketFinder::new(&edges[0], maxima[0]),
-        BucketFinder::new(&edges[1], maxima[1]),
-    ];
-    // A value of a sign without buckets is zero (the sign has no nonzero values), and dropped.
-    let codes = bucket_codes(sh, [edges[0].len().max(1), edges[1].len().max(1)]);
+    let buckets = signed_bucket_edges(values, sh.half);
+    // Each value's group (numbered over both signs) and bucket within it, by its slot: one load
+    // per value. A value of a sign without buckets is zero, and dropped.
+    let codes = buckets.slot_table(|sign, b| {
+        let group = sign * sh.groups_per_sign + b / sh.per_group;
+        (group as u8, (b % sh.per_group) as u8)
+    });
 
     // 1. Bucket every value. Without zero values (the usual gradient) only each key's group and
     //    bucket in it are written; the keys and magnitudes are read from the input later. With
@@ -327,16 +242,12 @@ pub(crate) fn sketch_gradient(
     s.compacted = values.iter().fold(false, |zero, &v| zero | (v == 0.0));
     s.labels.resize(n, 0);
     s.local.resize(n, 0);
-    let bucket = |v: f32| {
-        let sign = (v.to_bits() >> 31) as usize;
-        split_code(codes[sign][finders[sign].find(v.abs())])
-    };
     if s.compacted {
         s.keys.resize(n, 0);
         s.mags.resize(n, 0.0);
         let mut m = 0;
         for (&k, &v) in keys.iter().zip(values) {
-            let (g, local) = bucket(v);
+            let (g, local) = codes.get(v);
             (s.keys[m], s.labels[m], s.local[m], s.mags[m]) = (k, g, local, v.abs());
             m += (v != 0.0) as usize;
         }
@@ -345,10 +256,9 @@ pub(crate) fn sketch_gradient(
         s.local.truncate(m);
         s.mags.truncate(m);
     } else {
-        let done = bucket_all_avx512(&finders, &codes, values, &mut s.labels, &mut s.local);
-        let rest = s.labels[done..].iter_mut().zip(&mut s.local[done..]);
-        for ((label, local), &v) in rest.zip(&values[done..]) {
-            (*label, *local) = bucket(v);
+        let out = s.labels.iter_mut().zip(&mut s.local);
+        for ((label, local), &v) in out.zip(values) {
+            (*label, *local) = codes.get(v);
         }
     }
     let sent: &[u32] = if s.compacted { &s.keys } else { keys };
@@ -372,6 +282,9 @@ pub(crate) fn sketch_gradient(
     s.sketches.insert_all(sent, &s.labels, &s.local);
 
     // 3. What each answered bucket decodes to.
+    let SignedEdges {
+        edges, max: maxima, ..
+    } = buckets;
     s.table = match decode {
         Decode::Edge => edges,
         Decode::Midpoint => [0, 1].map(|sign| {
@@ -635,49 +548,5 @@ impl Codec for SketchMl {
             r.read_packed(&mut u.labels, label_bits(&sh), u8::MAX as u64)?;
             u.values(&sh, &table, &out.keys, &mut out.values)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::data::partition::mix64;
-
-    /// The AVX-512 bucketing (where the CPU has it) writes the groups and buckets of the
-    /// scalar loop: values of both signs over many magnitudes, one sign alone, magnitudes
-    /// above the largest edge, a length that is not a multiple of a block.
-    #[test]
-    fn vector_bucketing_equals_the_scalar_loop() {
-        if !crate::codec::cpu::avx512() {
-            eprintln!("no AVX-512 here: only the scalar path runs");
-        }
-        let sh = Shape::new(256, 8, 2, 0.3).unwrap();
-        let value = |i: u64, signs: u64| {
-            let h = mix64(7, i);
-            let m = f32::from_bits(0x3000_0000 + (h as u32 % 0x1800_0000)); // ~5e-10 .. ~1e3
-            let negative = signs == 1 || (signs == 2 && h >> 63 == 1);
-            if negative {
-                -m
-            } else {
-                m
-            }
-        };
-        for (n, signs) in [(10_007usize, 2u64), (4096, 1), (333, 0)] {
-            let values: Vec<f32> = (0..n as u64).map(|i| value(i, signs)).collect();
-            // Edges from the first half only: the rest reaches past the largest edge.
-            let SignedEdges { edges, max } = signed_bucket_edges(&values[..n / 2], sh.half);
-            let finders = [0, 1].map(|s| BucketFinder::new(&edges[s], max[s]));
-            let codes = bucket_codes(&sh, [edges[0].len().max(1), edges[1].len().max(1)]);
-            let (mut labels, mut local) = (vec![0u8; n], vec![0u8; n]);
-            let done = bucket_all_avx512(&finders, &codes, &values, &mut labels, &mut local);
-            assert!(done <= n && done.is_multiple_of(16));
-            for (i, &v) in values.iter().enumerate().take(done) {
-                let sign = (v.to_bits() >> 31) as usize;
-                let bucket = finders[sign].find(v.abs());
-                assert!(bucket < finders[sign].buckets(), "{v}: bucket {bucket}");
-                let want = split_code(codes[sign][bucket]);
-                assert_eq!((labels[i], local[i]), want, "value {v} ({i} of {n})");
-            }
-        }
     }
 }
