@@ -143,25 +143,21 @@ impl SignedEdges {
     /// without edges answers `label(sign, 0)`.
     pub fn slot_table<T: Copy>(&self, mut label: impl FnMut(usize, usize) -> T) -> SlotTable<T> {
         let mut table = Vec::with_capacity((self.slots[0] + self.slots[1]) as usize);
-        let mut base = [0u32; 2];
-        for sign in 0..2 {
-            base[sign] = table.len() as u32;
-            let starts = &self.starts[sign];
+        for (sign, starts) in self.starts.iter().enumerate() {
             let slots = self.slots[sign] as usize;
+            let base = table.len();
             for (b, &start) in starts.iter().enumerate() {
                 let end = starts.get(b + 1).map_or(slots, |&e| e as usize);
                 table.extend(std::iter::repeat_n(label(sign, b), end - start as usize));
             }
-            table.extend(std::iter::repeat_n(
-                label(sign, 0),
-                slots - (table.len() - base[sign] as usize),
-            ));
+            let rest = slots - (table.len() - base);
+            table.extend(std::iter::repeat_n(label(sign, 0), rest));
         }
         SlotTable {
             table,
             first: self.first,
             last: self.slots.map(|s| s - 1),
-            base,
+            base: [0, self.slots[0]],
         }
     }
 }
