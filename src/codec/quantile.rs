@@ -59,7 +59,8 @@ pub fn signed_bucket_edges(values: &[f32], q: usize) -> SignedEdges {
     // Both signs' slots, the negative after the positive, then one slot that zeros count into.
     let base = [0, slots[0] as usize];
     let zero_slot = (slots[0] + slots[1]) as usize;
-    let mut counts = vec![0u32; zero_slot + 1];
+    // A pass counts at most `2 * SAMPLE` values: 16 bits hold any count.
+    let mut counts = vec![0u16; zero_slot + 1];
     let slot = |v: f32| {
         let bits = v.to_bits();
         let sign = (bits >> 31) as usize;
@@ -114,7 +115,7 @@ pub fn signed_bucket_edges(values: &[f32], q: usize) -> SignedEdges {
 /// The slots (counted from the first) where `q` buckets of about equal count begin: slot 0,
 /// then each slot holding a `j/q` quantile (`j = 1..q`) of the counted sample, once; none
 /// without counts.
-fn quantile_slots(counts: &[u32], q: usize) -> Vec<u32> {
+fn quantile_slots(counts: &[u16], q: usize) -> Vec<u32> {
     let total = counts.iter().map(|&c| c as usize).sum::<usize>();
     if total == 0 || q == 0 {
         return Vec::new();

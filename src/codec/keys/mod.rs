@@ -192,6 +192,28 @@ mod tests {
         }
     }
 
+    /// Rice's runs of keys written in one go are the bits of one code at a time, in runs where
+    /// every code fits a field and in runs around a code that does not.
+    #[test]
+    fn rice_runs_write_the_codes_one_at_a_time_would() {
+        for (keys, _) in cases() {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let mut w = BitWriter::new(&mut fast);
+            rice::encode(&keys, &mut w);
+            w.finish();
+            let mut w = BitWriter::new(&mut slow);
+            let k = rice::parameter(&keys);
+            w.write(k as u64, 5);
+            let mut next = 0u32;
+            for &key in &keys {
+                w.write_rice((key - next) as u64, k);
+                next = key.wrapping_add(1);
+            }
+            w.finish();
+            assert_eq!(fast, slow, "{} keys", keys.len());
+        }
+    }
+
     #[test]
     fn a_key_beyond_the_dimension_is_named() {
         // Keys up to 1M read against a dimension of 500k: the first key at or beyond it is
