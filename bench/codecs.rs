@@ -8,6 +8,7 @@
 //!   cargo bench --bench codecs                      (all)
 //!   cargo bench --bench codecs -- sketchml          (one codec, every shape)
 //!   cargo bench --bench codecs -- 'codec/10k/'      (one shape)
+//!   cargo bench --bench codecs -- sum/               (summing a round's decoded messages)
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -15,7 +16,7 @@ use gradflow::codec::bits::{BitReader, BitWriter};
 use gradflow::codec::keys::KeyCoding;
 use gradflow::codec::measure::synth_gradient;
 use gradflow::codec::{build_codec, CodecSpec, EncodeContext, CODEC_NAMES};
-use gradflow::sparse::SparseGrad;
+use gradflow::sparse::{DenseSum, SparseGrad};
 
 const DIM: u32 = 29_000_000;
 const KEYS: usize = 1_000_000;
@@ -96,5 +97,37 @@ fn key_coders(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, codecs, key_coders);
+/// Summing the decoded messages of a round: `W` workers' 10k-pair gradients of D = 100,000
+/// (what `allgather` sums each round), by sorted merges into the sum so far and by a dense sum.
+fn sums(c: &mut Criterion) {
+    for workers in [4u64, 16] {
+        let pieces: Vec<SparseGrad> = (0..workers)
+            .map(|w| synth_gradient(100_000, 10_000, 0.01, w + 1))
+            .collect();
+        let weight = 1.0 / workers as f32;
+        let mut group = c.benchmark_group(format!("sum/W={workers}"));
+        group.throughput(Throughput::Elements(workers * 10_000));
+        let (mut sum, mut scratch) = (SparseGrad::default(), SparseGrad::default());
+        group.bench_function("merge", |b| {
+            b.iter(|| {
+                sum.clear();
+                for p in &pieces {
+                    sum.add_scaled(p, weight, &mut scratch);
+                }
+            })
+        });
+        let mut dense = DenseSum::new(100_000);
+        group.bench_function("dense", |b| {
+            b.iter(|| {
+                for p in &pieces {
+                    dense.add(&p.keys, &p.values, weight);
+                }
+                dense.take(&mut sum);
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, codecs, key_coders, sums);
 criterion_main!(benches);

@@ -509,7 +509,8 @@ const SHARDED_PULL: &str = "a6bd700a97b593df";
 const ALLGATHER: &str = "a6bd700a97b593df";
 const SKETCH: &str = "680ec0700ec6e214";
 const SHARDED_TOPK_DOWN: &str = "f58bba1d694b8503";
-const ALLGATHER_SKETCHML: &str = "c9f8c305f7909bd6";
+// (Changed when SketchML's bucket edges moved to a log-scale histogram's slot boundaries.)
+const ALLGATHER_SKETCHML: &str = "149568dc48563911";
 const SHARDED_LOGQUANT_ADAM: &str = "9e5b5b9f31cba75a";
 
 /// SHA-256 of a model file's weight lines (`key value`, each with its line break), as 16 hex

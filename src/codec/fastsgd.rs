@@ -78,6 +78,25 @@ fn magnitudes(sum: f32, b: f32, tau: u32) -> Vec<f32> {
     (0..=tau).map(|level| magnitude(sum, b, level)).collect()
 }
 
+/// The code of magnitude `a` (`magnitudes[tau] <= a <= magnitudes[0]`, the sum): the smallest
+/// level `L >= 1` whose decoded magnitude is at most `a`, `ceil(log_b(sum / a))` by the
+/// decoder's own arithmetic. A base-2 logarithm guesses it (a natural logarithm in `f64` and a
+/// division per value were a third of a 10k-pair encode) and the table corrects the guess, so
+/// that no decoded magnitude exceeds the true one whatever the guess's rounding.
+#[inline]
+fn level_of(a: f32, log2_sum: f32, per_level: f32, magnitudes: &[f32]) -> u32 {
+    let tau = magnitudes.len() as u32 - 1;
+    let guess = ((log2_sum - a.log2()) * per_level).ceil();
+    let mut level = (guess as i64).clamp(1, tau as i64) as u32;
+    while level > 1 && magnitudes[level as usize - 1] <= a {
+        level -= 1;
+    }
+    while magnitudes[level as usize] > a {
+        level += 1;
+    }
+    level
+}
+
 impl Codec for FastSgd {
     fn name(&self) -> &'static str {
         "fastsgd"
@@ -94,8 +113,8 @@ impl Codec for FastSgd {
         check_finite(keys, values)?;
         let (b, tau) = (self.p.b, self.p.tau);
         let sum = reduce::sum_abs(values) as f32;
-        let ln_b = (b as f64).ln();
         let magnitudes = magnitudes(sum, b, tau);
+        let (log2_sum, per_level) = (sum.log2(), 1.0 / b.log2());
         let mut kept_keys = Vec::with_capacity(keys.len());
         let mut codes = Vec::with_capacity(keys.len());
         for (&k, &v) in keys.iter().zip(values) {
@@ -103,14 +122,7 @@ impl Codec for FastSgd {
             if a == 0.0 || a < magnitudes[tau as usize] {
                 continue;
             }
-            let mut level = (((sum as f64) / a as f64).ln() / ln_b).ceil().max(1.0) as u32;
-            level = level.min(tau);
-            while level < tau && magnitudes[level as usize] > a {
-                level += 1;
-            }
-            if magnitudes[level as usize] > a {
-                continue; // cannot be represented without overestimating
-            }
+            let level = level_of(a, log2_sum, per_level, &magnitudes);
             kept_keys.push(k);
             codes.push(((v < 0.0) as u64) << 7 | (level - 1) as u64);
         }
@@ -120,9 +132,7 @@ impl Codec for FastSgd {
             w.write(tau as u64, 8);
             w.write(self.p.l as u64, 3);
             adaptive::encode(&kept_keys, self.p.l, w);
-            for &c in &codes {
-                w.write(c, 8);
-            }
+            w.write_packed(codes.iter().copied(), 8);
         });
         Ok(())
     }
@@ -144,17 +154,31 @@ impl Codec for FastSgd {
                 return Err(CodecError::Corrupt(format!("tau {tau}, l {l}")));
             }
             adaptive::decode(h.count as usize, h.dim, l, r, &mut out.keys)?;
+            let n = h.count as usize;
+            if n.saturating_mul(8) > r.remaining_bits() {
+                return Err(CodecError::Corrupt(format!(
+                    "{n} value codes do not fit in the message"
+                )));
+            }
+            let mut codes = vec![0u8; n];
+            r.read_packed(&mut codes, 8, u8::MAX as u64)?;
+            // Every code's value (the sign bit, then the level minus one); NaN above `tau`.
             let magnitudes = magnitudes(sum, b, tau);
-            for _ in 0..h.count {
-                let c = r.read(8)? as u32;
-                let level = (c & 127) + 1;
-                if level > tau {
-                    return Err(CodecError::Corrupt(format!(
-                        "level {level} above tau {tau}"
-                    )));
+            let value = |c: usize| {
+                let m = magnitudes.get((c & 127) + 1).copied().unwrap_or(f32::NAN);
+                if c >> 7 == 1 {
+                    -m
+                } else {
+                    m
                 }
-                let m = magnitudes[level as usize];
-                out.values.push(if c >> 7 == 1 { -m } else { m });
+            };
+            let table: Vec<f32> = (0..256).map(value).collect();
+            out.values.extend(codes.iter().map(|&c| table[c as usize]));
+            if let Some(&c) = codes.iter().find(|&&c| (c & 127) as u32 + 1 > tau) {
+                return Err(CodecError::Corrupt(format!(
+                    "level {} above tau {tau}",
+                    (c & 127) + 1
+                )));
             }
             Ok(())
         })
