@@ -5,7 +5,8 @@
     python3 bench/codec_costs.py [target/criterion]
 
 Prints, per codec, encode + decode in ns per pair at every shape, the 10k / 1M ratio of
-that per-pair cost (target: at most 1.5x), encode throughput at 10k pairs (target for
+that per-pair cost (target: at most 1.5x; 10k / 40k for a codec whose 1M message drops most
+of its pairs), encode throughput at 10k pairs (target for
 logquant, sketchml and skcompress: at least 50M pairs/s), and whether each target is met.
 Exits 1 when a shape's estimate is missing.
 """
@@ -22,6 +23,10 @@ CODECS = [
 RATIO_TARGET = 1.5
 THROUGHPUT_TARGET = 50.0  # M pairs/s at 10k pairs
 THROUGHPUT_CODECS = {"logquant", "sketchml", "skcompress"}
+# Codecs whose 1M message drops most of its pairs (fastsgd's threshold Σ|v| / 1.1^128), so
+# that its per-pair cost is not a codec's work per pair: their fixed cost is judged at 10k
+# against 40k, where every pair is coded.
+REFERENCE_40K = {"fastsgd"}
 
 
 def nanos(root, shape, codec, op):
@@ -47,11 +52,13 @@ def main():
         except FileNotFoundError as e:
             print(f"missing: {e.filename}", file=sys.stderr)
             return 1
-        ratio = per_pair["10k"] / per_pair["1M"]
+        reference = "40k" if codec in REFERENCE_40K else "1M"
+        ratio = per_pair["10k"] / per_pair[reference]
         cells = [f"{per_pair[s]:.1f}" for s, _ in SHAPES]
-        print(f"| {codec} | " + " | ".join(cells) + f" | {ratio:.2f}x | {encode_10k:.0f} |")
+        shown = f"{ratio:.2f}x" + (f" (of {reference})" if reference != "1M" else "")
+        print(f"| {codec} | " + " | ".join(cells) + f" | {shown} | {encode_10k:.0f} |")
         if ratio > RATIO_TARGET:
-            misses.append(f"{codec}: 10k / 1M = {ratio:.2f}x > {RATIO_TARGET}x")
+            misses.append(f"{codec}: 10k / {reference} = {ratio:.2f}x > {RATIO_TARGET}x")
         if codec in THROUGHPUT_CODECS and encode_10k < THROUGHPUT_TARGET:
             misses.append(f"{codec}: encode {encode_10k:.0f}M pairs/s < {THROUGHPUT_TARGET:.0f}M")
     print()
