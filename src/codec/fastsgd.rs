@@ -81,7 +81,7 @@ fn magnitudes(sum: f32, b: f32, tau: u32) -> Vec<f32> {
 /// The code of magnitude `a` (`magnitudes[tau] <= a <= magnitudes[0]`, the sum): the smallest
 /// level `L >= 1` whose decoded magnitude is at most `a`, `ceil(log_b(sum / a))` by the
 /// decoder's own arithmetic. A base-2 logarithm guesses it (a natural logarithm in `f64` and a
-/// division per value were a third of a 10k-pair encode) and the table corrects the guess, so
+/// division per value were about a third of a 10k-pair encode) and the table corrects the guess, so
 /// that no decoded magnitude exceeds the true one whatever the guess's rounding.
 #[inline]
 fn level_of(a: f32, log2_sum: f32, per_level: f32, magnitudes: &[f32]) -> u32 {
@@ -162,10 +162,16 @@ impl Codec for FastSgd {
             }
             let mut codes = vec![0u8; n];
             r.read_packed(&mut codes, 8, u8::MAX as u64)?;
-            // Every code's value (the sign bit, then the level minus one); NaN above `tau`.
+            if let Some(&c) = codes.iter().find(|&&c| (c & 127) as u32 + 1 > tau) {
+                return Err(CodecError::Corrupt(format!(
+                    "level {} above tau {tau}",
+                    (c & 127) + 1
+                )));
+            }
+            // Every valid code's value: the sign bit, then the level minus one.
             let magnitudes = magnitudes(sum, b, tau);
             let value = |c: usize| {
-                let m = magnitudes.get((c & 127) + 1).copied().unwrap_or(f32::NAN);
+                let m = magnitudes.get((c & 127) + 1).copied().unwrap_or(0.0);
                 if c >> 7 == 1 {
                     -m
                 } else {
@@ -174,13 +180,36 @@ impl Codec for FastSgd {
             };
             let table: Vec<f32> = (0..256).map(value).collect();
             out.values.extend(codes.iter().map(|&c| table[c as usize]));
-            if let Some(&c) = codes.iter().find(|&&c| (c & 127) as u32 + 1 > tau) {
-                return Err(CodecError::Corrupt(format!(
-                    "level {} above tau {tau}",
-                    (c & 127) + 1
-                )));
-            }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::measure::synth_gradient;
+    use crate::codec::HEADER_LEN;
+
+    /// A message whose codes name a level above the `τ` it declares is refused, naming both;
+    /// the same message with its own `τ` decodes.
+    #[test]
+    fn a_level_above_tau_is_an_error() {
+        let p = FastSgdParams {
+            tau: 100,
+            ..FastSgdParams::default()
+        };
+        let mut c = FastSgd::from_params(&p).unwrap();
+        let g = synth_gradient(100_000, 2000, 0.01, 3);
+        let mut msg = Vec::new();
+        let ctx = EncodeContext::default();
+        c.encode(&g.keys, &g.values, 100_000, ctx, &mut msg).unwrap();
+        let mut out = SparseGrad::default();
+        c.decode(&msg, &mut out).unwrap();
+        // τ: the byte after the sum and the base (two f32) at the start of the body.
+        assert_eq!(msg[HEADER_LEN + 8], 100);
+        msg[HEADER_LEN + 8] = 10;
+        let e = c.decode(&msg, &mut out).unwrap_err().to_string();
+        assert!(e.contains("above tau 10"), "{e}");
     }
 }
