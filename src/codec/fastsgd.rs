@@ -203,7 +203,8 @@ mod tests {
         let g = synth_gradient(100_000, 2000, 0.01, 3);
         let mut msg = Vec::new();
         let ctx = EncodeContext::default();
-        c.encode(&g.keys, &g.values, 100_000, ctx, &mut msg).unwrap();
+        c.encode(&g.keys, &g.values, 100_000, ctx, &mut msg)
+            .unwrap();
         let mut out = SparseGrad::default();
         c.decode(&msg, &mut out).unwrap();
         // τ: the byte after the sum and the base (two f32) at the start of the body.
