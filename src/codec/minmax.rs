@@ -8,7 +8,7 @@
 //! Hashing: multiply-shift with a fixed odd multiplier per row, then Lemire's multiply-high
 //! range reduction to `cols`; deterministic and identical on sender and receiver.
 
-use super::cpu::avx512;
+use super::cpu::avx2;
 use crate::data::partition::mix64;
 
 /// SketchML's groups of MinMaxSketches (§3.3): one sketch per group, all with the same rows and
@@ -30,7 +30,7 @@ pub struct MinMaxSketches {
     cells: Vec<u8>,
 }
 
-/// Blocks of sixteen keys the AVX-512 query gathers before it hands out their answers.
+/// Blocks of eight keys the AVX2 query gathers before it hands out their answers.
 const QUERY_BLOCKS: usize = 4;
 
 /// Bytes after the last cell (see [`MinMaxSketches::cells`]).
@@ -185,7 +185,7 @@ impl MinMaxSketches {
         if self.vector_path(groups) {
             // SAFETY: see `vector_path`.
             let done =
-                unsafe { for_rows!(self.rows, self.insert_rows_avx512(keys, groups, indexes)) };
+                unsafe { for_rows!(self.rows, self.insert_rows_avx2(keys, groups, indexes)) };
             let rest = (&keys[done..], &groups[done..], &indexes[done..]);
             return for_rows!(self.rows, self.insert_rows(rest.0, rest.1, rest.2));
         }
@@ -215,16 +215,16 @@ impl MinMaxSketches {
     /// `groups[i]`: at most the smallest index ever inserted for that key there. Panics on a
     /// group beyond the set (a decoder checks its labels first).
     ///
-    /// With AVX-512 (checked at run time) sixteen keys at a time: their columns hashed in
-    /// vector registers and their cells gathered (`query_rows_avx512`), the same
-    /// answers as the scalar loop's.
+    /// With AVX2 (checked at run time) eight keys at a time: their columns hashed in vector
+    /// registers and their cells gathered (`query_rows_avx2`), the same answers as the scalar
+    /// loop's.
     pub fn query_all(&self, keys: &[u32], groups: &[u8], mut answer: impl FnMut(usize, u8)) {
         assert_eq!(keys.len(), groups.len(), "a group for every key");
         #[cfg(target_arch = "x86_64")]
         if self.vector_path(groups) {
             // SAFETY: see `vector_path`.
             let done =
-                unsafe { for_rows!(self.rows, self.query_rows_avx512(keys, groups, &mut answer)) };
+                unsafe { for_rows!(self.rows, self.query_rows_avx2(keys, groups, &mut answer)) };
             let rest = (&keys[done..], &groups[done..]);
             return for_rows!(
                 self.rows,
@@ -234,13 +234,13 @@ impl MinMaxSketches {
         for_rows!(self.rows, self.query_rows(keys, groups, answer))
     }
 
-    /// Whether inserts and queries of keys in `groups` take the AVX-512 path: the CPU has it
-    /// ([`avx512`]) and every cell offset fits 32 bits (`cols32` is filled only then), which
+    /// Whether inserts and queries of keys in `groups` take the AVX2 path: the CPU has it
+    /// ([`avx2`]) and every cell offset fits 32 bits (`cols32` is filled only then), which
     /// with every group in the set (checked here: beyond it is a panic, as in the scalar loops)
     /// is what the vector loops need to stay inside their tables and cells.
     #[cfg(target_arch = "x86_64")]
     fn vector_path(&self, groups: &[u8]) -> bool {
-        if self.cols32.is_empty() || !avx512() {
+        if self.cols32.is_empty() || !avx2() {
             return false;
         }
         let g = groups.iter().fold(0u8, |m, &g| m.max(g));
@@ -252,66 +252,65 @@ impl MinMaxSketches {
         true
     }
 
-    /// The AVX-512 query loop over the whole blocks of sixteen keys; returns how many keys it
-    /// answered (a multiple of 16; the caller answers the rest): each block's cells located
-    /// in vector registers ([`VectorHash::offsets`]) and gathered as 4-byte words at their byte
+    /// The AVX2 query loop over the whole blocks of eight keys; returns how many keys it
+    /// answered (a multiple of 8; the caller answers the rest): each block's cells located in
+    /// vector registers ([`VectorHash::offsets`]) and gathered as 4-byte words at their byte
     /// offsets, masked to their byte; the answer is the rows' maximum. Four blocks' answers
     /// are gathered before any is handed out, so that their cells' misses overlap (one block
     /// at a time, each gather waited for its cells).
     ///
     /// # Safety
-    /// AVX-512F is available, every `groups[i]` is below [`Self::groups`], and the cells'
-    /// offsets fit 32 bits (`cols32` and `starts32` are filled).
+    /// AVX2 is available, every `groups[i]` is below [`Self::groups`], and the cells' offsets
+    /// fit 32 bits (`cols32` and `starts32` are filled).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn query_rows_avx512<const R: usize>(
+    #[target_feature(enable = "avx2")]
+    unsafe fn query_rows_avx2<const R: usize>(
         &self,
         keys: &[u32],
         groups: &[u8],
         answer: &mut impl FnMut(usize, u8),
     ) -> usize {
         use std::arch::x86_64::*;
-        let blocks = keys.len() / 16;
+        let blocks = keys.len() / 8;
         let hash = VectorHash::new(self);
-        let byte = _mm512_set1_epi32(0xFF);
+        let byte = _mm256_set1_epi32(0xFF);
         let base = self.cells.as_ptr() as *const i32;
-        let mut out = [0u32; 16 * QUERY_BLOCKS];
+        let mut out = [0u32; 8 * QUERY_BLOCKS];
         for batch in 0..blocks.div_ceil(QUERY_BLOCKS) {
             let first = batch * QUERY_BLOCKS;
             let here = (blocks - first).min(QUERY_BLOCKS);
-            for (q, out) in out.chunks_exact_mut(16).take(here).enumerate() {
-                let at = 16 * (first + q);
+            for (q, out) in out.chunks_exact_mut(8).take(here).enumerate() {
+                let at = 8 * (first + q);
+                prefetch_inputs(keys, groups, at + INPUT_AHEAD);
                 // SAFETY: the block is inside `keys` and `groups`, its groups in the set (the
                 // caller's promise); each offset is a cell's, and the word read from it ends
                 // within GATHER_PAD.
-                prefetch_inputs(keys, groups, at + INPUT_AHEAD);
                 let answers = unsafe {
-                    let offsets = hash.offsets::<R>(self, &keys[at..at + 16], &groups[at..at + 16]);
-                    offsets.iter().fold(_mm512_setzero_si512(), |a, &offset| {
-                        let cell = _mm512_i32gather_epi32::<1>(offset, base);
-                        _mm512_max_epu32(a, _mm512_and_si512(cell, byte))
+                    let offsets = hash.offsets::<R>(self, &keys[at..at + 8], &groups[at..at + 8]);
+                    offsets.iter().fold(_mm256_setzero_si256(), |a, &offset| {
+                        let cell = _mm256_i32gather_epi32::<1>(base, offset);
+                        _mm256_max_epu32(a, _mm256_and_si256(cell, byte))
                     })
                 };
-                // SAFETY: 64 bytes into a chunk of 16 u32.
-                unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), answers) };
+                // SAFETY: 32 bytes into a chunk of 8 u32.
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), answers) };
             }
-            for (j, &a) in out[..16 * here].iter().enumerate() {
-                answer(16 * first + j, a as u8);
+            for (j, &a) in out[..8 * here].iter().enumerate() {
+                answer(8 * first + j, a as u8);
             }
         }
-        16 * blocks
+        8 * blocks
     }
 
-    /// The AVX-512 insert loop over whole batches of [`BATCH`] keys (see
-    /// [`Self::insert_rows`]); returns how many keys it inserted. The cells are located in
-    /// vector registers and each lowered by a scalar read-modify-write: two keys of a block
-    /// may share a cell, which a scatter would not order.
+    /// The AVX2 insert loop over whole batches of [`BATCH`] keys (see [`Self::insert_rows`]);
+    /// returns how many keys it inserted. The cells are located in vector registers and each
+    /// lowered by a scalar read-modify-write: two keys of a block may share a cell.
     ///
     /// # Safety
-    /// As [`Self::query_rows_avx512`].
+    /// As [`Self::query_rows_avx2`].
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn insert_rows_avx512<const R: usize>(
+    #[target_feature(enable = "avx2")]
+    unsafe fn insert_rows_avx2<const R: usize>(
         &mut self,
         keys: &[u32],
         groups: &[u8],
@@ -320,19 +319,19 @@ impl MinMaxSketches {
         use std::arch::x86_64::*;
         let hash = VectorHash::new(self);
         let batches = keys.len() / BATCH;
-        let mut at = [[0u32; 16]; BATCH / 16 * MAX_ROWS];
+        let mut at = [[0u32; 8]; BATCH / 8 * MAX_ROWS];
         for b in 0..batches {
-            for q in 0..BATCH / 16 {
-                let i = b * BATCH + 16 * q;
+            for q in 0..BATCH / 8 {
+                let i = b * BATCH + 8 * q;
                 prefetch_inputs(keys, groups, i + INPUT_AHEAD);
                 // SAFETY: the block is inside the inputs, its groups in the set (the caller's
                 // promise).
                 let offsets =
-                    unsafe { hash.offsets::<R>(self, &keys[i..i + 16], &groups[i..i + 16]) };
+                    unsafe { hash.offsets::<R>(self, &keys[i..i + 8], &groups[i..i + 8]) };
                 for (r, offset) in offsets.iter().enumerate() {
                     let row = &mut at[q * R + r];
-                    // SAFETY: 64 bytes into an array of 16 u32.
-                    unsafe { _mm512_storeu_si512(row.as_mut_ptr().cast(), *offset) };
+                    // SAFETY: 32 bytes into an array of 8 u32.
+                    unsafe { _mm256_storeu_si256(row.as_mut_ptr().cast(), *offset) };
                     for &cell in row.iter() {
                         // SAFETY: a prefetch is a hint; the offset is a cell's anyway.
                         unsafe {
@@ -343,8 +342,8 @@ impl MinMaxSketches {
                     }
                 }
             }
-            for q in 0..BATCH / 16 {
-                let indexes = &indexes[b * BATCH + 16 * q..][..16];
+            for q in 0..BATCH / 8 {
+                let indexes = &indexes[b * BATCH + 8 * q..][..8];
                 for row in &at[q * R..(q + 1) * R] {
                     for (&cell, &index) in row.iter().zip(indexes) {
                         let c = &mut self.cells[cell as usize];
@@ -397,88 +396,89 @@ fn prefetch_inputs(keys: &[u32], groups: &[u8], at: usize) {
     }
 }
 
-/// What the AVX-512 paths need to locate sixteen keys' cells at once: each group's columns and
-/// first cell in registers (for up to 16 groups; beyond, they are gathered from memory).
+/// What the AVX2 paths need to locate eight keys' cells at once: each group's columns and
+/// first cell in registers (for up to 8 groups, SketchML's default; beyond, they are gathered
+/// from memory).
 #[cfg(target_arch = "x86_64")]
 struct VectorHash {
     few: bool,
-    cols: std::arch::x86_64::__m512i,
-    starts: std::arch::x86_64::__m512i,
+    cols: std::arch::x86_64::__m256i,
+    starts: std::arch::x86_64::__m256i,
 }
 
 #[cfg(target_arch = "x86_64")]
 impl VectorHash {
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx2")]
     fn new(set: &MinMaxSketches) -> VectorHash {
         use std::arch::x86_64::*;
         let table = |v: &[u32]| {
-            let mut t = [0u32; 16];
-            let n = v.len().min(16);
+            let mut t = [0u32; 8];
+            let n = v.len().min(8);
             t[..n].copy_from_slice(&v[..n]);
-            // SAFETY: 64 bytes read from a local array of 16 u32.
-            unsafe { _mm512_loadu_si512(t.as_ptr().cast()) }
+            // SAFETY: 32 bytes read from a local array of 8 u32.
+            unsafe { _mm256_loadu_si256(t.as_ptr().cast()) }
         };
         VectorHash {
-            few: set.groups() <= 16,
+            few: set.groups() <= 8,
             cols: table(&set.cols32),
             starts: table(&set.starts32),
         }
     }
 
-    /// The cell offsets of 16 keys, row by row: per row the column
+    /// The cell offsets of 8 keys, row by row: per row the column
     /// `((key·m >> 32) · cols) >> 32` of [`column`] in 32-bit halves (`key·m >> 32` is
     /// `hi(key·m_lo) + key·m_hi` modulo 2³²), after the row's first cell.
     ///
     /// # Safety
-    /// `keys` and `groups` hold 16 entries, every group is in `set`, and `set`'s offsets fit
+    /// `keys` and `groups` hold 8 entries, every group is in `set`, and `set`'s offsets fit
     /// 32 bits.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx2")]
     unsafe fn offsets<const R: usize>(
         &self,
         set: &MinMaxSketches,
         keys: &[u32],
         groups: &[u8],
-    ) -> [std::arch::x86_64::__m512i; R] {
+    ) -> [std::arch::x86_64::__m256i; R] {
         use std::arch::x86_64::*;
-        debug_assert!(keys.len() == 16 && groups.len() == 16);
-        // SAFETY: 16 keys and 16 groups (the caller's promise); groups index `cols32` and
+        debug_assert!(keys.len() == 8 && groups.len() == 8);
+        // SAFETY: 8 keys and 8 groups (the caller's promise); groups index `cols32` and
         // `starts32` (in the set).
         let (key, g) = unsafe {
             (
-                _mm512_loadu_si512(keys.as_ptr().cast()),
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(groups.as_ptr().cast())),
+                _mm256_loadu_si256(keys.as_ptr().cast()),
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(groups.as_ptr().cast())),
             )
         };
         let (cols, mut row_start) = if self.few {
             (
-                _mm512_permutexvar_epi32(g, self.cols),
-                _mm512_permutexvar_epi32(g, self.starts),
+                _mm256_permutevar8x32_epi32(self.cols, g),
+                _mm256_permutevar8x32_epi32(self.starts, g),
             )
         } else {
             unsafe {
                 (
-                    _mm512_i32gather_epi32::<4>(g, set.cols32.as_ptr() as *const i32),
-                    _mm512_i32gather_epi32::<4>(g, set.starts32.as_ptr() as *const i32),
+                    _mm256_i32gather_epi32::<4>(set.cols32.as_ptr() as *const i32, g),
+                    _mm256_i32gather_epi32::<4>(set.starts32.as_ptr() as *const i32, g),
                 )
             }
         };
-        let odd = 0xAAAA;
-        let cols_odd = _mm512_srli_epi64::<32>(cols);
-        let key_odd = _mm512_srli_epi64::<32>(key);
+        const ODD: i32 = 0xAA;
+        let cols_odd = _mm256_srli_epi64::<32>(cols);
+        let key_odd = _mm256_srli_epi64::<32>(key);
         std::array::from_fn(|r| {
             let m = MULTIPLIERS[r];
             let (m_lo, m_hi) = (
-                _mm512_set1_epi64(m as u32 as i64),
-                _mm512_set1_epi32((m >> 32) as u32 as i32),
+                _mm256_set1_epi64x(m as u32 as i64),
+                _mm256_set1_epi32((m >> 32) as u32 as i32),
             );
-            let even = _mm512_srli_epi64::<32>(_mm512_mul_epu32(key, m_lo));
-            let hi = _mm512_mask_blend_epi32(odd, even, _mm512_mul_epu32(key_odd, m_lo));
-            let h = _mm512_add_epi32(hi, _mm512_mullo_epi32(key, m_hi));
-            let even = _mm512_srli_epi64::<32>(_mm512_mul_epu32(h, cols));
-            let odd_col = _mm512_mul_epu32(_mm512_srli_epi64::<32>(h), cols_odd);
-            let column = _mm512_mask_blend_epi32(odd, even, odd_col);
-            let offset = _mm512_add_epi32(row_start, column);
-            row_start = _mm512_add_epi32(row_start, cols);
+            let even = _mm256_srli_epi64::<32>(_mm256_mul_epu32(key, m_lo));
+            let hi = _mm256_blend_epi32::<ODD>(even, _mm256_mul_epu32(key_odd, m_lo));
+            let h = _mm256_add_epi32(hi, _mm256_mullo_epi32(key, m_hi));
+            let even = _mm256_srli_epi64::<32>(_mm256_mul_epu32(h, cols));
+            let odd_col = _mm256_mul_epu32(_mm256_srli_epi64::<32>(h), cols_odd);
+            let column = _mm256_blend_epi32::<ODD>(even, odd_col);
+            let offset = _mm256_add_epi32(row_start, column);
+            row_start = _mm256_add_epi32(row_start, cols);
             offset
         })
     }
@@ -547,15 +547,15 @@ mod tests {
         }
     }
 
-    /// The AVX-512 inserts and queries (where the CPU has them) leave the cells and give the
-    /// answers of the scalar loops: one
-    /// to eight rows, up to 16 groups (a permutation) and more (a gather), key counts that
-    /// are not a multiple of a block, keys over the whole u32 range, columns from 1 to 2^20.
+    /// The AVX2 inserts and queries (where the CPU has them) leave the cells and give the
+    /// answers of the scalar loops: one to eight rows, up to 8 groups (a permutation) and more
+    /// (a gather), key counts that are not a multiple of a block, keys over the whole u32
+    /// range, columns from 1 to 2^20.
     #[test]
     fn vector_queries_answer_what_the_scalar_loop_answers() {
         #[cfg(target_arch = "x86_64")]
-        if !avx512() {
-            eprintln!("no AVX-512 here: only the scalar path runs");
+        if !avx2() {
+            eprintln!("no AVX2 here: only the scalar path runs");
         }
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
