@@ -256,10 +256,7 @@ pub(crate) fn sketch_gradient(
         s.local.truncate(m);
         s.mags.truncate(m);
     } else {
-        let out = s.labels.iter_mut().zip(&mut s.local);
-        for ((label, local), &v) in out.zip(values) {
-            (*label, *local) = codes.get(v);
-        }
+        codes.get_all(values, &mut s.labels, &mut s.local);
     }
     let sent: &[u32] = if s.compacted { &s.keys } else { keys };
     // Magnitudes as signed values (the sums take their absolute values).
