@@ -14,8 +14,8 @@
 //! Run with one worker and with two (threads of one process). What two workers add is what
 //! crosses between their cores: on this VM about 1-1.5 µs a hop when the two vCPUs share a
 //! cache and about 8.5 µs when they sit on different chiplets, a large part of a two-worker
-//! round on the programs issue's 600k-row job (see "Two workers against one: the log" in the
-//! README). Before each two-worker run its workers measure a cache line's round trip between
+//! round on the 600k-row job of `bench/sklearn.sh` (see "The two CPUs' distance" in
+//! `docs/architecture.md`). Before each two-worker run its workers measure a cache line's round trip between
 //! their cores (`gradflow::cores::CoreDistance`, as the runtime does), printed beside the result.
 
 mod round_loop;

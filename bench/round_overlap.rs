@@ -22,7 +22,7 @@
 //! Each line is one triple of runs (one worker, two serial, two pipelined), with the round trip
 //! in ns between the two workers' cores measured before each two-worker run (as the runtime does):
 //! on this VM the placement changes within seconds, so runs are shown with theirs rather than
-//! pooled. The README's "Two workers against one: the log" reads the results.
+//! pooled. `docs/results.md` ("Two workers against one") has the results.
 
 mod round_loop;
 

@@ -162,7 +162,7 @@ fn same_seed_same_model_and_exchanges_agree() {
 /// 0.5%. Where the excess is large it is the codec's design meeting this set (1% batches of
 /// sparse one-hot rows, λ = 1e-6), not noise: unbiased sparsifiers and quantisers (randomk,
 /// gspar, qsgd, terngrad) rescale rare coordinates by 1/p, which Adam's per-key normalisation
-/// turns into full-size noisy steps; signSGD under Adam runs without memory (see the README);
+/// turns into full-size noisy steps; signSGD under Adam runs without memory (see `docs/codecs.md`);
 /// SketchML's excess under Adam is largest at epoch 1 and shrinks each epoch (at epoch 3:
 /// +0.28% to +0.70% at seeds 42, 1 and 3).
 const TOLERANCES: &[(&str, f64, f64)] = &[
@@ -1027,7 +1027,7 @@ fn training_gradients_can_be_dumped_and_compared() {
 /// SketchML on the embedded flights table with the time split (`test_split = "tail"`: the
 /// test rows are the last 20% of the year, whose dates and date crosses training never saw).
 /// The MinMaxSketch shrinks the largest magnitudes of each group most, and by different
-/// factors for the two signs (README, SketchML notes), which moves the optimum; on this split
+/// factors for the two signs (`docs/codecs.md`, SketchML notes), which moves the optimum; on this split
 /// the date features cannot absorb the shift and the test loss drifts away from uncompressed
 /// training epoch after epoch. A lazy residual returns what was shrunk. 2 workers, allgather,
 /// 1% batches, λ = 1e-6: the setting of the drift's report.
@@ -1070,7 +1070,7 @@ fn sketchml_with_a_lazy_residual_does_not_drift_on_the_flights_time_split() {
     // With a lazy residual and the default `mean` table it stays within 1% from epoch 3 on
     // (the first two epochs are above while the residuals build up; measured: -0.28%). Over
     // twenty hash seeds of the sketch (a throwaway build that read its multipliers from the
-    // environment; README, SketchML notes) it stayed within 1% for 17, at most +3.5%; with
+    // environment; `docs/codecs.md`, SketchML notes) it stayed within 1% for 17, at most +3.5%; with
     // `decode = "edge"` for 8 of 20, up to +24%, and the shipped seed was one of those 8 by
     // chance: that is why this checks `mean`, not `edge` as it once did. At training seeds
     // 1-7 (the shipped hash) `mean` stayed within -1.5% to +0.5%.

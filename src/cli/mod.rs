@@ -38,7 +38,7 @@ use serde::Deserialize;
   gradflow bench bench/quick.toml                       a benchmark suite, with its report
   gradflow codec compare --synth 1000000,100000         every codec on one gradient
 
-The README has the job file's fields and everything measured."
+The user guide is in docs/: docs/jobs.md has every job field, docs/results.md what was measured."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -17,7 +17,7 @@
 //! Before this coder, `skcompress` used the `constriction` crate's ANS coder (one state, 32-bit
 //! words, the same lookup table for decoding), which has no interleaved variant: 9.3 ms to
 //! encode and 9.3 ms to decode the 1.6M symbols of a message at D = 29M, d = 1M (5.8 ns per
-//! symbol each way); see the README for this coder's numbers.
+//! symbol each way); see `docs/codecs.md` for this coder's numbers.
 //!
 //! No probability exceeds 1 − 2⁻⁸, which bounds the symbols a stream can hold: the model
 //! has one more symbol than the alphabet, a reserved symbol 0 holding 2⁻⁸ of the mass, never

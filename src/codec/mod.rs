@@ -142,7 +142,7 @@ pub enum ErrorFeedback {
     /// A lazy residual ([`crate::memory::lazy_residual`]) with plain SGD and momentum, none
     /// with Adam: SketchML's MinMaxSketch shrinks the top buckets of each group, which hold the
     /// frequent keys, by different factors for the two signs; that moves SGD's fixed point
-    /// (the README's SketchML notes measure it), and the residual returns what was shrunk. Under
+    /// (`docs/codecs.md`, the SketchML notes, measure it), and the residual returns what was shrunk. Under
     /// Adam it slows the first epoch (+3% test loss on the convergence set): a job that sees the
     /// drift (time-split data) sets `memory = "lazy_residual"` with `decode = "edge"`.
     LazyResidualUnlessAdam,

@@ -24,7 +24,7 @@
 //!   the least-squares value for what the receiver can tell apart, and every such class decodes
 //!   to its true sum, so each sign's sum, and with it the size of an SGD step, is kept. A
 //!   correctly answered key decodes above its true magnitude when collided keys share its
-//!   class. Measured on the convergence set (README): plain SGD ends 0.75% above uncompressed
+//!   class. Measured on the convergence set (`docs/codecs.md`): plain SGD ends 0.75% above uncompressed
 //!   with `mean` and 3.7% with `edge`, whose shrinking acts as a smaller learning rate; Adam,
 //!   which normalises scale, is the same with either.
 //! * `edge`: the bucket's zero-side edge, the largest value with `|decoded| <= |true|` for every

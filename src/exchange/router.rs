@@ -114,7 +114,7 @@ impl Router {
                 // buffers are written only by this core: the split's scattered
                 // stores into lines the other core has read wait, on cores of
                 // different chiplets, for each line's invalidation, where a copy
-                // streams them (README, "What leaves is a copy").
+                // streams them (`docs/architecture.md`, "What leaves is a copy").
                 let pairs = if dest as u32 == ctx.worker {
                     std::mem::take(piece)
                 } else {

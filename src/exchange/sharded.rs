@@ -341,7 +341,7 @@ impl Step for Aggregate {
         // this core alone, round after round. Written into lines the other core has read
         // (a buffer that left before, handed back to this thread's arena), the optimizer
         // step's stores waited for each line's invalidation when the two cores sit on
-        // different chiplets; a copy streams them (README, "What leaves is a copy").
+        // different chiplets; a copy streams them (`docs/architecture.md`, "What leaves is a copy").
         let (local, bytes) = unencoded;
         for &d in &local {
             st.sent(false, bytes, false);

@@ -9,7 +9,7 @@
 //! (SketchML with `residual` on the flights table, Adam, allgather: train loss 0.487 against
 //! 0.391 uncompressed). The lazy residual sends the keys the gradient has, like no memory, and
 //! still returns what a biased codec shrank: what SketchML's MinMaxSketch takes from the
-//! largest magnitudes of each group (README, SketchML notes) comes back the next time the key
+//! largest magnitudes of each group (`docs/codecs.md`, SketchML notes) comes back the next time the key
 //! is in a batch, which, for the frequent keys that lose most, is the next round.
 //! State: one f32 per model key (4·D bytes), on lazily zeroed pages.
 
