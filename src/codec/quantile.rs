@@ -452,6 +452,39 @@ mod tests {
         assert_eq!(positive.slot_table(|s, b| (s, b)).get(-0.0), (1, 0));
     }
 
+    /// The histogram's count, eight slots at a time with AVX2 where the CPU has it, counts
+    /// every value where one at a time would: zeros of both signs at the zero entry, values
+    /// beyond both ends clamped, a count that is not a multiple of 8.
+    #[test]
+    fn counting_eight_at_a_time_counts_what_one_at_a_time_does() {
+        let index = SlotIndex {
+            first: [slot_of(1e-6f32.to_bits()), slot_of(1e-5f32.to_bits())],
+            last: [3000, 2000],
+            base: [0, 3001],
+        };
+        let zero = 5002;
+        let mut values: Vec<f32> = (0..10_003u64)
+            .map(|i| {
+                let h = crate::data::partition::mix64(9, i);
+                let m = f32::from_bits(0x3000_0000 + (h as u32 % 0x1400_0000));
+                if h >> 63 == 1 {
+                    -m
+                } else {
+                    m
+                }
+            })
+            .collect();
+        values.extend([0.0, -0.0, 1e30, -1e30, 1e-30, -1e-30]);
+        let mut counted = vec![0u16; zero + 1];
+        index.count(&values, &mut counted, zero);
+        let mut one_by_one = vec![0u16; zero + 1];
+        for &v in &values {
+            one_by_one[if v == 0.0 { zero } else { index.of(v) }] += 1;
+        }
+        assert_eq!(counted, one_by_one);
+        assert_eq!(counted[zero], 2, "both zeros");
+    }
+
     #[test]
     fn each_sign_is_sampled_with_its_own_stride() {
         // 100 distinct negative values among 200,000 positive ones: the negative side gets
