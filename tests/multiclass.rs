@@ -10,7 +10,7 @@ use rand::{RngExt, SeedableRng};
 
 mod common;
 
-use common::{epoch_losses, gradflow, gradflow_ok, job_from, run_local};
+use common::{epoch_losses, gradflow, gradflow_ok, gradflow_outputs, job_from, run_local};
 use gradflow::data::idx::write_idx;
 use gradflow::data::{write_libsvm, Dataset};
 use gradflow::metrics::MetricsRow;
@@ -298,7 +298,7 @@ fn the_softmax_model_file_predicts_what_training_measured() {
     assert!(accuracy > 0.8, "{accuracy}");
     assert!(last[column("test_auc")].is_empty(), "no AUC for 4 classes");
 
-    let out = gradflow_ok([
+    let (_, said) = gradflow_outputs([
         "predict".as_ref(),
         path("model.txt").as_os_str(),
         path("test.svm").as_os_str(),
@@ -306,15 +306,23 @@ fn the_softmax_model_file_predicts_what_training_measured() {
         path("p.txt").as_os_str(),
     ]);
     assert!(
-        out.contains(&format!("accuracy {accuracy:.4}")) && !out.contains("auc"),
-        "{out}"
+        said.contains(&format!("accuracy {accuracy:.4}")) && !said.contains("auc"),
+        "{said}"
     );
-    // A prediction is the most likely class; the share that is right is the accuracy.
-    let predicted: Vec<f32> = std::fs::read_to_string(path("p.txt"))
+    // A prediction is the most likely class, with its probability (at least 1/K, at most 1);
+    // the share of classes that are right is the accuracy.
+    let lines: Vec<(f32, f32)> = std::fs::read_to_string(path("p.txt"))
         .unwrap()
         .lines()
-        .map(|l| l.parse().unwrap())
+        .map(|l| {
+            let (c, p) = l.split_once(' ').unwrap();
+            (c.parse().unwrap(), p.parse().unwrap())
+        })
         .collect();
+    assert!(lines
+        .iter()
+        .all(|&(_, p)| (1.0 / K as f32 - 1e-6..=1.0).contains(&p)));
+    let predicted: Vec<f32> = lines.iter().map(|l| l.0).collect();
     let (_, labels) = images(1000, 2);
     assert_eq!(predicted.len(), labels.len());
     assert!(predicted
@@ -622,18 +630,16 @@ fn predict_reads_idx_images_with_their_labels() {
         ])
     };
     let out = predict("test-images", "test-labels");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    // The accuracy training measured on the same images, to the printed digits; the
+    // predictions on standard output, a line per image.
+    assert!(said.contains("rows 1000"), "{said}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        said.contains(&format!("accuracy {trained:.4}")),
+        "{said} vs {trained}"
     );
-    // The accuracy training measured on the same images, to the printed digits.
-    assert!(stdout.contains("rows 1000"), "{stdout}");
-    assert!(
-        stdout.contains(&format!("accuracy {trained:.4}")),
-        "{stdout} vs {trained}"
-    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1000);
 
     // Images of another size, fewer or more rows of pixels, are an error naming the file and
     // the model's size (not a job's data.max_dim).

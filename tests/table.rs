@@ -8,7 +8,7 @@ use std::process::Command;
 
 mod common;
 
-use common::{gradflow, gradflow_ok, hostfile};
+use common::{gradflow, gradflow_ok, gradflow_outputs, hostfile};
 use gradflow::data::table::{read_rows, PreparedRow};
 
 /// A generated table: clicks on shops, with a time, a price and a city joined to a region.
@@ -379,6 +379,19 @@ fn bad_tables_are_errors_naming_file_line_column_and_name() {
         "{e}"
     );
 
+    // A header naming one column twice (line 1, the second one's column).
+    std::fs::write(&data, text.replacen("price", "shop", 1)).unwrap();
+    let e = train_err(&job, &[]);
+    assert!(
+        e.contains("clicks.csv:1:5") && e.contains("columns 3 and 5 are both named 'shop'"),
+        "{e}"
+    );
+
+    // The label's column listed as a feature (it gave a test AUC of 1.0).
+    std::fs::write(&data, &text).unwrap();
+    let e = train_err(&job, &["data.features.categorical=[\"shop\",\"clicked\"]"]);
+    assert!(e.contains("'clicked' is the label's column"), "{e}");
+
     // A dimension table with a key on two rows.
     std::fs::write(&data, &text).unwrap();
     let mut c = std::fs::read_to_string(&cities).unwrap();
@@ -422,7 +435,7 @@ fn a_model_trained_on_a_table_predicts_raw_csv_through_its_feature_map() {
     let rows = dir.path().join("new.csv");
     std::fs::write(&rows, new).unwrap();
     let out = dir.path().join("p.jsonl");
-    let said = gradflow_ok([
+    let (_, said) = gradflow_outputs([
         "predict",
         model.to_str().unwrap(),
         rows.to_str().unwrap(),
@@ -430,7 +443,7 @@ fn a_model_trained_on_a_table_predicts_raw_csv_through_its_feature_map() {
         "id",
         "--format",
         "json",
-        "--out",
+        "-o",
         out.to_str().unwrap(),
     ]);
     assert!(
@@ -446,7 +459,7 @@ fn a_model_trained_on_a_table_predicts_raw_csv_through_its_feature_map() {
     let p: Vec<f64> = lines
         .iter()
         .map(|l| {
-            l.split("\"prediction\": ")
+            l.split("\"probability\": ")
                 .nth(1)
                 .unwrap()
                 .trim_end_matches('}')
@@ -454,7 +467,11 @@ fn a_model_trained_on_a_table_predicts_raw_csv_through_its_feature_map() {
                 .unwrap()
         })
         .collect();
-    assert!(lines[0].starts_with("{\"id\": \"a1\""), "{}", lines[0]);
+    assert!(
+        lines[0].starts_with("{\"id\": \"a1\", \"prediction\": "),
+        "{}",
+        lines[0]
+    );
     assert!(p.iter().all(|p| *p > 0.0 && *p < 1.0), "{p:?}");
     // s3 in the evening in region r0 is the likeliest click; s1 at night in r1 less so.
     assert!(p[0] > p[1], "{p:?}");
@@ -473,14 +490,46 @@ fn a_model_trained_on_a_table_predicts_raw_csv_through_its_feature_map() {
         out_csv.to_str().unwrap(),
     ]);
     let written = std::fs::read_to_string(&out_csv).unwrap();
-    assert!(written.starts_with("shop,prediction\n"), "{written}");
+    assert!(
+        written.starts_with("id,prediction,probability\n"),
+        "{written}"
+    );
     assert_eq!(written.lines().count(), 4001);
-    assert!(written.contains("\n\"Shop, seven\",0."), "quoted id");
+    assert!(
+        written.contains("\n\"Shop, seven\",1,0.") || written.contains("\n\"Shop, seven\",0,0."),
+        "quoted id"
+    );
 
-    // On the training table itself, predict scores the rows it can (all have labels) and its
-    // loss is near the training run's.
-    let said = gradflow_ok(["predict", model.to_str().unwrap(), data.to_str().unwrap()]);
+    // On the training table itself, predict scores the rows it can (all have labels), says
+    // so on standard error and writes the predictions to standard output: the same as --out.
+    let (predictions, said) =
+        gradflow_outputs(["predict", model.to_str().unwrap(), data.to_str().unwrap()]);
     assert!(said.contains("rows 4000  scored 4000"), "{said}");
+    let lines = gradflow_ok([
+        "predict",
+        model.to_str().unwrap(),
+        data.to_str().unwrap(),
+        "--format",
+        "csv",
+        "--id",
+        "shop",
+        "--out",
+        "-",
+    ]);
+    assert_eq!(lines, written);
+    assert_eq!(predictions.lines().count(), 4000);
+
+    // JSON ids are numbers when the id column is numeric.
+    let json = gradflow_ok([
+        "predict",
+        model.to_str().unwrap(),
+        data.to_str().unwrap(),
+        "--format",
+        "json",
+        "--id",
+        "id",
+    ]);
+    assert!(json.starts_with("{\"id\": 0, \"prediction\": "), "{json}");
 }
 
 /// `predict` adds the intercept to the rows it reads: a model whose only weight is its
@@ -507,7 +556,7 @@ fn predict_adds_the_intercept_of_the_model() {
     let p: Vec<f64> = std::fs::read_to_string(&out)
         .unwrap()
         .lines()
-        .map(|l| l.parse().unwrap())
+        .map(|l| l.strip_prefix("1 ").unwrap().parse().unwrap())
         .collect();
     let expected = 1.0 / (1.0 + (-0.5f64).exp());
     assert_eq!(p.len(), 2);

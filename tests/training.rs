@@ -727,18 +727,24 @@ fn predict_reads_the_saved_model() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("rows 3000") && stdout.contains("auc"),
-        "{stdout}"
-    );
-    let p: Vec<f32> = std::fs::read_to_string(&preds)
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("rows 3000") && said.contains("auc"), "{said}");
+    assert!(out.stdout.is_empty(), "the predictions went to --out");
+    // A line per row: the class, then the probability of class 1; the class is 1 exactly
+    // when that probability is above one half.
+    let p: Vec<(f32, f32)> = std::fs::read_to_string(&preds)
         .unwrap()
         .lines()
-        .map(|l| l.parse().unwrap())
+        .map(|l| {
+            let (c, p) = l.split_once(' ').unwrap();
+            (c.parse().unwrap(), p.parse().unwrap())
+        })
         .collect();
     assert_eq!(p.len(), 3000);
-    assert!(p.iter().all(|x| (0.0..=1.0).contains(x)));
+    assert!(p.iter().all(|(_, x)| (0.0..=1.0).contains(x)));
+    let agree = |&(c, x): &(f32, f32)| x == 0.5 || c == (x > 0.5) as u8 as f32;
+    assert!(p.iter().all(agree), "{p:?}");
+    assert!(p.iter().any(|l| l.0 == 1.0) && p.iter().any(|l| l.0 == 0.0));
 
     // Features the model never saw (beyond its dimension) are ignored and counted, in
     // `predict` and in a training job's separate test file; a row keeps its other features.
@@ -750,17 +756,15 @@ fn predict_reads_the_saved_model() {
         .arg(&unseen)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
     assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+        said.contains("rows 2")
+            && said.contains("2 features beyond the model's dimension 2000 ignored"),
+        "{said}"
     );
-    assert!(
-        stdout.contains("rows 2")
-            && stdout.contains("2 features beyond the model's dimension 2000 ignored"),
-        "{stdout}"
-    );
+    // Without --out, the predictions are on standard output.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
     let with_test = write_job(
         dir.path(),
         "t.toml",

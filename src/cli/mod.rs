@@ -7,7 +7,7 @@ mod bench;
 mod cluster;
 mod netns;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,8 +67,8 @@ enum Command {
     /// Score a saved model on a LibSVM file or a raw CSV table (through its feature map) and write
     /// its predictions.
     #[command(after_help = "Examples:
-  gradflow predict out/quickstart-model.txt flights.csv --id tailnum --format csv --out p.csv
-  gradflow predict model.txt test.svm --out predictions.txt")]
+  gradflow predict out/quickstart-model.txt flights.csv --id tailnum --format csv -o p.csv
+  gradflow predict model.txt test.svm > predictions.txt     (the summary goes to stderr)")]
     Predict(PredictArgs),
     /// Dataset utilities.
     #[command(subcommand)]
@@ -322,14 +322,16 @@ struct PredictArgs {
     /// then the images file.
     #[arg(long)]
     labels: Option<PathBuf>,
-    /// Write one prediction per row here (probability for logistic, margin for hinge, value for
-    /// squared): one number per line, or with --format csv / json, records with --id.
-    #[arg(long)]
+    /// Write the predictions here (default, or `-`: standard output; the summary goes to
+    /// standard error). A row's prediction is its class (1 or 0 for two classes) followed by
+    /// the probability (logistic: of class 1; softmax: of the predicted class) or the margin
+    /// (hinge); for squared loss, the value.
+    #[arg(long, short)]
     out: Option<PathBuf>,
     /// CSV tables: a column to write beside each prediction as the row's id.
     #[arg(long)]
     id: Option<String>,
-    /// Output format of --out.
+    /// Output format.
     #[arg(long, value_enum, default_value_t = PredictFormat::Lines)]
     format: PredictFormat,
     /// The largest model to load, in features (plus an intercept): the data.max_dim of the
@@ -338,14 +340,16 @@ struct PredictArgs {
     max_dim: u32,
 }
 
-/// How `predict --out` writes predictions.
+/// How `predict` writes predictions.
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
 enum PredictFormat {
-    /// One prediction per line.
+    /// A line per row: the prediction, then the probability or margin (space-separated).
     Lines,
-    /// CSV with a header: `id,prediction` (id: the --id column, else the 1-based row).
+    /// CSV with a header: `id,prediction[,probability|margin]` (id: the --id column, else the
+    /// 1-based row).
     Csv,
-    /// JSON lines: `{"id": ..., "prediction": ...}`.
+    /// JSON lines: `{"id": ..., "prediction": ..., "probability": ...}` (a numeric id column
+    /// gives numbers).
     Json,
 }
 
@@ -939,33 +943,150 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     if let Some(n) = ignored {
         line += &format!("  ({n})");
     }
-    println!("{line}");
-    if let Some(out) = &a.out {
-        use std::io::Write;
-        let io = |e: std::io::Error| format!("{}: {e}", out.display());
-        let mut w = crate::atomic::AtomicFile::create(out).map_err(io)?;
-        if a.format == PredictFormat::Csv {
-            writeln!(w, "{},prediction", a.id.as_deref().unwrap_or("row")).map_err(io)?;
+    eprintln!("{line}");
+    let columns = PredictionColumns::of(&*loss);
+    let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
+        write_predictions(w, &a, &model.weights, &data, &ids, &*loss, columns)
+    };
+    match a.out.as_deref().filter(|o| o.as_os_str() != "-") {
+        Some(out) => {
+            let io = |e: std::io::Error| format!("{}: {e}", out.display());
+            let mut file = crate::atomic::AtomicFile::create(out).map_err(io)?;
+            write(&mut file).map_err(io)?;
+            file.commit().map_err(io)?;
+            eprintln!("predictions: {}", out.display());
         }
-        let mut m = vec![0.0f32; model.outputs() as usize];
-        for i in 0..data.rows() {
-            let (k, v) = data.row(i);
-            margins(&model.weights, k, v, &mut m);
-            let p = loss.predict(&m);
-            let id = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
-            match a.format {
-                PredictFormat::Lines => writeln!(w, "{p}"),
-                PredictFormat::Csv => writeln!(w, "{},{p}", csv_field(&id)),
-                PredictFormat::Json => {
-                    writeln!(w, "{{\"id\": {}, \"prediction\": {p}}}", json_string(&id))
-                }
-            }
-            .map_err(io)?;
+        None => {
+            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            write(&mut stdout)
+                .and_then(|()| stdout.flush())
+                .map_err(|e| format!("standard output: {e}"))?;
         }
-        w.commit().map_err(io)?;
-        println!("predictions: {}", out.display());
     }
     Ok(())
+}
+
+/// What `predict` writes for a row besides its id: the prediction (the class for
+/// classification, 1 or 0 for two classes), and for classification how sure it is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum PredictionColumns {
+    /// The value (regression).
+    Value,
+    /// The class and the probability of the positive class (logistic).
+    Probability,
+    /// The class and the margin (hinge, or a program's own two-class loss).
+    Margin,
+    /// The most likely class and its probability (softmax of the margins).
+    ClassProbability,
+}
+
+impl PredictionColumns {
+    fn of(loss: &dyn crate::model::ModelLoss) -> Self {
+        match loss.task() {
+            crate::model::Task::Regression => Self::Value,
+            crate::model::Task::Multiclass => Self::ClassProbability,
+            crate::model::Task::Binary if loss.name() == "logistic" => Self::Probability,
+            crate::model::Task::Binary => Self::Margin,
+        }
+    }
+
+    /// The name of the second column, if any.
+    fn second(self) -> Option<&'static str> {
+        match self {
+            Self::Value => None,
+            Self::Probability | Self::ClassProbability => Some("probability"),
+            Self::Margin => Some("margin"),
+        }
+    }
+
+    /// The prediction and the second column of a row with `margins`.
+    fn row(self, loss: &dyn crate::model::ModelLoss, margins: &[f32]) -> (f32, Option<f32>) {
+        let score = loss.predict(margins);
+        match self {
+            Self::Value => (score, None),
+            Self::Probability | Self::Margin => {
+                (if margins[0] > 0.0 { 1.0 } else { 0.0 }, Some(score))
+            }
+            Self::ClassProbability => {
+                let top = margins.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let sum: f32 = margins.iter().map(|m| (m - top).exp()).sum();
+                let class = score as usize;
+                let p = margins
+                    .get(class)
+                    .map_or(f32::NAN, |m| (m - top).exp() / sum);
+                (score, Some(p))
+            }
+        }
+    }
+}
+
+/// Writes one prediction per row of `data` in `a.format`: the id (the `--id` column's value,
+/// else the 1-based row), the prediction and, for classification, the second column of
+/// `columns`.
+fn write_predictions(
+    w: &mut dyn std::io::Write,
+    a: &PredictArgs,
+    weights: &[f32],
+    data: &crate::data::Dataset,
+    ids: &[String],
+    loss: &dyn crate::model::ModelLoss,
+    columns: PredictionColumns,
+) -> std::io::Result<()> {
+    // JSON ids are numbers when every one is (row numbers, a numeric id column).
+    let numeric_ids = ids.iter().all(|id| is_json_number(id));
+    let second = columns.second();
+    if a.format == PredictFormat::Csv {
+        let tail = second.map(|s| format!(",{s}")).unwrap_or_default();
+        writeln!(w, "id,prediction{tail}")?;
+    }
+    let mut m = vec![0.0f32; loss.outputs() as usize];
+    for i in 0..data.rows() {
+        let (k, v) = data.row(i);
+        margins(weights, k, v, &mut m);
+        let (prediction, extra) = columns.row(loss, &m);
+        let id = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
+        match (a.format, extra) {
+            (PredictFormat::Lines, None) => writeln!(w, "{prediction}"),
+            (PredictFormat::Lines, Some(x)) => writeln!(w, "{prediction} {x}"),
+            (PredictFormat::Csv, None) => writeln!(w, "{},{prediction}", csv_field(&id)),
+            (PredictFormat::Csv, Some(x)) => writeln!(w, "{},{prediction},{x}", csv_field(&id)),
+            (PredictFormat::Json, _) => {
+                let id = match numeric_ids {
+                    true => id,
+                    false => json_string(&id),
+                };
+                let tail = match (second, extra) {
+                    (Some(name), Some(x)) => format!(", \"{name}\": {}", json_number(x)),
+                    _ => String::new(),
+                };
+                writeln!(
+                    w,
+                    "{{\"id\": {id}, \"prediction\": {}{tail}}}",
+                    json_number(prediction)
+                )
+            }
+        }?;
+    }
+    Ok(())
+}
+
+/// Whether `s` is written as a JSON number would be, and reads back as itself (`007`, `1e400`
+/// and `NaN` are not).
+fn is_json_number(s: &str) -> bool {
+    match s.parse::<i64>() {
+        Ok(n) => n.to_string() == s,
+        Err(_) => s
+            .parse::<f64>()
+            .is_ok_and(|x| x.is_finite() && x.to_string() == s),
+    }
+}
+
+/// A number for JSON: `null` for what JSON cannot write (NaN, infinities).
+fn json_number(x: f32) -> String {
+    match x.is_finite() {
+        true => x.to_string(),
+        false => "null".into(),
+    }
 }
 
 /// A CSV field, quoted when it needs to be.

@@ -73,6 +73,26 @@ pub enum Format {
     Program,
 }
 
+impl Format {
+    /// The format a data file's name implies, compressed or not: `.csv` a CSV table; `.svm`,
+    /// `.libsvm` or `.txt` LibSVM; `…-idx3-ubyte` or `.idx` IDX images. `None`: no telling.
+    pub fn from_extension(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let name = [".gz", ".zst"]
+            .iter()
+            .find_map(|z| name.strip_suffix(z))
+            .unwrap_or(&name);
+        let ext = name.rsplit_once('.').map(|(_, e)| e);
+        match ext {
+            Some("csv") => Some(Format::Csv),
+            Some("svm" | "libsvm" | "txt") => Some(Format::Libsvm),
+            Some("idx") => Some(Format::Idx),
+            _ if name.contains("-idx") && name.ends_with("ubyte") => Some(Format::Idx),
+            _ => None,
+        }
+    }
+}
+
 /// `[data]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -541,6 +561,7 @@ impl Job {
             apply_override(&mut table, o)?;
         }
         let auto = Auto::take(&mut table);
+        let format_given = table.get("data").and_then(|d| d.get("format")).is_some();
         let mut job = if overrides.is_empty() && !auto.any() {
             // The text itself, so that errors point at its lines.
             toml::from_str::<Job>(text).map_err(parse_err)?
@@ -557,6 +578,10 @@ impl Job {
             })?
         };
         job.train.auto = auto;
+        if !format_given {
+            let implied = job.data.train.as_deref().and_then(Format::from_extension);
+            job.data.format = implied.unwrap_or(job.data.format);
+        }
         job.validate().map_err(|message| JobError::Invalid {
             path: path.into(),
             message,
@@ -1611,6 +1636,30 @@ mod tests {
 
     fn parse(text: &str) -> Result<Job, JobError> {
         Job::parse(text, Path::new("job.toml"), &[])
+    }
+
+    #[test]
+    fn the_format_follows_the_file_name_unless_given() {
+        let implied = |name: &str| Format::from_extension(Path::new(name));
+        assert_eq!(implied("d/flights.csv.gz"), Some(Format::Csv));
+        assert_eq!(implied("F.CSV"), Some(Format::Csv));
+        assert_eq!(implied("a9a.libsvm.zst"), Some(Format::Libsvm));
+        assert_eq!(implied("train.svm"), Some(Format::Libsvm));
+        assert_eq!(implied("train-images-idx3-ubyte.gz"), Some(Format::Idx));
+        assert_eq!(implied("rows.parquet"), None);
+        assert_eq!(implied("csv"), None);
+        let csv = "[data]\ntrain = \"x.csv\"\n[data.label]\ncolumn = \"y\"\n\
+                   [data.features]\ncategorical = [\"a\"]\n";
+        assert_eq!(parse(csv).unwrap().data.format, Format::Csv);
+        // A format given, in the file or by an override, is kept (and checked).
+        let given =
+            format!("{csv}\n[model]\n").replace("[data]\n", "[data]\nformat = \"libsvm\"\n");
+        let e = parse(&given).unwrap_err().to_string();
+        assert!(e.contains("set data.format = \"csv\""), "{e}");
+        let o = Job::parse(csv, Path::new("j"), &["data.format=\"libsvm\"".into()]);
+        assert!(o.is_err());
+        let svm = parse("[data]\ntrain = \"x.svm\"").unwrap();
+        assert_eq!(svm.data.format, Format::Libsvm);
     }
 
     #[test]

@@ -112,3 +112,16 @@ where
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Runs the `gradflow` binary with `args`, asserts that it succeeded and returns its stdout and
+/// its stderr.
+pub fn gradflow_outputs<I, S>(args: I) -> (String, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let out = gradflow(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}

@@ -136,7 +136,29 @@ pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
             message: "empty file: expected a header line".into(),
         });
     }
-    Ok(rec.iter().map(|s| s.trim().to_string()).collect())
+    let names: Vec<String> = rec.iter().map(|s| s.trim().to_string()).collect();
+    // Unnamed columns (an index column, a trailing delimiter) cannot be selected: no clash.
+    let named = names
+        .iter()
+        .map(String::as_str)
+        .zip(1..)
+        .filter(|n| !n.0.is_empty());
+    let mut sorted: Vec<(&str, usize)> = named.collect();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(DataError {
+            file: path.to_path_buf(),
+            line: 1,
+            column: w[1].1,
+            message: format!(
+                "columns {} and {} are both named '{}': a column must be named once",
+                w[0].1,
+                w[1].1,
+                crate::data::clip(w[0].0)
+            ),
+        });
+    }
+    Ok(names)
 }
 
 /// How a plain file read by several workers is cut into their parts.

@@ -284,6 +284,17 @@ impl TableSpec {
             ));
         }
         let f = &self.features;
+        let label = &self.label.column;
+        let as_feature = (f.categorical.iter())
+            .chain(f.numeric.iter().map(|n| &n.column))
+            .chain(f.datetime.iter().map(|d| &d.column))
+            .any(|c| c == label);
+        if as_feature {
+            return Err(format!(
+                "data.features: '{label}' is the label's column (data.label.column); a model \
+                 given its own label as a feature learns nothing it can use on new rows"
+            ));
+        }
         if let Some(b) = f.hash_bits {
             if !(1..=31).contains(&b) {
                 return Err(format!("data.features.hash_bits: must be 1 to 31, got {b}"));
