@@ -211,12 +211,15 @@ pub struct RunOutcome {
     pub loaded: String,
 }
 
-/// Builds the observer worker 0 calls for each metrics row.
-pub type ObserverFactory = Arc<dyn Fn(&TrainPlan) -> Box<dyn FnMut(&MetricsRow)> + Send + Sync>;
+/// Builds the observer worker 0 calls for each metrics row, once its data is loaded: given the
+/// plan and a line on the data for people (worker 0's rows and time to read them; empty for a
+/// program's rows, which arrive in its dataflow), to show before the first row.
+pub type ObserverFactory =
+    Arc<dyn Fn(&TrainPlan, &str) -> Box<dyn FnMut(&MetricsRow)> + Send + Sync>;
 
 /// An observer that ignores everything.
 pub fn quiet() -> ObserverFactory {
-    Arc::new(|_| Box::new(|_| {}))
+    Arc::new(|_, _| Box::new(|_| {}))
 }
 
 /// What worker 0 alone hands back: its metrics rows (to finish once the wire counts are
@@ -425,7 +428,8 @@ pub fn run_program(
                 ));
             }
             let observer = if index == 0 {
-                observer(&plan)
+                let program = job.data.format == crate::job::Format::Program;
+                observer(&plan, if program { "" } else { &loaded })
             } else {
                 Box::new(|_: &MetricsRow| {})
             };

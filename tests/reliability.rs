@@ -57,10 +57,13 @@ fn predict_with_infinite_margins_ends_and_ranks_them() {
     let note = "m.txt: a model file of an older format, without a checksum: a file cut short at \
                 a line's end cannot be told from a whole one";
     assert!(stderr(&out).contains(note), "{}", stderr(&out));
-    let line = String::from_utf8_lossy(&out.stdout);
+    let line = stderr(&out);
     // Scores: NaN (positive, ranked last), 10 (negative), 20 and -10 (positive): of the three
     // positives only 20 is above the negative.
     assert!(line.contains("auc 0.3333"), "{line}");
+    // Every row is predicted, the NaN margin's too (class 0, probability NaN).
+    let predictions = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(predictions.lines().count(), 4, "{predictions}");
 }
 
 #[test]

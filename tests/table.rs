@@ -682,3 +682,54 @@ fn a_table_job_reads_its_row_cache_with_its_feature_map_and_notes() {
     assert!(!pipeline_notes(&first).is_empty(), "{first}");
     assert_eq!(pipeline_notes(&first), pipeline_notes(&second));
 }
+
+/// Training in one line: the flags alone make the job; `--print-job` prints it whole, and
+/// that file trains to the same numbers; a cluster takes the same flags.
+#[test]
+fn one_line_of_flags_trains_as_the_job_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, _) = write_tables(dir.path(), 1500);
+    let flags = [
+        "--data",
+        data.to_str().unwrap(),
+        "--label",
+        "clicked=yes",
+        "--categorical",
+        "shop,city",
+        "--numeric",
+        "price:standardize",
+        "--cross",
+        "shop:city",
+        "--lambda",
+        "1e-4",
+        "--lr",
+        "0.05",
+        "--epochs",
+        "3",
+        "--compressor",
+        "topk:ratio=0.5",
+        "--exchange",
+        "allgather",
+    ];
+    // The numbers of each epoch line, without the time and the bytes between processes.
+    let numbers = |out: &str| -> Vec<String> {
+        let lines = out.lines().map(|l| l.trim_start_matches("[p0] "));
+        let lines = lines.filter(|l| l.starts_with("epoch "));
+        lines
+            .map(|l| l[l.find("train_loss").unwrap()..l.find("  sent").unwrap()].to_string())
+            .collect()
+    };
+    let one_line = gradflow_ok(["train", "-w", "2"].iter().chain(&flags));
+    assert_eq!(numbers(&one_line).len(), 3, "{one_line}");
+    assert!(one_line.contains("compressor topk"), "{one_line}");
+
+    let printed = gradflow_ok(["train", "--print-job"].iter().chain(&flags));
+    assert!(printed.contains("format = \"csv\""), "{printed}");
+    let job = dir.path().join("printed.toml");
+    std::fs::write(&job, &printed).unwrap();
+    let from_file = gradflow_ok(["train", job.to_str().unwrap(), "-w", "2"]);
+    assert_eq!(numbers(&from_file), numbers(&one_line));
+
+    let cluster = gradflow_ok(["cluster", "-n", "2"].iter().chain(&flags));
+    assert_eq!(numbers(&cluster), numbers(&one_line), "{cluster}");
+}

@@ -1309,3 +1309,70 @@ fn evaluation_bytes_are_counted_and_binned_ones_do_not_grow_with_the_test_set() 
         "binned: {binned_small} -> {binned_large}, exact: {exact_small} -> {exact_large}"
     );
 }
+
+/// `gradflow train ... | tee log` from a terminal: standard error is the terminal (with the
+/// progress bar), standard output a pipe. The pipe gets the data line, then every evaluation
+/// and epoch line in order, each epoch once (an evaluation is not an extra epoch line).
+#[test]
+fn epoch_lines_reach_a_piped_stdout_while_stderr_is_a_terminal() {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut terminal, mut side) = (0, 0);
+    let (name, settings, size) = (std::ptr::null_mut(), std::ptr::null(), std::ptr::null());
+    // SAFETY: openpty writes two new descriptors, owned from here on.
+    let opened = unsafe { libc::openpty(&mut terminal, &mut side, name, settings, size) };
+    assert_eq!(opened, 0, "openpty");
+    let (terminal, side) = unsafe { (OwnedFd::from_raw_fd(terminal), OwnedFd::from_raw_fd(side)) };
+    let dir = tempfile::tempdir().unwrap();
+    let job = write_job(dir.path(), "j.toml", "[train]\nepochs = 3\n");
+    let mut child = Command::new(BIN)
+        .arg("train")
+        .arg(&job)
+        .args(["-w", "1"])
+        .args([
+            "--set",
+            "train.eval_every=4",
+            "--set",
+            "data.synth.rows=4000",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(side)
+        .spawn()
+        .unwrap();
+    // Drain the terminal so that the bar never blocks; it ends (EIO) when the child exits.
+    let drain = std::thread::spawn(move || {
+        let mut shown = Vec::new();
+        let _ = std::fs::File::from(terminal).read_to_end(&mut shown);
+        String::from_utf8_lossy(&shown).into_owned()
+    });
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let shown = drain.join().unwrap();
+    assert!(status.success(), "{stdout}{shown}");
+    assert!(shown.contains("rounds"), "the bar was drawn: {shown:?}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix));
+    let epochs: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("epoch "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(epochs, ["1", "2", "3"], "{stdout}");
+    // Ten rounds an epoch, an evaluation every four: rounds 3, 7, 11, 15, 23, 27 (19 and 29
+    // end epochs).
+    let evals = lines.iter().filter(|l| l.starts_with("eval ")).count();
+    assert_eq!(evals, 6, "{stdout}");
+    assert!(at("data:").unwrap() < at("eval ").unwrap(), "{stdout}");
+    assert!(at("eval ").unwrap() < at("epoch ").unwrap(), "{stdout}");
+    assert!(
+        !shown.contains("epoch   1 "),
+        "epoch lines go to stdout only"
+    );
+}

@@ -227,7 +227,7 @@ fn run_cell(
         hosts: net.hosts(cell.processes),
         wrap: Some(&wrap),
         log: Some(&log),
-        ..Launch::local(&job, cell.processes, cell.workers, &[])
+        ..Launch::local(Some(&job), cell.processes, cell.workers, &[])
     })
     .map_err(|e| {
         let last = std::fs::read_to_string(&log)

@@ -23,8 +23,8 @@ pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
 
 /// How to start a cluster's processes.
 pub struct Launch<'a> {
-    /// The job file.
-    pub job: &'a Path,
+    /// The job file (none: the overrides set the job's fields on the defaults).
+    pub job: Option<&'a Path>,
     /// Processes.
     pub processes: usize,
     /// Worker threads per process.
@@ -44,7 +44,12 @@ pub struct Launch<'a> {
 
 impl<'a> Launch<'a> {
     /// A loopback cluster printing its output.
-    pub fn local(job: &'a Path, processes: usize, workers: usize, overrides: &'a [String]) -> Self {
+    pub fn local(
+        job: Option<&'a Path>,
+        processes: usize,
+        workers: usize,
+        overrides: &'a [String],
+    ) -> Self {
         Launch {
             job,
             processes,
@@ -60,7 +65,7 @@ impl<'a> Launch<'a> {
 
 /// Runs the job as `processes` local processes of `workers` threads each.
 pub fn run(
-    job: &Path,
+    job: Option<&Path>,
     processes: usize,
     workers: usize,
     startup_timeout: u64,
@@ -141,7 +146,7 @@ fn command(l: &Launch, exe: &Path, i: usize, hosts: &str) -> Command {
         None => Command::new(exe),
     };
     cmd.arg("train")
-        .arg(l.job)
+        .args(l.job)
         .args(["--processes", &l.processes.to_string()])
         .args(["--process", &i.to_string()])
         .args(["--workers", &l.workers.to_string()])

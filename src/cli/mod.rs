@@ -123,107 +123,382 @@ struct CompareArgs {
     codecs: Vec<String>,
 }
 
-/// Job-field overrides shared by `train` and `cluster`.
+/// The data's fields of a job from the command line (`train`, `cluster`, `data prepare`), and
+/// `--set`: each flag sets one field of the job file (or of the defaults, without one).
 #[derive(Args, Debug, Clone, Default)]
-pub struct Overrides {
-    /// Override train.epochs.
-    #[arg(long)]
-    epochs: Option<u64>,
-    /// Override train.exchange (sharded, allgather or sketch).
-    #[arg(long)]
-    exchange: Option<String>,
-    /// Override train.seed.
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Override optimizer.lr.
-    #[arg(long)]
-    lr: Option<f32>,
-    /// Override data.train (a LibSVM file).
-    #[arg(long = "train-file")]
+pub struct DataFlags {
+    /// The training data (data.train): a CSV table (`.csv`, gzip or zstd too), LibSVM
+    /// (`.svm`, `.libsvm`, `.txt`) or IDX images; the format follows the name unless --format
+    /// says otherwise.
+    #[arg(
+        long = "train-file",
+        visible_alias = "data",
+        value_name = "FILE",
+        help_heading = "Data"
+    )]
     train_file: Option<PathBuf>,
-    /// Override data.test (a LibSVM file).
-    #[arg(long = "test-file")]
+    /// The test data (data.test), in the training data's format; without it, data.test_fraction
+    /// of the rows are held out.
+    #[arg(long = "test-file", value_name = "FILE", help_heading = "Data")]
     test_file: Option<PathBuf>,
+    /// The data's format (data.format): csv, libsvm or idx.
+    #[arg(long, help_heading = "Data")]
+    format: Option<String>,
+    /// CSV: the label (data.label): COLUMN (its value), COLUMN>X (1 when above X, else 0) or
+    /// COLUMN=VALUE (1 when equal to VALUE).
+    #[arg(long, value_name = "SPEC", help_heading = "Data")]
+    label: Option<String>,
+    /// CSV: categorical columns, one feature per value (data.features.categorical).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "COLUMNS",
+        help_heading = "Data"
+    )]
+    categorical: Vec<String>,
+    /// CSV: numeric columns (data.features.numeric), each COLUMN or COLUMN:TRANSFORM (raw,
+    /// standardize, log1p, bucket).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "COLUMNS",
+        help_heading = "Data"
+    )]
+    numeric: Vec<String>,
+    /// CSV: crosses of categorical columns, date parts or bucketised columns, `a:b` (or
+    /// `a:b:c`), comma-separated or repeated (data.features.crosses).
+    #[arg(long, value_delimiter = ',', value_name = "A:B", help_heading = "Data")]
+    cross: Vec<String>,
+    /// CSV: hash the features into 2^BITS instead of a vocabulary (data.features.hash_bits).
+    #[arg(long, value_name = "BITS", help_heading = "Data")]
+    hash_bits: Option<u32>,
+    /// The fraction of rows held out for testing without a test file (data.test_fraction).
+    #[arg(long, help_heading = "Data")]
+    test_fraction: Option<f64>,
     /// Cache every worker's loaded rows in DIR (data.cache): the first run writes it, later
     /// runs of the same job on unchanged files read it instead of parsing.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Data")]
     cache: Option<PathBuf>,
-    /// Override output.metrics (CSV path).
-    #[arg(long)]
-    metrics: Option<PathBuf>,
-    /// Override output.model (model file path).
-    #[arg(long = "model-out")]
-    model_out: Option<PathBuf>,
-    /// Warm start from this model file (train.init_model): its weights, fresh optimizer state.
-    #[arg(long = "init-model")]
-    init_model: Option<PathBuf>,
-    /// Write every worker's mini-batch gradient of every round into DIR, in the format of
-    /// `gradflow codec compare --input` (output.gradients).
-    #[arg(long = "dump-gradients", value_name = "DIR")]
-    dump_gradients: Option<PathBuf>,
-    /// Override any job field: --set section.field=value (TOML value syntax); repeatable.
+    /// Set any job field: --set section.field=value (TOML value syntax); repeatable, applied
+    /// after the flags above.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
 }
 
-impl Overrides {
-    fn to_sets(&self) -> Vec<String> {
+/// Job fields from the command line, shared by `train` and `cluster`: the data's, and the
+/// common fields of the other sections.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Overrides {
+    #[command(flatten)]
+    data: DataFlags,
+    /// The loss (model.loss): logistic, hinge, squared or softmax (with --classes).
+    #[arg(long, help_heading = "Model and optimizer")]
+    loss: Option<String>,
+    /// Softmax: the number of classes (model.classes).
+    #[arg(long, help_heading = "Model and optimizer")]
+    classes: Option<u32>,
+    /// L2 regularisation (model.lambda).
+    #[arg(long, help_heading = "Model and optimizer")]
+    lambda: Option<f32>,
+    /// The optimizer (optimizer.kind): sgd, momentum or adam.
+    #[arg(long, help_heading = "Model and optimizer")]
+    optimizer: Option<String>,
+    /// The learning rate (optimizer.lr).
+    #[arg(long, help_heading = "Model and optimizer")]
+    lr: Option<f32>,
+    /// Passes over the training data (train.epochs).
+    #[arg(long, help_heading = "Training")]
+    epochs: Option<u64>,
+    /// The mini-batch as a fraction of the training rows (train.batch_fraction).
+    #[arg(long, help_heading = "Training")]
+    batch_fraction: Option<f64>,
+    /// The gradient exchange (train.exchange): sharded, allgather, sketch or auto.
+    #[arg(long, help_heading = "Training")]
+    exchange: Option<String>,
+    /// The gradient codec (train.compressor): NAME or NAME:param=value,... (as in `codec
+    /// compare`), e.g. sketchml or topk:ratio=0.01; auto chooses by measuring.
+    #[arg(long, value_name = "CODEC", help_heading = "Training")]
+    compressor: Option<String>,
+    /// Error feedback beside the codec (train.memory): none, residual, lazy_residual or
+    /// dgc[:momentum=0.9].
+    #[arg(long, value_name = "MEMORY", help_heading = "Training")]
+    memory: Option<String>,
+    /// The codec of the sharded exchange's downlink (train.downlink), as --compressor.
+    #[arg(long, value_name = "CODEC", help_heading = "Training")]
+    downlink: Option<String>,
+    /// Evaluate on the test rows every N rounds too (train.eval_every).
+    #[arg(long, value_name = "N", help_heading = "Training")]
+    eval_every: Option<u64>,
+    /// The seed of every random choice (train.seed).
+    #[arg(long, help_heading = "Training")]
+    seed: Option<u64>,
+    /// Warm start from this model file (train.init_model): its weights, fresh optimizer state.
+    #[arg(long = "init-model", value_name = "FILE", help_heading = "Training")]
+    init_model: Option<PathBuf>,
+    /// The metrics CSV (output.metrics).
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    metrics: Option<PathBuf>,
+    /// The model file (output.model), for `predict` and warm starts.
+    #[arg(long = "model-out", value_name = "FILE", help_heading = "Output")]
+    model_out: Option<PathBuf>,
+    /// Write every worker's mini-batch gradient of every round into DIR, in the format of
+    /// `gradflow codec compare --input` (output.gradients).
+    #[arg(long = "dump-gradients", value_name = "DIR", help_heading = "Output")]
+    dump_gradients: Option<PathBuf>,
+}
+
+/// A TOML value as an override writes it.
+fn toml_text(v: impl Into<toml::Value>) -> String {
+    v.into().to_string()
+}
+
+impl DataFlags {
+    /// The flags as `section.field=value` overrides, `--set` last.
+    fn to_sets(&self) -> Result<Vec<String>, String> {
         let mut v = Vec::new();
-        let q = |p: &PathBuf| format!("{:?}", p.display().to_string());
-        if let Some(x) = self.epochs {
-            v.push(format!("train.epochs={x}"));
-        }
-        if let Some(x) = &self.exchange {
-            v.push(format!("train.exchange=\"{x}\""));
-        }
-        if let Some(x) = self.seed {
-            v.push(format!("train.seed={x}"));
-        }
-        if let Some(x) = self.lr {
-            v.push(format!("optimizer.lr={x}"));
-        }
-        if let Some(x) = &self.train_file {
-            v.push(format!("data.train={}", q(x)));
-        }
-        if let Some(x) = &self.test_file {
-            v.push(format!("data.test={}", q(x)));
-        }
-        if let Some(x) = &self.cache {
-            v.push(format!("data.cache={}", q(x)));
-        }
-        if let Some(x) = &self.metrics {
-            v.push(format!("output.metrics={}", q(x)));
-        }
-        if let Some(x) = &self.model_out {
-            v.push(format!("output.model={}", q(x)));
-        }
-        if let Some(x) = &self.init_model {
-            v.push(format!("train.init_model={}", q(x)));
-        }
-        if let Some(x) = &self.dump_gradients {
-            v.push(format!("output.gradients={}", q(x)));
-        }
+        self.push_sets(&mut v)?;
         v.extend(self.set.iter().cloned());
-        v
+        Ok(v)
     }
 
-    fn to_args(&self) -> Vec<String> {
-        self.to_sets()
+    /// The flags but `--set` as overrides, onto `v`.
+    fn push_sets(&self, v: &mut Vec<String>) -> Result<(), String> {
+        let mut set = |field: &str, value: String| v.push(format!("{field}={value}"));
+        let path = |p: &PathBuf| toml_text(p.display().to_string());
+        let text = |s: &str| toml_text(s);
+        let list = |items: &[String]| toml_text(items.to_vec());
+        if let Some(x) = &self.train_file {
+            set("data.train", path(x));
+        }
+        if let Some(x) = &self.test_file {
+            set("data.test", path(x));
+        }
+        if let Some(x) = &self.format {
+            set("data.format", text(x));
+        }
+        if let Some(spec) = &self.label {
+            for (field, value) in label_fields(spec)? {
+                set(&format!("data.label.{field}"), value);
+            }
+        }
+        if !self.categorical.is_empty() {
+            set("data.features.categorical", list(&self.categorical));
+        }
+        if !self.numeric.is_empty() {
+            let specs = self.numeric.iter().map(|n| numeric_table(n));
+            set(
+                "data.features.numeric",
+                toml_text(specs.collect::<Vec<_>>()),
+            );
+        }
+        if !self.cross.is_empty() {
+            let crosses = self.cross.iter().map(|c| cross_list(c));
+            set(
+                "data.features.crosses",
+                toml_text(crosses.collect::<Result<Vec<_>, _>>()?),
+            );
+        }
+        if let Some(x) = self.hash_bits {
+            set("data.features.hash_bits", x.to_string());
+        }
+        if let Some(x) = self.test_fraction {
+            set("data.test_fraction", x.to_string());
+        }
+        if let Some(x) = &self.cache {
+            set("data.cache", path(x));
+        }
+        Ok(())
+    }
+}
+
+impl Overrides {
+    /// The flags as `section.field=value` overrides, in the order of the job's sections, with
+    /// `--set` last.
+    fn to_sets(&self) -> Result<Vec<String>, String> {
+        let mut v = Vec::new();
+        self.data.push_sets(&mut v)?;
+        let mut set = |field: &str, value: String| v.push(format!("{field}={value}"));
+        let path = |p: &PathBuf| toml_text(p.display().to_string());
+        let text = |s: &str| toml_text(s);
+        if let Some(x) = &self.loss {
+            set("model.loss", text(x));
+        }
+        if let Some(x) = self.classes {
+            set("model.classes", x.to_string());
+        }
+        if let Some(x) = self.lambda {
+            set("model.lambda", x.to_string());
+        }
+        if let Some(x) = &self.optimizer {
+            set("optimizer.kind", text(x));
+        }
+        if let Some(x) = self.lr {
+            set("optimizer.lr", x.to_string());
+        }
+        if let Some(x) = self.epochs {
+            set("train.epochs", x.to_string());
+        }
+        if let Some(x) = self.batch_fraction {
+            set("train.batch_fraction", x.to_string());
+        }
+        if let Some(x) = &self.exchange {
+            set("train.exchange", text(x));
+        }
+        if let Some(x) = &self.compressor {
+            set(
+                "train.compressor",
+                named_value("--compressor", x, codec_table)?,
+            );
+        }
+        if let Some(x) = &self.memory {
+            set("train.memory", named_value("--memory", x, plain_table)?);
+        }
+        if let Some(x) = &self.downlink {
+            set("train.downlink", named_value("--downlink", x, codec_table)?);
+        }
+        if let Some(x) = self.eval_every {
+            set("train.eval_every", x.to_string());
+        }
+        if let Some(x) = self.seed {
+            set("train.seed", x.to_string());
+        }
+        if let Some(x) = &self.init_model {
+            set("train.init_model", path(x));
+        }
+        if let Some(x) = &self.metrics {
+            set("output.metrics", path(x));
+        }
+        if let Some(x) = &self.model_out {
+            set("output.model", path(x));
+        }
+        if let Some(x) = &self.dump_gradients {
+            set("output.gradients", path(x));
+        }
+        v.extend(self.data.set.iter().cloned());
+        Ok(v)
+    }
+
+    fn to_args(&self) -> Result<Vec<String>, String> {
+        Ok(self
+            .to_sets()?
             .into_iter()
             .flat_map(|s| ["--set".to_string(), s])
-            .collect()
+            .collect())
     }
+}
+
+/// `--label`'s fields of `data.label`: `COLUMN`, `COLUMN>X` or `COLUMN=VALUE`.
+fn label_fields(spec: &str) -> Result<Vec<(&'static str, String)>, String> {
+    let at = spec.find(['>', '=']);
+    let column = at.map_or(spec, |i| &spec[..i]).trim();
+    if column.is_empty() {
+        return Err(format!(
+            "--label '{spec}': expected COLUMN, COLUMN>X or COLUMN=VALUE"
+        ));
+    }
+    let mut fields = vec![("column", toml_text(column))];
+    match at.map(|i| (&spec[i..i + 1], spec[i + 1..].trim())) {
+        None => {}
+        Some((">", x)) => {
+            let x: f64 = x
+                .parse()
+                .ok()
+                .filter(|x: &f64| x.is_finite())
+                .ok_or_else(|| format!("--label '{spec}': '{x}' is not a number"))?;
+            fields.push(("above", toml_text(x)));
+        }
+        Some((_, value)) => fields.push(("equals", toml_text(value))),
+    }
+    Ok(fields)
+}
+
+/// `--numeric`'s `COLUMN` or `COLUMN:TRANSFORM` as a `data.features.numeric` entry.
+fn numeric_table(item: &str) -> toml::Value {
+    let mut t = toml::Table::new();
+    let (column, transform) = item.split_once(':').unwrap_or((item, ""));
+    t.insert("column".into(), column.trim().into());
+    if !transform.is_empty() {
+        t.insert("transform".into(), transform.trim().into());
+    }
+    toml::Value::Table(t)
+}
+
+/// `--cross`'s `a:b[:c...]` as a `data.features.crosses` entry.
+fn cross_list(item: &str) -> Result<Vec<String>, String> {
+    let parts: Vec<String> = item.split(':').map(|p| p.trim().to_string()).collect();
+    if parts.len() < 2 || parts.iter().any(String::is_empty) {
+        return Err(format!(
+            "--cross '{item}': expected two or more slots joined by ':', e.g. origin:dest"
+        ));
+    }
+    Ok(parts)
+}
+
+/// A named thing with parameters, `NAME` or `NAME:k=v,...`, as a table built by `table`;
+/// `auto`, and a memory's name alone, as the string a job file would have.
+fn named_value(
+    flag: &str,
+    spec: &str,
+    table: fn(&str, &[String]) -> Result<toml::Table, String>,
+) -> Result<String, String> {
+    let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
+    let name = name.trim();
+    let is_memory = flag == "--memory";
+    if name == "auto" || (is_memory && params.is_empty()) {
+        return Ok(toml_text(name));
+    }
+    let params: Vec<String> = params.split(',').map(|p| p.trim().to_string()).collect();
+    let t = table(name, &params).map_err(|e| format!("{flag}: {e}"))?;
+    Ok(toml::Value::Table(t).to_string())
+}
+
+/// `{ name = NAME, k = v, ... }` from `k=v` items, each value read as TOML or else as a string.
+fn plain_table(name: &str, params: &[String]) -> Result<toml::Table, String> {
+    let mut table = toml::Table::new();
+    table.insert("name".into(), toml::Value::String(name.to_string()));
+    for p in params.iter().filter(|p| !p.is_empty()) {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| format!("{name}: '{p}' is not param=value"))?;
+        let value = match toml::from_str::<toml::Table>(&format!("v = {v}")) {
+            Ok(mut t) => t.remove("v").unwrap(),
+            Err(_) => toml::Value::String(v.to_string()),
+        };
+        table.insert(k.trim().to_string(), value);
+    }
+    Ok(table)
+}
+
+/// A codec's table from its name and `k=v` parameters, checked: an unknown codec or
+/// parameter is an error naming it.
+fn codec_table(name: &str, params: &[String]) -> Result<toml::Table, String> {
+    if CodecSpec::with_defaults(name).is_none() {
+        return Err(format!(
+            "unknown codec '{name}' (known: {})",
+            CODEC_NAMES.join(", ")
+        ));
+    }
+    let table = plain_table(name, params)?;
+    let spec = CodecSpec::deserialize(toml::Value::Table(table.clone()))
+        .map_err(|e| format!("{name}: {}", e.to_string().trim_end()))?;
+    build_codec(&spec).map_err(|e| format!("{name}: {e}"))?;
+    Ok(table)
 }
 
 #[derive(Args, Debug)]
 struct TrainArgs {
-    /// The job file (TOML).
-    job: PathBuf,
+    /// The job file (TOML). Without one, the flags below set the job's fields on top of the
+    /// defaults (which train on a generated CTR-like set).
+    job: Option<PathBuf>,
     #[command(flatten)]
     place: ProcessArgs,
     /// No per-epoch output.
     #[arg(short, long)]
     quiet: bool,
+    /// Print the whole job (the file with the flags applied, every field) as TOML and exit
+    /// without training: keep it as a job file.
+    #[arg(long)]
+    print_job: bool,
     /// Continue from the latest checkpoint in DIR (train.checkpoint) that every process has
     /// complete; the job file and overrides must be those that wrote it.
     #[arg(long, value_name = "DIR")]
@@ -284,8 +559,8 @@ impl ProcessArgs {
 
 #[derive(Args, Debug)]
 struct ClusterArgs {
-    /// The job file (TOML).
-    job: PathBuf,
+    /// The job file (TOML); without one, the flags set the job's fields (as for `train`).
+    job: Option<PathBuf>,
     /// Number of local processes.
     #[arg(short = 'n', long)]
     processes: usize,
@@ -368,15 +643,15 @@ enum DataCommand {
 
 #[derive(Args, Debug)]
 struct PrepareArgs {
-    /// The job file (TOML), with data.format = "csv".
-    job: PathBuf,
+    /// The job file (TOML) of a CSV table; without one, the data flags describe the table.
+    job: Option<PathBuf>,
     /// Output directory.
     #[arg(long, short)]
     out: PathBuf,
     #[command(flatten)]
     place: ProcessArgs,
     #[command(flatten)]
-    overrides: Overrides,
+    data: DataFlags,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -449,7 +724,7 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
     match cli.command {
         Command::Train(a) => train(a, program),
         Command::Cluster(a) => cluster::run(
-            &a.job,
+            a.job.as_deref(),
             a.processes,
             a.workers,
             a.startup_timeout,
@@ -460,7 +735,7 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
                     .iter()
                     .flat_map(|d| ["--resume".to_string(), d.display().to_string()])
                     .collect(),
-                a.overrides.to_args(),
+                a.overrides.to_args()?,
             ]
             .concat(),
         ),
@@ -592,27 +867,9 @@ fn codec_specs(items: &[String]) -> Result<Vec<(String, CodecSpec)>, String> {
     groups
         .into_iter()
         .map(|(name, params)| {
-            if CodecSpec::with_defaults(&name).is_none() {
-                return Err(format!(
-                    "unknown codec '{name}' (known: {})",
-                    CODEC_NAMES.join(", ")
-                ));
-            }
-            let mut table = toml::Table::new();
-            table.insert("name".into(), toml::Value::String(name.clone()));
-            for p in &params {
-                let (k, v) = p
-                    .split_once('=')
-                    .ok_or_else(|| format!("--codecs {name}: '{p}' is not param=value"))?;
-                let value = match toml::from_str::<toml::Table>(&format!("v = {v}")) {
-                    Ok(mut t) => t.remove("v").unwrap(),
-                    Err(_) => toml::Value::String(v.to_string()),
-                };
-                table.insert(k.trim().to_string(), value);
-            }
+            let table = codec_table(&name, &params).map_err(|e| format!("--codecs: {e}"))?;
             let spec = CodecSpec::deserialize(toml::Value::Table(table))
                 .map_err(|e| format!("--codecs {name}: {}", e.to_string().trim_end()))?;
-            build_codec(&spec).map_err(|e| format!("--codecs {name}: {e}"))?;
             let label = if params.is_empty() {
                 name
             } else {
@@ -645,8 +902,11 @@ fn codec_keys(a: GradientSource) -> Result<(), String> {
     print_rows(&measure_keys(&g.keys, dim, a.repeats)?, a.csv)
 }
 
+/// The observer of `train`: the data line, then a line per epoch and per evaluation on
+/// standard output (so that `| tee log` keeps them), warnings on standard error, and a progress
+/// bar of the epoch's rounds when standard error is a terminal.
 fn printer(quiet: bool) -> ObserverFactory {
-    Arc::new(move |plan| {
+    Arc::new(move |plan, data| {
         let mut silent = SilentCodec::default();
         if quiet {
             return Box::new(move |row: &MetricsRow| {
@@ -655,7 +915,11 @@ fn printer(quiet: bool) -> ObserverFactory {
                 }
             });
         }
-        let bar = if std::io::stderr().is_terminal() {
+        if !data.is_empty() {
+            println!("{data}");
+            crate::metrics::flush_stdout();
+        }
+        let bar = std::io::stderr().is_terminal().then(|| {
             let b = ProgressBar::new(plan.rounds_per_epoch);
             b.set_style(
                 ProgressStyle::with_template(
@@ -664,28 +928,37 @@ fn printer(quiet: bool) -> ObserverFactory {
                 .unwrap()
                 .progress_chars("=> "),
             );
-            b.set_prefix("1");
-            Some(b)
-        } else {
-            None
+            // A resumed run starts into its epoch.
+            b.set_prefix((plan.start_round / plan.rounds_per_epoch + 1).to_string());
+            b.set_position(plan.start_round % plan.rounds_per_epoch);
+            b
+        });
+        // Prints above the bar, if there is one.
+        let above = |bar: &Option<ProgressBar>, print: &dyn Fn()| match bar {
+            Some(b) => b.suspend(print),
+            None => print(),
         };
+        let epochs = plan.epochs;
         Box::new(move |row: &MetricsRow| {
             if let Some(w) = silent.observe(row) {
-                match &bar {
-                    Some(b) => b.suspend(|| eprintln!("{w}")),
-                    None => eprintln!("{w}"),
-                }
+                above(&bar, &|| eprintln!("{w}"));
             }
+            let line = match row.kind {
+                "epoch" => epoch_line(row),
+                "eval" => crate::metrics::eval_line(row),
+                "round" => {
+                    bar.iter().for_each(|b| b.inc(1));
+                    return;
+                }
+                _ => return,
+            };
+            above(&bar, &|| println!("{line}"));
+            crate::metrics::flush_stdout();
             match (&bar, row.kind) {
-                (Some(b), "round") => b.inc(1),
-                (Some(b), _) => {
-                    b.println(epoch_line(row));
+                (Some(b), "epoch") if row.epoch >= epochs => b.finish_and_clear(),
+                (Some(b), "epoch") => {
                     b.reset();
                     b.set_prefix((row.epoch + 1).to_string());
-                }
-                (None, "epoch") => {
-                    println!("{}", epoch_line(row));
-                    crate::metrics::flush_stdout();
                 }
                 _ => {}
             }
@@ -707,15 +980,31 @@ fn resume_hint(job: &Job, a: &TrainArgs, process: usize) -> Option<String> {
     let last = rounds.ok()?.0.last().copied()?;
     Some(format!(
         "note: process {process}: the last complete checkpoint is round {last} in {}; continue \
-         with `gradflow train {} --resume {}` (the same job, overrides, processes and threads)",
+         with `gradflow train {}--resume {}` (the same job, flags, processes and threads)",
         dir.display(),
-        a.job.display(),
+        a.job
+            .iter()
+            .map(|j| format!("{} ", j.display()))
+            .collect::<String>(),
         dir.display()
     ))
 }
 
+/// The job of a command line: the file, or the defaults, with the flags applied.
+fn load_job(path: Option<&std::path::Path>, sets: &[String]) -> Result<Job, String> {
+    let job = match path {
+        Some(path) => Job::load(path, sets),
+        None => Job::parse("", std::path::Path::new("the command line"), sets),
+    };
+    job.map_err(|e| e.to_string())
+}
+
 fn train(a: TrainArgs, program: Program) -> Result<(), String> {
-    let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
+    let job = load_job(a.job.as_deref(), &a.overrides.to_sets()?)?;
+    if a.print_job {
+        print!("{}", job.to_toml());
+        return Ok(());
+    }
     let spec = ClusterSpec {
         resume: a.resume.clone(),
         ..a.place.spec()
@@ -758,8 +1047,10 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
             human_bytes(w.progress)
         );
     }
-    if !a.quiet && !outcome.loaded.is_empty() {
-        // Every process with prepared rows of its own (a program's) says how many.
+    let program = job.data.format == crate::job::Format::Program;
+    if !a.quiet && program && !outcome.loaded.is_empty() {
+        // Every process with prepared rows of its own (a program's) says how many once its
+        // dataflow is done; other jobs' data line came before the epochs.
         println!("{}", outcome.loaded);
     }
     if spec.process == 0 {
@@ -1114,7 +1405,7 @@ fn json_string(s: &str) -> String {
 }
 
 fn data_prepare(a: PrepareArgs) -> Result<(), String> {
-    let job = Job::load(&a.job, &a.overrides.to_sets()).map_err(|e| e.to_string())?;
+    let job = load_job(a.job.as_deref(), &a.data.to_sets()?)?;
     let spec = a.place.spec();
     let started = std::time::Instant::now();
     let (train, test) = crate::runtime::prepare_job(&job, &spec, &a.out)?;
@@ -1165,13 +1456,16 @@ mod tests {
     use clap::CommandFactory;
 
     /// The command lines of a help text's examples: each line that starts with `gradflow`, up
-    /// to its comment (two spaces), a `&&` or a parenthesis, split as a shell would split
+    /// to its comment (two spaces), a `&&`, a parenthesis or a redirection, split as a shell would split
     /// words in single quotes.
     fn example_lines(help: &str) -> Vec<Vec<String>> {
         let lines = help.lines().map(str::trim_start);
         let commands = lines.filter(|l| l.starts_with("gradflow "));
         let command = |l: &str| {
-            let end = ["  ", "&&", "("].iter().filter_map(|m| l.find(m)).min();
+            let end = ["  ", "&&", "(", " >"]
+                .iter()
+                .filter_map(|m| l.find(m))
+                .min();
             l[..end.unwrap_or(l.len())].to_owned()
         };
         commands
@@ -1190,6 +1484,171 @@ mod tests {
                 words
             })
             .collect()
+    }
+
+    fn job_of(args: &[&str]) -> Result<Job, String> {
+        let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+        let Command::Train(a) = cli.command else {
+            panic!("not train")
+        };
+        load_job(a.job.as_deref(), &a.overrides.to_sets()?)
+    }
+
+    /// The one-line flags make the job a file would: each flag its field.
+    #[test]
+    fn flags_set_the_fields_a_job_file_would() {
+        let flags = job_of(&[
+            "gradflow",
+            "train",
+            "--data",
+            "f.csv",
+            "--label",
+            "delay>15",
+            "--categorical",
+            "carrier,origin",
+            "--numeric",
+            "distance:bucket,seats",
+            "--cross",
+            "origin:carrier",
+            "--cross",
+            "carrier:origin:distance",
+            "--test-fraction",
+            "0.3",
+            "--loss",
+            "hinge",
+            "--lambda",
+            "1e-5",
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "0.5",
+            "--epochs",
+            "3",
+            "--batch-fraction",
+            "0.05",
+            "--exchange",
+            "allgather",
+            "--compressor",
+            "topk:ratio=0.01,keys=raw",
+            "--memory",
+            "dgc:momentum=0.8",
+            "--eval-every",
+            "7",
+            "--seed",
+            "9",
+            "--model-out",
+            "m.txt",
+            "--metrics",
+            "m.csv",
+        ])
+        .unwrap();
+        let file = r#"
+            [data]
+            train = "f.csv"
+            test_fraction = 0.3
+            [data.label]
+            column = "delay"
+            above = 15
+            [data.features]
+            categorical = ["carrier", "origin"]
+            numeric = [{ column = "distance", transform = "bucket" }, { column = "seats" }]
+            crosses = [["origin", "carrier"], ["carrier", "origin", "distance"]]
+            [model]
+            loss = "hinge"
+            lambda = 1e-5
+            [optimizer]
+            kind = "sgd"
+            lr = 0.5
+            [train]
+            epochs = 3
+            batch_fraction = 0.05
+            exchange = "allgather"
+            compressor = { name = "topk", ratio = 0.01, keys = "raw" }
+            memory = { name = "dgc", momentum = 0.8 }
+            eval_every = 7
+            seed = 9
+            [output]
+            model = "m.txt"
+            metrics = "m.csv"
+        "#;
+        let from_file = Job::parse(file, std::path::Path::new("j.toml"), &[]).unwrap();
+        assert_eq!(flags, from_file);
+        assert_eq!(
+            flags.data.format,
+            crate::job::Format::Csv,
+            "from the extension"
+        );
+
+        // The printed job reads back as the same job, "auto" included.
+        let printed = flags.to_toml();
+        let back = Job::parse(&printed, std::path::Path::new("p"), &[]).unwrap();
+        assert_eq!(back, flags, "{printed}");
+        let auto = job_of(&[
+            "gradflow",
+            "train",
+            "--compressor",
+            "auto",
+            "--memory",
+            "none",
+        ]);
+        assert!(
+            auto.unwrap_err().contains("train.memory"),
+            "auto picks the memory"
+        );
+        let auto = job_of(&[
+            "gradflow",
+            "train",
+            "--exchange",
+            "auto",
+            "--compressor",
+            "auto",
+        ]);
+        let auto = auto.unwrap();
+        let back = Job::parse(&auto.to_toml(), std::path::Path::new("p"), &[]).unwrap();
+        assert!(back.train.auto.exchange && back.train.auto.compressor);
+        assert_eq!(back, auto);
+        // --set comes after the flags.
+        let job = job_of(&[
+            "gradflow",
+            "train",
+            "--epochs",
+            "3",
+            "--set",
+            "train.epochs=4",
+        ]);
+        assert_eq!(job.unwrap().train.epochs, 4);
+    }
+
+    /// A malformed flag is an error naming it.
+    #[test]
+    fn bad_flags_are_errors_naming_the_flag() {
+        let err = |args: &[&str]| {
+            let mut all = vec!["gradflow", "train"];
+            all.extend(args);
+            job_of(&all).unwrap_err()
+        };
+        let e = err(&["--label", ">3"]);
+        assert!(e.contains("--label '>3'"), "{e}");
+        let e = err(&["--label", "delay>soon"]);
+        assert!(e.contains("'soon' is not a number"), "{e}");
+        let e = err(&["--cross", "origin"]);
+        assert!(e.contains("--cross 'origin'"), "{e}");
+        let e = err(&["--compressor", "zip"]);
+        assert!(e.contains("--compressor: unknown codec 'zip'"), "{e}");
+        let e = err(&["--compressor", "topk:ratio"]);
+        assert!(
+            e.contains("--compressor: topk: 'ratio' is not param=value"),
+            "{e}"
+        );
+        let e = err(&["--compressor", "topk:speed=3"]);
+        assert!(
+            e.contains("--compressor: topk") && e.contains("speed"),
+            "{e}"
+        );
+        let e = err(&["--memory", "forgetful"]);
+        assert!(e.contains("forgetful"), "{e}");
+        let e = err(&["--format", "parquet"]);
+        assert!(e.contains("parquet"), "{e}");
     }
 
     /// Every subcommand's help shows examples, and each example parses as its command line.

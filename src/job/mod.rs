@@ -540,6 +540,23 @@ impl Job {
         crate::handshake::job_id(&text)
     }
 
+    /// The whole job as a job file: every field, `"auto"` where the job file said so. Parsing
+    /// it gives this job back.
+    pub fn to_toml(&self) -> String {
+        let mut table = toml::Table::try_from(self).expect("a job serializes");
+        let train = table.get_mut("train").and_then(|t| t.as_table_mut());
+        if let Some(train) = train {
+            let auto = self.train.auto;
+            for (field, is_auto) in [("exchange", auto.exchange), ("compressor", auto.compressor)] {
+                if is_auto {
+                    train.insert(field.into(), "auto".into());
+                }
+            }
+        }
+        shortest_floats(&mut table);
+        toml::to_string(&table).expect("a table serializes")
+    }
+
     /// Loads `path` and applies `overrides` (`section.field=value`, the value in TOML syntax, or a
     /// bare string), then validates.
     pub fn load(path: &Path, overrides: &[String]) -> Result<Job, JobError> {
@@ -1583,6 +1600,22 @@ fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), JobError> {
     }
     cur.insert(path[path.len() - 1].to_string(), value);
     Ok(())
+}
+
+/// Writes every float of `table` that is an `f32` widened (`lr = 0.01` serializes as
+/// 0.009999999776482582) as that `f32`'s shortest decimal, which reads back as the same `f32`.
+fn shortest_floats(table: &mut toml::Table) {
+    fn fix(v: &mut toml::Value) {
+        match v {
+            toml::Value::Float(x) if (*x as f32) as f64 == *x && x.is_finite() => {
+                *x = (*x as f32).to_string().parse().unwrap_or(*x);
+            }
+            toml::Value::Array(a) => a.iter_mut().for_each(fix),
+            toml::Value::Table(t) => t.iter_mut().for_each(|(_, v)| fix(v)),
+            _ => {}
+        }
+    }
+    table.iter_mut().for_each(|(_, v)| fix(v));
 }
 
 /// What every worker needs to know of each part of a LibSVM file.

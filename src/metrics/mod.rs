@@ -323,6 +323,26 @@ pub fn epoch_line(row: &MetricsRow) -> String {
         "epoch {:>3}  {:>7.2}s  train_loss {:.4}",
         row.epoch, row.seconds, row.train_loss
     );
+    s += &test_columns(row);
+    s += &format!(
+        "  sent {} (all processes: up {}, down {})",
+        human_bytes(row.uplink_bytes + row.downlink_bytes),
+        human_bytes(row.uplink_bytes),
+        human_bytes(row.downlink_bytes)
+    );
+    s
+}
+
+/// One line for people on an evaluation between epoch ends (`train.eval_every`): the round
+/// (as in the metrics CSV), the time and the test metrics.
+pub fn eval_line(row: &MetricsRow) -> String {
+    let head = format!("eval  round {:>6}  {:>7.2}s", row.round, row.seconds);
+    head + &test_columns(row)
+}
+
+/// A row's test metrics, each with its name.
+fn test_columns(row: &MetricsRow) -> String {
+    let mut s = String::new();
     if let Some(l) = row.test_loss {
         s += &format!("  test_loss {l:.4}");
     }
@@ -335,12 +355,6 @@ pub fn epoch_line(row: &MetricsRow) -> String {
     if let Some(r) = row.test_rmse {
         s += &format!("  rmse {r:.4}");
     }
-    s += &format!(
-        "  sent {} (all processes: up {}, down {})",
-        human_bytes(row.uplink_bytes + row.downlink_bytes),
-        human_bytes(row.uplink_bytes),
-        human_bytes(row.downlink_bytes)
-    );
     s
 }
 
