@@ -733,3 +733,77 @@ fn one_line_of_flags_trains_as_the_job_it_prints() {
     let cluster = gradflow_ok(["cluster", "-n", "2"].iter().chain(&flags));
     assert_eq!(numbers(&cluster), numbers(&one_line), "{cluster}");
 }
+
+/// The test rows of `job`'s table prepared on `workers` timely workers, as sorted rows.
+fn test_rows(job: &Path, workers: usize) -> Vec<(u32, Vec<(u32, u32)>)> {
+    let job = gradflow::job::Job::load(job, &[]).unwrap();
+    let input = job.table_input();
+    let parts = timely::execute(timely::Config::process(workers), move |w| {
+        let p = gradflow::data::table::prepare(w, &input).unwrap();
+        row_list(&p.test)
+    })
+    .unwrap()
+    .join();
+    let mut rows: Vec<_> = parts.into_iter().flat_map(|r| r.unwrap()).collect();
+    rows.sort();
+    rows
+}
+
+/// The hash split holds out rows by their number in the file: reformatting it (CRLF line
+/// endings, a byte order mark, longer values in a column the job does not use, blank lines,
+/// compression) moves no row between
+/// training and test, on one worker or two.
+#[test]
+fn reformatting_a_table_moves_no_row_between_training_and_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 2000);
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    let expected = test_rows(&job, 1);
+    assert!((400..600).contains(&expected.len()), "{}", expected.len());
+    // The same test rows (compared whole; the message counts the ones that differ).
+    let same = |got: Vec<_>, what: &str| {
+        let moved = got.iter().filter(|r| !expected.contains(r)).count();
+        assert!(
+            got == expected,
+            "{what}: {moved} of {} test rows moved",
+            got.len()
+        );
+    };
+    same(test_rows(&job, 2), "two workers");
+
+    let text = std::fs::read_to_string(&data).unwrap();
+    // The `id` column is not a feature: ids padded to other lengths move every byte offset.
+    let mut padded = String::new();
+    for (i, line) in text.lines().enumerate() {
+        match (i, line.split_once(',')) {
+            (0, _) | (_, None) => padded += line,
+            (_, Some((id, rest))) => padded += &format!("{}{id},{rest}", "0".repeat(i % 7)),
+        }
+        padded += "\n";
+    }
+    let reformatted = [
+        text.replace('\n', "\r\n"),
+        format!("\u{feff}{text}"),
+        padded,
+        format!("{}\n\n", text.replacen('\n', "\n\n", 3)),
+    ];
+    for (i, variant) in reformatted.iter().enumerate() {
+        std::fs::write(&data, variant).unwrap();
+        for workers in [1, 2] {
+            same(
+                test_rows(&job, workers),
+                &format!("variant {i}, {workers} workers"),
+            );
+        }
+    }
+    // Compressed, every worker reads the whole stream: the same rows are held out.
+    let gz = dir.path().join("clicks.csv.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut e, text.as_bytes()).unwrap();
+    std::fs::write(&gz, e.finish().unwrap()).unwrap();
+    let text = std::fs::read_to_string(&job).unwrap();
+    let quoted = format!("{:?}", data.display().to_string());
+    let zipped = format!("{:?}", gz.display().to_string());
+    std::fs::write(&job, text.replace(&quoted, &zipped)).unwrap();
+    same(test_rows(&job, 2), "gzip, two workers");
+}

@@ -568,6 +568,13 @@ fn quote_cuts(worker: &mut Worker, files: &[&Path], part: Part) -> Vec<Cut> {
         .collect()
 }
 
+/// The records of the parts before `part` of a file, of which `part` holds `records`.
+fn rows_before(worker: &mut Worker, part: Part, records: usize) -> u64 {
+    let me = part.index as u64;
+    let counts = gather(worker, vec![((me, records as u64), 1)], |c| c);
+    counts.iter().filter(|c| c.0 < me).map(|c| c.1).sum()
+}
+
 /// Whether every worker read its parts without error and the parts of every file cut by
 /// quotes chain (each part's first record is where the part before stopped): then the parts
 /// hold exactly the records of the whole file.
@@ -740,7 +747,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         }
     }
 
-    // The split: a seeded hash of the row id, or the last rows in file order.
+    // The split: a seeded hash of the row's number, or the last rows in file order.
     let labelled: Vec<usize> = (0..train_rows.cells.len())
         .filter(|&r| train_labels[r].is_some())
         .collect();
@@ -765,13 +772,20 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     } else {
         None
     };
-    let is_test = |id: u64| match cut {
-        Some(c) => id >= c,
-        None => held_out > 0.0 && unit_hash(input.seed, id) < held_out,
+    // The hash split hashes each row's number in the file, so that reformatting the file
+    // (line endings, a longer value in an unused column) moves no row between the sides.
+    let hashed = cut.is_none() && held_out > 0.0;
+    let cells = &train_rows.cells;
+    let before = match hashed && !cells.numbered {
+        true => rows_before(worker, part, cells.len()),
+        false => 0,
     };
-    let (train_idx, test_idx): (Vec<usize>, Vec<usize>) = labelled
-        .iter()
-        .partition(|&&r| !is_test(train_rows.cells.ids[r]));
+    let is_test = |r: usize| match cut {
+        Some(c) => cells.ids[r] >= c,
+        None => hashed && unit_hash(input.seed, before + cells.numbers[r]) < held_out,
+    };
+    let (train_idx, test_idx): (Vec<usize>, Vec<usize>) =
+        labelled.iter().partition(|&&r| !is_test(r));
 
     // Numeric statistics over the training rows.
     let needs_stats: Vec<usize> = spec

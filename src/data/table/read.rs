@@ -40,6 +40,12 @@ pub struct Cells {
     pub positions: Vec<usize>,
     /// Each record's id: the byte offset of its start in the (decompressed) file.
     pub ids: Vec<u64>,
+    /// Each record's number among the file's records (blank lines are none), 0-based, when
+    /// `numbered`; otherwise its number in this part (the parts before hold the others).
+    pub numbers: Vec<u64>,
+    /// Whether `numbers` count from the file's first record: a part read from the whole stream
+    /// (a compressed file, or one part).
+    pub numbered: bool,
     /// Where this part's first record starts (0 for the first part).
     pub first: u64,
     /// Where the record after this part's last one starts (the file's size at its end): the
@@ -293,16 +299,21 @@ pub fn read_cells(
     if compression(path)?.is_some() || part.count == 1 {
         // The whole stream; every `count`-th record after the header.
         let mut r = csv_reader(open_stream(path)?, delimiter);
-        let mut k = 0usize;
+        let mut k = 0u64;
         r.read_byte_record(&mut rec)
             .map_err(|e| csv_error(path, e))?;
+        cells.numbered = true;
         while r
             .read_byte_record(&mut rec)
             .map_err(|e| csv_error(path, e))?
         {
-            if k % part.count == part.index && !is_blank(&rec) {
+            if is_blank(&rec) {
+                continue;
+            }
+            if k % part.count as u64 == part.index as u64 {
                 let id = rec.position().map_or(0, |p| p.byte());
                 keep(&mut cells, &rec, id)?;
+                cells.numbers.push(k);
             }
             k += 1;
         }
@@ -353,6 +364,7 @@ pub fn read_cells(
         }
         if id > 0 && !is_blank(&rec) {
             keep(&mut cells, &rec, id)?;
+            cells.numbers.push(cells.numbers.len() as u64);
         }
     }
     Ok(cells)
