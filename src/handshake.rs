@@ -50,6 +50,44 @@ pub const MAX_PENDING: usize = 32;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Refusals logged one by one; further ones are only counted.
 const LOGGED_REFUSALS: usize = 10;
+/// How often a process that waits for others to connect says which.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// Says on standard error, every [`REPORT_EVERY`], which processes this one still waits for
+/// at start-up: a cluster that does not start shows what it stalls on before it times out.
+struct Waiting {
+    me: usize,
+    started: Instant,
+    timeout: Duration,
+    next: Instant,
+}
+
+impl Waiting {
+    fn new(me: usize, deadline: Instant, timeout: Duration) -> Self {
+        let started = deadline.checked_sub(timeout).unwrap_or_else(Instant::now);
+        Waiting {
+            me,
+            started,
+            timeout,
+            next: started + REPORT_EVERY,
+        }
+    }
+
+    /// Reports `whom` (e.g. "process 1 at host:2102") when a report is due.
+    fn report(&mut self, whom: impl FnOnce() -> String) {
+        let now = Instant::now();
+        if now >= self.next {
+            eprintln!(
+                "process {}: waiting for {}, {} s of {}",
+                self.me,
+                whom(),
+                now.duration_since(self.started).as_secs(),
+                self.timeout.as_secs()
+            );
+            self.next = now + REPORT_EVERY;
+        }
+    }
+}
 /// The byte a listener sends when it accepts a peer.
 const ACCEPTED: u8 = 1;
 
@@ -345,11 +383,13 @@ pub fn connect(
     };
     let accepting = {
         let cred = cred.clone();
-        std::thread::spawn(move || accept_peers(listeners, me, n, &cred, deadline))
+        let waiting = Waiting::new(me, deadline, timeout);
+        std::thread::spawn(move || accept_peers(listeners, me, n, &cred, deadline, waiting))
     };
     let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     for peer in 0..me {
-        match connect_to(&addresses[peer], me, peer, cred, deadline) {
+        let waiting = Waiting::new(me, deadline, timeout);
+        match connect_to(&addresses[peer], me, peer, cred, deadline, waiting) {
             Ok(s) => streams[peer] = Some(s),
             Err(Failure::Fatal(why)) => {
                 return Err(format!("process {peer} at {} {why}", addresses[peer]))
@@ -382,9 +422,11 @@ fn connect_to(
     peer: usize,
     cred: &Credentials,
     deadline: Instant,
+    mut waiting: Waiting,
 ) -> Result<TcpStream, Failure> {
     let mut last = String::from("no attempt");
     loop {
+        waiting.report(|| format!("process {peer} at {address} ({last})"));
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Failure::Retry(last));
@@ -447,6 +489,7 @@ fn accept_peers(
     n: usize,
     cred: &Credentials,
     deadline: Instant,
+    mut waiting: Waiting,
 ) -> Result<Accepted, (Vec<usize>, String)> {
     let mut peers: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let missing = |peers: &[Option<TcpStream>]| -> Vec<usize> {
@@ -469,6 +512,13 @@ fn accept_peers(
         refused
     };
     while !missing(&peers).is_empty() {
+        waiting.report(|| {
+            let whom: Vec<String> = missing(&peers)
+                .iter()
+                .map(|i| format!("process {i}"))
+                .collect();
+            format!("{} to connect", whom.join(", "))
+        });
         if Instant::now() >= deadline {
             let detail = match refused {
                 0 => String::new(),

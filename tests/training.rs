@@ -657,18 +657,27 @@ fn a_peer_that_never_starts_is_a_timeout_error() {
             "--processes",
             "2",
             "--process",
-            "0",
+            "1",
             "--startup-timeout",
-            "2",
+            "6",
             "--hostfile",
         ])
         .arg(&hosts)
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(started.elapsed() < Duration::from_secs(8));
+    assert!(started.elapsed() < Duration::from_secs(12));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("timed out after 2 s"), "{err}");
+    assert!(err.contains("timed out after 6 s"), "{err}");
+    // While it waits, it says for whom, where, and how long of how long.
+    let waiting = format!(
+        "process 1: waiting for process 0 at 127.0.0.1:{} (",
+        ports[0]
+    );
+    assert!(
+        err.contains(&waiting) && err.contains(", 5 s of 6"),
+        "{err}"
+    );
 }
 
 #[test]

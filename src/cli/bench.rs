@@ -26,7 +26,7 @@ pub struct BenchArgs {
     /// The suite file (TOML): a base job and axes.
     pub suite: PathBuf,
     /// Output directory (default: out/bench/SUITE).
-    #[arg(long)]
+    #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// Run only the cells whose id matches (`*` matches anything; without `*`, a substring),
     /// e.g. `--only '*/W4/*topk*'`. Ids: link/W<processes>/model/exchange/compressor/r<repeat>.
