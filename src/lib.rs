@@ -6,6 +6,10 @@
 //! (error feedback) beside it → [`exchange`] → [`optim`] → [`dataflow`] (timely operators) →
 //! [`job`] (TOML + CLI) and [`runtime`] (timely configuration, processes); [`metrics`] observes.
 //!
+//! Cargo features (both default): `cli`, the command line (`gradflow::cli`, with clap and
+//! indicatif), and `bench`, the benchmark harness (`gradflow::bench`, with plotters). With
+//! `default-features = false` the crate is the engine alone.
+//!
 //! A codec round trip (SketchML never flips a sign, and by default keeps each sign's sum):
 //!
 //! ```
@@ -28,7 +32,9 @@
 
 pub mod atomic;
 pub mod auto;
+#[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod codec;
 pub mod cores;

@@ -262,7 +262,7 @@ pub fn replica_digest(weights: &[f32]) -> u64 {
 /// A training program: what each worker builds in its dataflow scope from its [`Training`]
 /// context. [`standard`] is the loop `gradflow train` runs; a program of one's own gets the
 /// same runtime through [`run_program`] (or the whole command line through
-/// [`crate::cli::main_with`]).
+/// `gradflow::cli::main_with`).
 pub type Program =
     Arc<dyn for<'s> Fn(timely::dataflow::Scope<'s, ()>, Training) -> TrainHandle + Send + Sync>;
 

@@ -2,7 +2,8 @@
 //! relative link resolves (files, and headings or `<a id>` anchors in Markdown files), every
 //! `gradflow` command of a fenced `sh` block parses with the command line's own parser, and
 //! every TOML block parses: a whole job as a job (fields, types and validation), a part of one
-//! laid over the quickstart job (every field name and type), anything else as TOML.
+//! laid over the quickstart job (every field name and type), a suite or a Cargo manifest as
+//! TOML.
 
 use std::collections::HashSet;
 use std::fs;
@@ -278,8 +279,9 @@ fn every_toml_block_parses_and_jobs_load() {
                     continue;
                 }
             };
-            // A benchmark suite names its base job; its fields are the suite loader's.
-            if table.contains_key("job") {
+            // A benchmark suite names its base job; its fields are the suite loader's. A
+            // manifest's dependencies are Cargo's.
+            if table.contains_key("job") || table.contains_key("dependencies") {
                 continue;
             }
             let whole = ["data", "model", "optimizer", "train"]
