@@ -22,22 +22,136 @@ type Series = (String, Vec<(f64, f64)>);
 /// One chart's content.
 struct Chart {
     title: String,
+    /// Lines under the title: what the chart compares with, what it leaves out.
+    notes: Vec<String>,
     x: String,
     y: String,
     series: Vec<Series>,
     log_x: bool,
+    /// A dashed horizontal line at this value, with its label (a speed-up of 1: the baseline).
+    reference: Option<(f64, String)>,
 }
 
 impl Chart {
     fn new(title: String, x: &str, y: &str, series: Vec<Series>, log_x: bool) -> Chart {
         Chart {
             title,
+            notes: Vec::new(),
             x: x.into(),
             y: y.into(),
             series,
             log_x,
+            reference: None,
         }
     }
+}
+
+/// Colours a reader tells apart (Tableau 10: one yellowish, no two alike); past ten series the
+/// markers tell them apart too.
+const COLORS: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
+/// Series `i`'s colour.
+fn color(i: usize) -> RGBColor {
+    let (r, g, b) = COLORS[i % COLORS.len()];
+    RGBColor(r, g, b)
+}
+
+/// Series `i`'s marker: circles for the first ten colours, then triangles, squares, crosses.
+fn marker<DB: DrawingBackend>(
+    i: usize,
+    at: (i32, i32),
+) -> Box<dyn Fn(&DrawingArea<DB, Shift>) -> Result<(), String>> {
+    let style = color(i).filled();
+    let shape = i / COLORS.len() % 4;
+    Box::new(move |area: &DrawingArea<DB, Shift>| {
+        let drawn = match shape {
+            0 => area.draw(&Circle::new(at, 3, style)),
+            1 => area.draw(&TriangleMarker::new(at, 4, style)),
+            2 => area.draw(&Rectangle::new(
+                [(at.0 - 3, at.1 - 3), (at.0 + 3, at.1 + 3)],
+                style,
+            )),
+            _ => area.draw(&Cross::new(at, 3, style.stroke_width(2))),
+        };
+        drawn.map_err(|e| e.to_string())
+    })
+}
+
+/// The width of a chart's key beside it (labels never cover points or get cut).
+const KEY_WIDTH: u32 = 300;
+
+/// The height of the title and each note line.
+const LINE: i32 = 18;
+
+/// Draws `title` and `notes` at the top of `root` and returns the area below them.
+fn heading<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    notes: &[String],
+) -> Result<DrawingArea<DB, Shift>, String>
+where
+    DB::ErrorType: 'static,
+{
+    let height = LINE * (notes.len() as i32 + 1) + 12;
+    let (top, rest) = root.split_vertically(height);
+    let text = |size| ("sans-serif", size).into_font().color(&BLACK);
+    top.draw(&Text::new(title.to_string(), (12, 6), text(17)))
+        .map_err(|e| e.to_string())?;
+    for (i, note) in notes.iter().enumerate() {
+        let at = (12, 8 + LINE * (i as i32 + 1));
+        top.draw(&Text::new(note.clone(), at, text(12)))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(rest)
+}
+
+/// Writes `rows` (a swatch drawn by `swatch` and a label each) down `key`, as many as fit;
+/// the rest are counted in a last line.
+fn draw_key<DB: DrawingBackend>(
+    key: &DrawingArea<DB, Shift>,
+    rows: &[String],
+    swatch: &dyn Fn(usize, (i32, i32), &DrawingArea<DB, Shift>) -> Result<(), String>,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let height = key.dim_in_pixel().1 as i32;
+    let fit = ((height - 30) / 16).max(1) as usize;
+    let shown = if rows.len() > fit {
+        fit - 1
+    } else {
+        rows.len()
+    };
+    let font = ("sans-serif", 11).into_font().color(&BLACK);
+    // Labels longer than the key is wide are cut at about 46 characters.
+    let cut = |l: &str| match l.char_indices().nth(46) {
+        Some((i, _)) => format!("{}…", &l[..i]),
+        None => l.to_string(),
+    };
+    for (i, label) in rows.iter().take(shown).enumerate() {
+        let y = 20 + 16 * i as i32;
+        swatch(i, (14, y), key)?;
+        key.draw(&Text::new(cut(label), (30, y - 6), font.clone()))
+            .map_err(|e| e.to_string())?;
+    }
+    if shown < rows.len() {
+        let y = 20 + 16 * shown as i32;
+        let more = format!("and {} more (see results.csv)", rows.len() - shown);
+        key.draw(&Text::new(more, (30, y - 6), font))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Fonts tried for PNG text.
@@ -114,16 +228,30 @@ pub fn plots(
                 })
                 .collect()
         };
-        charts.push((
-            format!("loss-vs-time-{}", link.name),
-            Chart::new(
-                format!("test loss against wall time, link {}", link.name),
-                "seconds",
-                "test loss",
-                curve(|r| r.seconds),
-                false,
-            ),
-        ));
+        // The target loss, when the link's cells share one (one baseline group).
+        let mut targets: Vec<u64> = summaries
+            .iter()
+            .filter(|s| s.cell.link.name == link.name && s.cell.repeat == 0)
+            .filter_map(|s| s.target_loss.map(f64::to_bits))
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        let target = match targets[..] {
+            [t] => Some((
+                f64::from_bits(t),
+                format!("target: {:.4}", f64::from_bits(t)),
+            )),
+            _ => None,
+        };
+        let mut by_time = Chart::new(
+            format!("test loss against wall time, link {}", link.name),
+            "seconds",
+            "test loss",
+            curve(|r| r.seconds),
+            false,
+        );
+        by_time.reference = target;
+        charts.push((format!("loss-vs-time-{}", link.name), by_time));
         charts.push((
             format!("loss-vs-bytes-{}", link.name),
             Chart::new(
@@ -211,14 +339,16 @@ pub fn plots(
     {
         // The median over repeats at each rate.
         let mut at: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
+        let mut at_any = std::collections::BTreeSet::new();
         for (mbit, s) in &rated {
+            let key = format!(
+                "W{} {} {}",
+                s.cell.processes, s.cell.exchange, s.cell.compressor
+            );
             if let Some(x) = s.speedup {
-                let key = format!(
-                    "W{} {} {}",
-                    s.cell.processes, s.cell.exchange, s.cell.compressor
-                );
-                at.entry((key, mbit.to_bits())).or_default().push(x);
+                at.entry((key.clone(), mbit.to_bits())).or_default().push(x);
             }
+            at_any.insert(key);
         }
         let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for ((key, mbit), xs) in at {
@@ -228,13 +358,30 @@ pub fn plots(
         for points in lines.values_mut() {
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        let chart = Chart::new(
-            "speed-up to the target loss against link rate".to_string(),
+        let never: Vec<String> = at_any
+            .into_iter()
+            .filter(|k| !lines.contains_key(k))
+            .collect();
+        let mut chart = Chart::new(
+            "speed-up in time to the target loss against link rate".to_string(),
             "link rate, Mbit/s",
-            "speed-up vs baseline",
+            "speed-up (baseline's time / this one's)",
             lines.into_iter().collect(),
             true,
         );
+        chart.notes.push(format!(
+            "baseline: {} + {} on the same link; target: a test loss within {}% of the \
+             baseline's final one; median over repeats",
+            suite.baseline.0,
+            suite.baseline.1,
+            suite.target * 100.0
+        ));
+        if !never.is_empty() {
+            chart
+                .notes
+                .push(format!("never reached the target: {}", never.join("; ")));
+        }
+        chart.reference = Some((1.0, "1x: as fast as the baseline".into()));
         files.extend(draw_both(dir, "speedup-vs-bandwidth", &chart)?);
     }
     Ok(files)
@@ -242,15 +389,13 @@ pub fn plots(
 
 /// Draws a chart as `name.svg` and `name.png`.
 fn draw_both(dir: &Path, name: &str, chart: &Chart) -> Result<Vec<PathBuf>, String> {
+    let size = (760 + KEY_WIDTH, 480);
     let svg = dir.join(format!("{name}.svg"));
-    draw(SVGBackend::new(&svg, (760, 460)).into_drawing_area(), chart)
+    draw(SVGBackend::new(&svg, size).into_drawing_area(), chart)
         .map_err(|e| format!("{}: {e}", svg.display()))?;
     let png = dir.join(format!("{name}.png"));
-    draw(
-        BitMapBackend::new(&png, (760, 460)).into_drawing_area(),
-        chart,
-    )
-    .map_err(|e| format!("{}: {e}", png.display()))?;
+    draw(BitMapBackend::new(&png, size).into_drawing_area(), chart)
+        .map_err(|e| format!("{}: {e}", png.display()))?;
     Ok(vec![svg, png])
 }
 
@@ -260,6 +405,9 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
+    let body = heading(&root, &c.title, &c.notes)?;
+    let width = body.dim_in_pixel().0;
+    let (plot, key) = body.split_horizontally(width.saturating_sub(KEY_WIDTH));
     let pts = c.series.iter().flat_map(|(_, p)| p.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in pts {
@@ -268,20 +416,21 @@ where
     if x0 > x1 {
         (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
     }
+    if let Some((r, _)) = c.reference {
+        (y0, y1) = (y0.min(r), y1.max(r));
+    }
     let pad = |lo: f64, hi: f64| {
         let d = (hi - lo).abs().max(hi.abs() * 1e-3).max(1e-9) * 0.05;
         (lo - d, hi + d)
     };
     let (y0, y1) = pad(y0, y1);
-    let mut builder = ChartBuilder::on(&root);
+    let mut builder = ChartBuilder::on(&plot);
     builder
-        .caption(&c.title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60);
-    let palette = |i: usize| Palette99::pick(i).to_rgba();
     macro_rules! body {
-        ($chart:expr) => {{
+        ($chart:expr, $x0:expr, $x1:expr) => {{
             let mut chart = $chart;
             chart
                 .configure_mesh()
@@ -289,40 +438,49 @@ where
                 .y_desc(c.y.as_str())
                 .draw()
                 .map_err(err)?;
-            for (i, (name, points)) in c.series.iter().enumerate() {
-                let color = palette(i);
-                chart
-                    .draw_series(LineSeries::new(
-                        points.iter().copied(),
-                        color.stroke_width(2),
-                    ))
-                    .map_err(err)?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
-                chart
-                    .draw_series(points.iter().map(|&p| Circle::new(p, 2, color.filled())))
-                    .map_err(err)?;
+            if let Some((r, _)) = &c.reference {
+                let dashes = DashedLineSeries::new([($x0, *r), ($x1, *r)], 6, 4, BLACK.into());
+                chart.draw_series(dashes).map_err(err)?;
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .position(SeriesLabelPosition::UpperRight)
-                .label_font(("sans-serif", 11))
-                .draw()
-                .map_err(err)?;
+            for (i, (_, points)) in c.series.iter().enumerate() {
+                let style = color(i).stroke_width(2);
+                chart
+                    .draw_series(LineSeries::new(points.iter().copied(), style))
+                    .map_err(err)?;
+                // Markers in the backend's pixels, on the whole drawing.
+                for p in points {
+                    marker::<DB>(i, chart.backend_coord(p))(&root)?;
+                }
+            }
         }};
     }
     if c.log_x && x0 > 0.0 {
+        let (x0, x1) = (x0 * 0.8, x1 * 1.25);
         let chart = builder
-            .build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), y0..y1)
+            .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
             .map_err(err)?;
-        body!(chart);
+        body!(chart, x0, x1);
     } else {
         let (x0, x1) = pad(x0, x1);
         let chart = builder.build_cartesian_2d(x0..x1, y0..y1).map_err(err)?;
-        body!(chart);
+        body!(chart, x0, x1);
     }
+    let mut rows: Vec<String> = c.series.iter().map(|(l, _)| l.clone()).collect();
+    let series = rows.len();
+    rows.extend(c.reference.iter().map(|(_, label)| label.clone()));
+    draw_key(&key, &rows, &|i, (x, y), area| {
+        if i == series {
+            let dashes = [(x - 10, y), (x - 4, y), (x + 2, y), (x + 8, y)];
+            for d in dashes.chunks(2) {
+                area.draw(&PathElement::new(d.to_vec(), BLACK))
+                    .map_err(|e| e.to_string())?;
+            }
+            return Ok(());
+        }
+        let line = PathElement::new([(x - 10, y), (x + 10, y)], color(i).stroke_width(2));
+        area.draw(&line).map_err(|e| e.to_string())?;
+        marker::<DB>(i, (x, y))(area)
+    })?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -334,8 +492,8 @@ fn draw_stages(
     link: &str,
     cells: &[(String, [f64; 6])],
 ) -> Result<Vec<PathBuf>, String> {
-    // About 110 pixels a bar, so that the labels under them do not run into each other.
-    let size = ((110 * cells.len() as u32 + 120).max(760), 460);
+    // At least 40 pixels a bar, and the key beside them.
+    let size = ((40 * cells.len() as u32 + 120).max(760) + KEY_WIDTH, 480);
     let svg = dir.join(format!("{name}.svg"));
     draw_stage_bars(SVGBackend::new(&svg, size).into_drawing_area(), link, cells)
         .map_err(|e| format!("{}: {e}", svg.display()))?;
@@ -359,22 +517,22 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
+    let title = format!("ms per round by stage, link {link}");
+    let notes = ["the bars are numbered as the cells in the key".to_string()];
+    let body = heading(&root, &title, &notes)?;
+    let width = body.dim_in_pixel().0;
+    let (plot, key) = body.split_horizontally(width.saturating_sub(KEY_WIDTH));
     let top = cells
         .iter()
         .map(|(_, t)| t.iter().sum::<f64>())
         .fold(0.0, f64::max)
         .max(1e-6)
-        * 1.4; // room for the legend above the bars
+        * 1.05;
     let n = cells.len();
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("ms per round by stage, link {link}"),
-            ("sans-serif", 18),
-        )
+    let mut chart = ChartBuilder::on(&plot)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .right_y_label_area_size(0)
         .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..top)
         .map_err(err)?;
     chart
@@ -382,51 +540,100 @@ where
         .disable_x_mesh()
         .x_labels(n.max(1))
         .x_label_formatter(&|x| {
-            // Bars stand at whole numbers; ticks between them stay blank.
+            // Bars stand at whole numbers, numbered from 1; ticks between them stay blank.
             let i = x.round();
-            if (x - i).abs() > 1e-6 || i < 0.0 {
-                return String::new();
+            match (x - i).abs() > 1e-6 || i < 0.0 || i as usize >= n {
+                true => String::new(),
+                false => format!("{}", i as usize + 1),
             }
-            cells
-                .get(i as usize)
-                .map(|c| short(&c.0))
-                .unwrap_or_default()
         })
+        .x_desc("cell")
         .y_desc("ms per round (mean over workers)")
         .draw()
         .map_err(err)?;
-    for (s, stage) in StageTimes::NAMES.iter().enumerate() {
-        let color = Palette99::pick(s).to_rgba();
+    for s in 0..StageTimes::NAMES.len() {
         chart
             .draw_series(cells.iter().enumerate().map(|(i, (_, t))| {
                 let below: f64 = t[..s].iter().sum();
                 Rectangle::new(
                     [(i as f64 - 0.35, below), (i as f64 + 0.35, below + t[s])],
-                    color.filled(),
+                    color(s).filled(),
                 )
             }))
-            .map_err(err)?
-            .label(*stage)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+            .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 11))
-        .draw()
-        .map_err(err)?;
+    let stages = StageTimes::NAMES.len();
+    let mut rows: Vec<String> = StageTimes::NAMES.iter().map(|s| s.to_string()).collect();
+    rows.extend(
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{}  {}", i + 1, c.0)),
+    );
+    draw_key(&key, &rows, &|i, (x, y), area| {
+        if i >= stages {
+            return Ok(());
+        }
+        let swatch = Rectangle::new([(x - 6, y - 5), (x + 6, y + 5)], color(i).filled());
+        area.draw(&swatch).map_err(|e| e.to_string())
+    })?;
     root.present().map_err(err)?;
     Ok(())
 }
 
-/// A bar label short enough to sit under its bar.
-fn short(label: &str) -> String {
-    let s: String = label.chars().take(18).collect();
-    if s.len() < label.len() {
-        s + "…"
-    } else {
-        s
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `x` of every SVG text element whose text contains `needle`.
+    fn text_x(svg: &str, needle: &str) -> Vec<f64> {
+        svg.split("<text")
+            .filter(|t| {
+                t.split_once('>')
+                    .is_some_and(|(_, rest)| rest.contains(needle))
+            })
+            .filter_map(|t| {
+                let x = t.split("x=\"").nth(1)?.split('"').next()?;
+                x.parse().ok()
+            })
+            .collect()
+    }
+
+    /// Twelve series with long labels, a note and a reference line: every label is in the
+    /// key beside the plot (none over it, none cut short of its parameters), the notes are
+    /// under the title, and the twelve colours-and-markers differ.
+    #[test]
+    fn the_key_stands_beside_the_plot_and_names_every_series() {
+        if !font() {
+            eprintln!("no TrueType font: the plot test is skipped (.ci/run installs one)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let label = |i: usize| format!("W4 sharded topk:ratio=0.0{i},keys=raw");
+        let series: Vec<Series> = (0..12)
+            .map(|i| (label(i), vec![(100.0, 0.5 + i as f64 * 0.1), (1000.0, 1.5)]))
+            .collect();
+        let mut chart = Chart::new("speed-up".into(), "link rate", "speed-up", series, true);
+        chart.notes.push("baseline: sharded + none".into());
+        chart.reference = Some((1.0, "1x: as fast as the baseline".into()));
+        let files = draw_both(dir.path(), "c", &chart).unwrap();
+        assert_eq!(files.len(), 2);
+        let svg = std::fs::read_to_string(dir.path().join("c.svg")).unwrap();
+        let plot_width = 760.0;
+        for i in 0..12 {
+            let xs = text_x(&svg, &label(i));
+            assert_eq!(xs.len(), 1, "{}", label(i));
+            assert!(xs[0] > plot_width, "{}: x {}", label(i), xs[0]);
+        }
+        let xs = text_x(&svg, "1x: as fast as the baseline");
+        assert!(xs.len() == 1 && xs[0] > plot_width, "{xs:?}");
+        assert_eq!(text_x(&svg, "baseline: sharded + none"), [12.0]);
+        let styles: std::collections::HashSet<(usize, usize)> = (0..12)
+            .map(|i| (i % COLORS.len(), i / COLORS.len()))
+            .collect();
+        assert_eq!(styles.len(), 12);
+        assert!(COLORS
+            .iter()
+            .all(|c| COLORS.iter().filter(|d| *d == c).count() == 1));
     }
 }
