@@ -67,26 +67,28 @@ fn color(i: usize) -> RGBColor {
     RGBColor(r, g, b)
 }
 
-/// Series `i`'s marker: circles for the first ten colours, then triangles, squares, crosses.
-fn marker<DB: DrawingBackend>(
+/// Draws series `i`'s marker at `at` (pixels of `area`): circles for the first ten colours,
+/// then triangles, squares, crosses.
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
     i: usize,
     at: (i32, i32),
-) -> Box<dyn Fn(&DrawingArea<DB, Shift>) -> Result<(), String>> {
+) -> Result<(), String> {
     let style = color(i).filled();
-    let shape = i / COLORS.len() % 4;
-    Box::new(move |area: &DrawingArea<DB, Shift>| {
-        let drawn = match shape {
-            0 => area.draw(&Circle::new(at, 3, style)),
-            1 => area.draw(&TriangleMarker::new(at, 4, style)),
-            2 => area.draw(&Rectangle::new(
-                [(at.0 - 3, at.1 - 3), (at.0 + 3, at.1 + 3)],
-                style,
-            )),
-            _ => area.draw(&Cross::new(at, 3, style.stroke_width(2))),
-        };
-        drawn.map_err(|e| e.to_string())
-    })
+    let drawn = match i / COLORS.len() % 4 {
+        0 => area.draw(&Circle::new(at, 3, style)),
+        1 => area.draw(&TriangleMarker::new(at, 4, style)),
+        2 => area.draw(&Rectangle::new(
+            [(at.0 - 3, at.1 - 3), (at.0 + 3, at.1 + 3)],
+            style,
+        )),
+        _ => area.draw(&Cross::new(at, 3, style.stroke_width(2))),
+    };
+    drawn.map_err(|e| e.to_string())
 }
+
+/// Draws row `i`'s swatch of a key at a point of the key's area.
+type Swatch<'a, DB> = &'a dyn Fn(usize, (i32, i32), &DrawingArea<DB, Shift>) -> Result<(), String>;
 
 /// The width of a chart's key beside it (labels never cover points or get cut).
 const KEY_WIDTH: u32 = 300;
@@ -121,7 +123,7 @@ where
 fn draw_key<DB: DrawingBackend>(
     key: &DrawingArea<DB, Shift>,
     rows: &[String],
-    swatch: &dyn Fn(usize, (i32, i32), &DrawingArea<DB, Shift>) -> Result<(), String>,
+    swatch: Swatch<DB>,
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
@@ -449,7 +451,7 @@ where
                     .map_err(err)?;
                 // Markers in the backend's pixels, on the whole drawing.
                 for p in points {
-                    marker::<DB>(i, chart.backend_coord(p))(&root)?;
+                    draw_marker(&root, i, chart.backend_coord(p))?;
                 }
             }
         }};
@@ -479,7 +481,7 @@ where
         }
         let line = PathElement::new([(x - 10, y), (x + 10, y)], color(i).stroke_width(2));
         area.draw(&line).map_err(|e| e.to_string())?;
-        marker::<DB>(i, (x, y))(area)
+        draw_marker(area, i, (x, y))
     })?;
     root.present().map_err(err)?;
     Ok(())
