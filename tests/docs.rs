@@ -251,11 +251,12 @@ fn every_gradflow_command_in_the_docs_parses() {
     );
 }
 
-/// `over` laid over `base`, table by table.
+/// `over` laid over `base`, table by table; a `label` table is a whole label rule, so it
+/// replaces the base's.
 fn overlay(base: &mut toml::Table, over: toml::Table) {
     for (key, value) in over {
         match (base.get_mut(&key), value) {
-            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => overlay(b, o),
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) if key != "label" => overlay(b, o),
             (_, value) => {
                 base.insert(key, value);
             }

@@ -807,3 +807,121 @@ fn reformatting_a_table_moves_no_row_between_training_and_test() {
     std::fs::write(&job, text.replace(&quoted, &zipped)).unwrap();
     same(test_rows(&job, 2), "gzip, two workers");
 }
+
+/// Labels by name: a binary label from lists of positive and negative strings, where a value
+/// in neither list is an error naming its place; classes by name, which imply softmax over
+/// them, and which `predict` writes back as names.
+#[test]
+fn string_labels_are_named_and_other_values_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, cities) = write_tables(dir.path(), 1200);
+    let text = std::fs::read_to_string(&data).unwrap();
+    // Every third "yes" is written "Yes".
+    let mut n = 0;
+    let mixed: String = text
+        .split_inclusive('\n')
+        .map(|l| match l.strip_suffix(",yes\n") {
+            Some(head) => {
+                n += 1;
+                format!("{head},{}\n", if n % 3 == 0 { "Yes" } else { "yes" })
+            }
+            None => l.to_string(),
+        })
+        .collect();
+    std::fs::write(&data, &mixed).unwrap();
+    let job = write_job(dir.path(), &job_text(&data, &cities));
+    let lists = [
+        "data.label.equals=\"yes\"",
+        "data.label.positive=[\"Yes\"]",
+        "data.label.negative=[\"no\"]",
+    ];
+    let out = gradflow_ok(
+        ["train", job.to_str().unwrap(), "--set"]
+            .into_iter()
+            .chain(lists.iter().flat_map(|s| [*s, "--set"]))
+            .chain(["train.epochs=1"]),
+    );
+    assert!(out.contains("epoch   1"), "{out}");
+    // A value in neither list: file, line, column and the names the job gives.
+    let line = mixed.lines().count();
+    std::fs::write(
+        &data,
+        format!("{mixed}9999,2024-03-01T10:30,s1,c1,2,maybe\n"),
+    )
+    .unwrap();
+    let mut sets: Vec<&str> = lists.to_vec();
+    sets.push("train.epochs=1");
+    let e = train_err(&job, &sets);
+    let at = format!("clicks.csv:{}:6", line + 1);
+    assert!(
+        e.contains(&at) && e.contains("label 'maybe' is not one the job names"),
+        "{e}"
+    );
+    assert!(e.contains("positive: 'yes', 'Yes'; negative: 'no'"), "{e}");
+    let e = train_err(&job, &["data.label.above=3"]);
+    assert!(e.contains("give one rule"), "{e}");
+
+    // Three classes by name, from the hour of the day; softmax and its class count follow.
+    let mut t = String::from("hour,shop,part\n");
+    for i in 0..900 {
+        let hour = i % 24;
+        let part = ["night", "day", "evening"][(hour >= 7) as usize + (hour >= 18) as usize];
+        t += &format!("{hour},s{},{part}\n", i % 5);
+    }
+    let parts = dir.path().join("parts.csv");
+    std::fs::write(&parts, t).unwrap();
+    let model = dir.path().join("parts-model.txt");
+    let flags = [
+        "train",
+        "--data",
+        parts.to_str().unwrap(),
+        "--label",
+        "part",
+        "--categorical",
+        "hour,shop",
+        "--epochs",
+        "20",
+        "--lr",
+        "0.1",
+        "--lambda",
+        "0",
+        "--set",
+        "data.label.classes=[\"night\",\"day\",\"evening\"]",
+        "--model-out",
+        model.to_str().unwrap(),
+    ];
+    let printed = gradflow_ok(flags.iter().chain(&["--print-job"]));
+    assert!(printed.contains("loss = \"softmax\"") && printed.contains("classes = 3"));
+    let out = gradflow_ok(flags);
+    let last = out.lines().rfind(|l| l.starts_with("epoch")).unwrap();
+    let acc: f64 = last.split("acc ").nth(1).unwrap()[..6].parse().unwrap();
+    assert!(acc > 0.95, "{last}");
+    let predicted = gradflow_ok([
+        "predict",
+        model.to_str().unwrap(),
+        parts.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    let mut lines = predicted.lines();
+    assert_eq!(lines.next(), Some("id,prediction,probability"));
+    // Rows 1, 9 and 20 are at hours 0, 8 and 19.
+    let rows: Vec<&str> = lines.collect();
+    for (row, name) in [(1, "night"), (9, "day"), (20, "evening")] {
+        assert!(
+            rows[row - 1].starts_with(&format!("{row},{name},")),
+            "{}",
+            rows[row - 1]
+        );
+    }
+    // A name beyond the classes, in training data or in scored rows, is an error.
+    let e = gradflow(["predict", model.to_str().unwrap(), data.to_str().unwrap()]);
+    assert!(!e.status.success());
+    std::fs::write(&parts, "hour,shop,part\n3,s1,dawn\n").unwrap();
+    let e = gradflow(["predict", model.to_str().unwrap(), parts.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        e.contains("parts.csv:2:3") && e.contains("'dawn'") && e.contains("'evening'"),
+        "{e}"
+    );
+}

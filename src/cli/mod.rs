@@ -1142,6 +1142,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
             a.model.display()
         ));
     }
+    let mut class_names: Vec<String> = Vec::new();
     let (mut data, ids, labelled, ignored) = match &model.features {
         Some(text) => {
             let map: crate::data::table::FeatureMap = toml::from_str(text)
@@ -1165,6 +1166,7 @@ fn predict(a: PredictArgs) -> Result<(), String> {
                     }
                 )
             });
+            class_names = map.spec.label.classes.clone();
             (e.data, e.ids, e.labelled, note)
         }
         None if a.labels.is_some() => {
@@ -1252,7 +1254,11 @@ fn predict(a: PredictArgs) -> Result<(), String> {
     eprintln!("{line}");
     let columns = PredictionColumns::of(&*loss);
     let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
-        write_predictions(w, &a, &model.weights, &data, &ids, &*loss, columns)
+        let rows = Rows {
+            data: &data,
+            ids: &ids,
+        };
+        write_predictions(w, &a, &model.weights, rows, &*loss, columns, &class_names)
     };
     match a.out.as_deref().filter(|o| o.as_os_str() != "-") {
         Some(out) => {
@@ -1326,18 +1332,25 @@ impl PredictionColumns {
     }
 }
 
-/// Writes one prediction per row of `data` in `a.format`: the id (the `--id` column's value,
-/// else the 1-based row), the prediction and, for classification, the second column of
-/// `columns`.
+/// The rows `predict` writes predictions of, and their ids (empty: their 1-based numbers).
+struct Rows<'a> {
+    data: &'a crate::data::Dataset,
+    ids: &'a [String],
+}
+
+/// Writes one prediction per row in `a.format`: the id (the `--id` column's value, else the
+/// 1-based row), the prediction (a class by its name in `class_names`, when the label named
+/// them) and, for classification, the second column of `columns`.
 fn write_predictions(
     w: &mut dyn std::io::Write,
     a: &PredictArgs,
     weights: &[f32],
-    data: &crate::data::Dataset,
-    ids: &[String],
+    rows: Rows,
     loss: &dyn crate::model::ModelLoss,
     columns: PredictionColumns,
+    class_names: &[String],
 ) -> std::io::Result<()> {
+    let Rows { data, ids } = rows;
     // JSON ids are numbers when every one is (row numbers, a numeric id column).
     let numeric_ids = ids.iter().all(|id| is_json_number(id));
     let second = columns.second();
@@ -1349,7 +1362,18 @@ fn write_predictions(
     for i in 0..data.rows() {
         let (k, v) = data.row(i);
         margins(weights, k, v, &mut m);
-        let (prediction, extra) = columns.row(loss, &m);
+        let (number, extra) = columns.row(loss, &m);
+        let name = match columns {
+            PredictionColumns::ClassProbability => class_names.get(number as usize),
+            _ => None,
+        };
+        let prediction = match (name, a.format) {
+            (Some(n), PredictFormat::Csv) => csv_field(n),
+            (Some(n), PredictFormat::Json) => json_string(n),
+            (Some(n), PredictFormat::Lines) => n.clone(),
+            (None, PredictFormat::Json) => json_number(number),
+            (None, _) => number.to_string(),
+        };
         let id = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
         match (a.format, extra) {
             (PredictFormat::Lines, None) => writeln!(w, "{prediction}"),
@@ -1365,11 +1389,7 @@ fn write_predictions(
                     (Some(name), Some(x)) => format!(", \"{name}\": {}", json_number(x)),
                     _ => String::new(),
                 };
-                writeln!(
-                    w,
-                    "{{\"id\": {id}, \"prediction\": {}{tail}}}",
-                    json_number(prediction)
-                )
+                writeln!(w, "{{\"id\": {id}, \"prediction\": {prediction}{tail}}}")
             }
         }?;
     }

@@ -579,6 +579,7 @@ impl Job {
         }
         let auto = Auto::take(&mut table);
         let format_given = table.get("data").and_then(|d| d.get("format")).is_some();
+        let loss_given = table.get("model").and_then(|m| m.get("loss")).is_some();
         let mut job = if overrides.is_empty() && !auto.any() {
             // The text itself, so that errors point at its lines.
             toml::from_str::<Job>(text).map_err(parse_err)?
@@ -598,6 +599,20 @@ impl Job {
         if !format_given {
             let implied = job.data.train.as_deref().and_then(Format::from_extension);
             job.data.format = implied.unwrap_or(job.data.format);
+        }
+        // Classes named by the label imply softmax over that many.
+        let named = job
+            .data
+            .label
+            .as_ref()
+            .map_or(0, |l| l.classes.len() as u32);
+        if named > 0 {
+            if !loss_given {
+                job.model.loss = LossName::Softmax;
+            }
+            if job.model.loss == LossName::Softmax {
+                job.model.classes = job.model.classes.or(Some(named));
+            }
         }
         job.validate().map_err(|message| JobError::Invalid {
             path: path.into(),
@@ -787,6 +802,17 @@ impl Job {
             return Err(
                 "data.test_fraction: not used when data.test names a test file; remove one".into(),
             );
+        }
+        let named = self
+            .data
+            .label
+            .as_ref()
+            .map_or(0, |l| l.classes.len() as u32);
+        if named > 0 && (self.model.loss, self.model.classes) != (LossName::Softmax, Some(named)) {
+            return Err(format!(
+                "data.label.classes: names {named} classes, which takes model.loss = \"softmax\" \
+                 with model.classes = {named} (both the default with named classes)"
+            ));
         }
         match (self.model.loss, self.model.classes) {
             (LossName::Softmax, None) => {

@@ -31,7 +31,7 @@ use super::features::{
     TokenKey,
 };
 use super::read::{count_quotes, read_cells, Cells, Cut, Part};
-use super::spec::{TableSpec, Transform};
+use super::spec::{NamedLabel, TableSpec, Transform};
 use crate::data::gather::gather;
 use crate::data::partition::unit_hash;
 use crate::data::source::compression;
@@ -295,23 +295,31 @@ fn labels(
             let Some(v) = cells.value(row, c) else {
                 return Ok(None);
             };
-            let y = if let Some(t) = &l.equals {
-                if v == t {
-                    1.0
-                } else {
-                    -1.0
+            let y = match l.named(v) {
+                NamedLabel::Known(y) => y as f64,
+                NamedLabel::Unknown => {
+                    return Err(cells.error(
+                        row,
+                        c,
+                        format!(
+                            "label '{}' is not one the job names ({})",
+                            crate::data::clip(v),
+                            l.names()
+                        ),
+                    ))
                 }
-            } else {
-                let x = number(&l.column, v).map_err(|e| cells.error(row, c, e.message))?;
-                match l.above {
-                    Some(t) => {
-                        if x > t {
-                            1.0
-                        } else {
-                            -1.0
+                NamedLabel::Unnamed => {
+                    let x = number(&l.column, v).map_err(|e| cells.error(row, c, e.message))?;
+                    match l.above {
+                        Some(t) => {
+                            if x > t {
+                                1.0
+                            } else {
+                                -1.0
+                            }
                         }
+                        None => x,
                     }
-                    None => x,
                 }
             };
             if classification && !crate::data::is_binary_label(y as f32) {

@@ -18,8 +18,76 @@ pub struct LabelSpec {
     pub column: String,
     /// Binary label: +1 when the (numeric) value is above this, else -1.
     pub above: Option<f64>,
-    /// Binary label: +1 when the value equals this string, else -1.
+    /// Binary label: +1 when the value equals this string, else -1 (or, with `negative`, an
+    /// error unless the value is one of those).
     pub equals: Option<String>,
+    /// Binary label: +1 when the value is one of these strings (with `equals`, one more).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub positive: Vec<String>,
+    /// Binary label with `equals` or `positive`: -1 for these strings, and any value in
+    /// neither list is an error naming its row. Empty: every other value is -1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub negative: Vec<String>,
+    /// Multiclass label by name: class `i` is the value `classes[i]` (softmax with
+    /// `model.classes` = their number, which it sets when absent); any other value is an error
+    /// naming its row. `predict` writes the names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
+}
+
+/// What a label value is, by the spec's names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum NamedLabel {
+    /// The label's number (±1, or the class).
+    Known(f32),
+    /// A value the spec does not name (an error).
+    Unknown,
+    /// The spec names no values: the label is a number.
+    Unnamed,
+}
+
+impl LabelSpec {
+    /// Whether the label is a binary one by string values.
+    fn by_string(&self) -> bool {
+        self.equals.is_some() || !self.positive.is_empty()
+    }
+
+    /// The number of value `v`, when the spec names label values.
+    pub fn named(&self, v: &str) -> NamedLabel {
+        if !self.classes.is_empty() {
+            return match self.classes.iter().position(|c| c == v) {
+                Some(i) => NamedLabel::Known(i as f32),
+                None => NamedLabel::Unknown,
+            };
+        }
+        if !self.by_string() {
+            return NamedLabel::Unnamed;
+        }
+        if self.equals.as_deref() == Some(v) || self.positive.iter().any(|p| p == v) {
+            NamedLabel::Known(1.0)
+        } else if self.negative.is_empty() || self.negative.iter().any(|n| n == v) {
+            NamedLabel::Known(-1.0)
+        } else {
+            NamedLabel::Unknown
+        }
+    }
+
+    /// The values the spec names, for an error message.
+    pub fn names(&self) -> String {
+        let quoted = |v: &[String]| {
+            let q: Vec<String> = v.iter().map(|s| format!("'{s}'")).collect();
+            q.join(", ")
+        };
+        if !self.classes.is_empty() {
+            return format!("the classes are {}", quoted(&self.classes));
+        }
+        let positive: Vec<String> = self.equals.iter().chain(&self.positive).cloned().collect();
+        format!(
+            "positive: {}; negative: {}",
+            quoted(&positive),
+            quoted(&self.negative)
+        )
+    }
 }
 
 /// How a numeric column becomes features.
@@ -273,8 +341,26 @@ impl TableSpec {
         if self.label.column.is_empty() {
             return Err("data.label.column: the label's column must be named".into());
         }
-        if self.label.above.is_some() && self.label.equals.is_some() {
-            return Err("data.label: give `above` or `equals`, not both".into());
+        let l = &self.label;
+        let rules = [l.above.is_some(), l.by_string(), !l.classes.is_empty()];
+        if rules.iter().filter(|r| **r).count() > 1 {
+            return Err(
+                "data.label: give one rule: `above`, `equals`/`positive` (with `negative`), or \
+                 `classes`"
+                    .into(),
+            );
+        }
+        if !l.negative.is_empty() && !l.by_string() {
+            return Err("data.label.negative: needs `equals` or `positive`".into());
+        }
+        let mut named: Vec<&String> = (l.equals.iter())
+            .chain(&l.positive)
+            .chain(&l.negative)
+            .chain(&l.classes)
+            .collect();
+        named.sort_unstable();
+        if let Some(w) = named.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("data.label: '{}' is named twice", w[0]));
         }
         if !self.delimiter.is_ascii() || self.delimiter == '"' || self.delimiter == '\n' {
             return Err(format!(
