@@ -275,52 +275,56 @@ impl DataFlags {
 
     /// The flags but `--set` as overrides, onto `v`.
     fn push_sets(&self, v: &mut Vec<String>) -> Result<(), String> {
-        let mut set = |field: &str, value: String| v.push(format!("{field}={value}"));
-        let path = |p: &PathBuf| toml_text(p.display().to_string());
-        let text = |s: &str| toml_text(s);
-        let list = |items: &[String]| toml_text(items.to_vec());
-        if let Some(x) = &self.train_file {
-            set("data.train", path(x));
-        }
-        if let Some(x) = &self.test_file {
-            set("data.test", path(x));
-        }
-        if let Some(x) = &self.format {
-            set("data.format", text(x));
-        }
-        if let Some(spec) = &self.label {
-            for (field, value) in label_fields(spec)? {
-                set(&format!("data.label.{field}"), value);
-            }
-        }
-        if !self.categorical.is_empty() {
-            set("data.features.categorical", list(&self.categorical));
-        }
-        if !self.numeric.is_empty() {
-            let specs = self.numeric.iter().map(|n| numeric_table(n));
-            set(
-                "data.features.numeric",
-                toml_text(specs.collect::<Vec<_>>()),
-            );
-        }
-        if !self.cross.is_empty() {
-            let crosses = self.cross.iter().map(|c| cross_list(c));
-            set(
-                "data.features.crosses",
-                toml_text(crosses.collect::<Result<Vec<_>, _>>()?),
-            );
-        }
-        if let Some(x) = self.hash_bits {
-            set("data.features.hash_bits", x.to_string());
-        }
-        if let Some(x) = self.test_fraction {
-            set("data.test_fraction", x.to_string());
-        }
-        if let Some(x) = &self.cache {
-            set("data.cache", path(x));
-        }
+        let nonempty = |items: &[String]| (!items.is_empty()).then(|| items.to_vec());
+        let numeric = nonempty(&self.numeric)
+            .map(|n| toml_text(n.iter().map(|n| numeric_table(n)).collect::<Vec<_>>()));
+        let crosses = nonempty(&self.cross)
+            .map(|c| {
+                c.iter()
+                    .map(|c| cross_list(c))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let label = self.label.as_deref().map(label_fields).transpose()?;
+        let label = label.into_iter().flatten();
+        push_fields(
+            v,
+            label
+                .map(|(field, value)| (format!("data.label.{field}"), Some(value)))
+                .chain(named_fields([
+                    ("data.train", self.train_file.as_deref().map(path_text)),
+                    ("data.test", self.test_file.as_deref().map(path_text)),
+                    ("data.format", self.format.as_deref().map(toml_text)),
+                    (
+                        "data.features.categorical",
+                        nonempty(&self.categorical).map(toml_text),
+                    ),
+                    ("data.features.numeric", numeric),
+                    ("data.features.crosses", crosses.map(toml_text)),
+                    ("data.features.hash_bits", self.hash_bits.map(toml_text)),
+                    ("data.test_fraction", self.test_fraction.map(toml_text)),
+                    ("data.cache", self.cache.as_deref().map(path_text)),
+                ])),
+        );
         Ok(())
     }
+}
+
+/// A path as a TOML string.
+fn path_text(p: &std::path::Path) -> String {
+    toml_text(p.display().to_string())
+}
+
+/// `(field, value)` pairs with owned field names.
+fn named_fields<const N: usize>(
+    fields: [(&str, Option<String>); N],
+) -> impl Iterator<Item = (String, Option<String>)> + '_ {
+    fields.into_iter().map(|(f, x)| (f.to_string(), x))
+}
+
+/// Appends `field=value` for every field with a value.
+fn push_fields(v: &mut Vec<String>, fields: impl Iterator<Item = (String, Option<String>)>) {
+    v.extend(fields.filter_map(|(field, value)| Some(format!("{field}={}", value?))));
 }
 
 impl Overrides {
@@ -329,63 +333,50 @@ impl Overrides {
     fn to_sets(&self) -> Result<Vec<String>, String> {
         let mut v = Vec::new();
         self.data.push_sets(&mut v)?;
-        let mut set = |field: &str, value: String| v.push(format!("{field}={value}"));
-        let path = |p: &PathBuf| toml_text(p.display().to_string());
-        let text = |s: &str| toml_text(s);
-        if let Some(x) = &self.loss {
-            set("model.loss", text(x));
-        }
-        if let Some(x) = self.classes {
-            set("model.classes", x.to_string());
-        }
-        if let Some(x) = self.lambda {
-            set("model.lambda", x.to_string());
-        }
-        if let Some(x) = &self.optimizer {
-            set("optimizer.kind", text(x));
-        }
-        if let Some(x) = self.lr {
-            set("optimizer.lr", x.to_string());
-        }
-        if let Some(x) = self.epochs {
-            set("train.epochs", x.to_string());
-        }
-        if let Some(x) = self.batch_fraction {
-            set("train.batch_fraction", x.to_string());
-        }
-        if let Some(x) = &self.exchange {
-            set("train.exchange", text(x));
-        }
-        if let Some(x) = &self.compressor {
-            set(
+        let codec = |flag, x: &Option<String>, table| {
+            x.as_deref()
+                .map(|x| named_value(flag, x, table))
+                .transpose()
+        };
+        let fields = named_fields([
+            ("model.loss", self.loss.as_deref().map(toml_text)),
+            ("model.classes", self.classes.map(toml_text)),
+            // f32 in decimal as written (as f64 it would be 0.009999999776482582).
+            ("model.lambda", self.lambda.map(|x| x.to_string())),
+            ("optimizer.kind", self.optimizer.as_deref().map(toml_text)),
+            ("optimizer.lr", self.lr.map(|x| x.to_string())),
+            ("train.epochs", self.epochs.map(|x| toml_text(x as i64))),
+            ("train.batch_fraction", self.batch_fraction.map(toml_text)),
+            ("train.exchange", self.exchange.as_deref().map(toml_text)),
+            (
                 "train.compressor",
-                named_value("--compressor", x, codec_table)?,
-            );
-        }
-        if let Some(x) = &self.memory {
-            set("train.memory", named_value("--memory", x, plain_table)?);
-        }
-        if let Some(x) = &self.downlink {
-            set("train.downlink", named_value("--downlink", x, codec_table)?);
-        }
-        if let Some(x) = self.eval_every {
-            set("train.eval_every", x.to_string());
-        }
-        if let Some(x) = self.seed {
-            set("train.seed", x.to_string());
-        }
-        if let Some(x) = &self.init_model {
-            set("train.init_model", path(x));
-        }
-        if let Some(x) = &self.metrics {
-            set("output.metrics", path(x));
-        }
-        if let Some(x) = &self.model_out {
-            set("output.model", path(x));
-        }
-        if let Some(x) = &self.dump_gradients {
-            set("output.gradients", path(x));
-        }
+                codec("--compressor", &self.compressor, codec_table)?,
+            ),
+            (
+                "train.memory",
+                codec("--memory", &self.memory, plain_table)?,
+            ),
+            (
+                "train.downlink",
+                codec("--downlink", &self.downlink, codec_table)?,
+            ),
+            (
+                "train.eval_every",
+                self.eval_every.map(|x| toml_text(x as i64)),
+            ),
+            ("train.seed", self.seed.map(|x| toml_text(x as i64))),
+            (
+                "train.init_model",
+                self.init_model.as_deref().map(path_text),
+            ),
+            ("output.metrics", self.metrics.as_deref().map(path_text)),
+            ("output.model", self.model_out.as_deref().map(path_text)),
+            (
+                "output.gradients",
+                self.dump_gradients.as_deref().map(path_text),
+            ),
+        ]);
+        push_fields(&mut v, fields);
         v.extend(self.data.set.iter().cloned());
         Ok(v)
     }
