@@ -156,8 +156,8 @@ pub struct DataFlags {
     /// The data's format (data.format): csv, libsvm or idx.
     #[arg(long, help_heading = "Data")]
     format: Option<String>,
-    /// CSV: the label (data.label): COLUMN (its value), COLUMN>X (1 when above X, else 0) or
-    /// COLUMN=VALUE (1 when equal to VALUE).
+    /// CSV: the label (data.label): COLUMN (its value), COLUMN>X (1 when above X, else 0),
+    /// COLUMN=VALUE (1 when equal to VALUE) or COLUMN=V1,V2 (1 when one of them).
     #[arg(long, value_name = "SPEC", help_heading = "Data")]
     label: Option<String>,
     /// CSV: categorical columns, one feature per value (data.features.categorical).
@@ -409,6 +409,10 @@ fn label_fields(spec: &str) -> Result<Vec<(&'static str, String)>, String> {
                 .filter(|x: &f64| x.is_finite())
                 .ok_or_else(|| format!("--label '{spec}': '{x}' is not a number"))?;
             fields.push(("above", toml_text(x)));
+        }
+        Some((_, value)) if value.contains(',') => {
+            let values: Vec<String> = value.split(',').map(|v| v.trim().to_string()).collect();
+            fields.push(("positive", toml_text(values)));
         }
         Some((_, value)) => fields.push(("equals", toml_text(value))),
     }
@@ -1654,6 +1658,21 @@ mod tests {
             all.extend(args);
             job_of(&all).unwrap_err()
         };
+        let job = job_of(&[
+            "gradflow",
+            "train",
+            "--data",
+            "r.csv",
+            "--label",
+            "ok=yes, Yes",
+            "--categorical",
+            "a",
+        ]);
+        let label = job.unwrap().data.label.unwrap();
+        assert_eq!(
+            (label.equals, label.positive),
+            (None, vec!["yes".into(), "Yes".into()])
+        );
         let e = err(&["--label", ">3"]);
         assert!(e.contains("--label '>3'"), "{e}");
         let e = err(&["--label", "delay>soon"]);
