@@ -790,7 +790,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     };
     let is_test = |r: usize| match cut {
         Some(c) => cells.ids[r] >= c,
-        None => hashed && unit_hash(input.seed, before + cells.numbers[r]) < held_out,
+        None => hashed && unit_hash(input.seed, before + cells.number(r)) < held_out,
     };
     let (train_idx, test_idx): (Vec<usize>, Vec<usize>) =
         labelled.iter().partition(|&&r| !is_test(r));

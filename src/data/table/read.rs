@@ -41,10 +41,10 @@ pub struct Cells {
     /// Each record's id: the byte offset of its start in the (decompressed) file.
     pub ids: Vec<u64>,
     /// Each record's number among the file's records (blank lines are none), 0-based, when
-    /// `numbered`; otherwise its number in this part (the parts before hold the others).
-    pub numbers: Vec<u64>,
-    /// Whether `numbers` count from the file's first record: a part read from the whole stream
-    /// (a compressed file, or one part).
+    /// `numbered`; empty otherwise, where record `r` is the part's `r`-th ([`Cells::number`]).
+    numbers: Vec<u64>,
+    /// Whether records are numbered from the file's first: a part read from the whole stream
+    /// (a compressed file, or one part); otherwise the parts before hold the others.
     pub numbered: bool,
     /// Where this part's first record starts (0 for the first part).
     pub first: u64,
@@ -59,6 +59,14 @@ pub struct Cells {
 }
 
 impl Cells {
+    /// Record `r`'s number: in the file when [`Cells::numbered`], else in this part.
+    pub fn number(&self, r: usize) -> u64 {
+        match self.numbered {
+            true => self.numbers[r],
+            false => r as u64,
+        }
+    }
+
     /// Number of records.
     pub fn len(&self) -> usize {
         self.ids.len()
@@ -364,7 +372,6 @@ pub fn read_cells(
         }
         if id > 0 && !is_blank(&rec) {
             keep(&mut cells, &rec, id)?;
-            cells.numbers.push(cells.numbers.len() as u64);
         }
     }
     Ok(cells)
