@@ -8,7 +8,7 @@ use std::process::Command;
 
 mod common;
 
-use common::{gradflow, gradflow_ok, gradflow_outputs, hostfile};
+use common::{gradflow, gradflow_ok, gradflow_outputs, hostfile, row_list};
 use gradflow::data::table::{read_rows, PreparedRow};
 
 /// A generated table: clicks on shops, with a time, a price and a city joined to a region.
@@ -561,19 +561,6 @@ fn predict_adds_the_intercept_of_the_model() {
     let expected = 1.0 / (1.0 + (-0.5f64).exp());
     assert_eq!(p.len(), 2);
     assert!(p.iter().all(|x| (x - expected).abs() < 1e-6), "{p:?}");
-}
-
-/// The rows of `data` as sorted `(label, features)` lists.
-fn row_list(data: &gradflow::data::Dataset) -> Vec<(u32, Vec<(u32, u32)>)> {
-    let mut rows: Vec<_> = (0..data.rows())
-        .map(|i| {
-            let (k, v) = data.row(i);
-            let f = k.iter().zip(v).map(|(k, v)| (*k, v.to_bits())).collect();
-            (data.labels[i].to_bits(), f)
-        })
-        .collect();
-    rows.sort();
-    rows
 }
 
 #[test]

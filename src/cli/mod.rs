@@ -17,6 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::codec::measure::{measure_codec, measure_keys, read_gradient, synth_gradient};
 use crate::codec::{build_codec, CodecSpec, CODEC_NAMES};
+use crate::data::table::TextSpec;
 use crate::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use crate::dataflow::Supervisor;
 use crate::job::{Job, SynthKind, SynthSection};
@@ -177,6 +178,11 @@ pub struct DataFlags {
         help_heading = "Data"
     )]
     numeric: Vec<String>,
+    /// CSV: a free-text column, its words and word n-grams hashed into a range of its own
+    /// (data.features.text): COLUMN or COLUMN:k=v,... with ngrams, hash_bits, lowercase,
+    /// binary, normalize, e.g. `review:ngrams=2,normalize=true`; repeat for more columns.
+    #[arg(long, value_name = "COLUMN[:K=V,..]", help_heading = "Data")]
+    text: Vec<String>,
     /// CSV: crosses of categorical columns, date parts or bucketised columns, `a:b` (or
     /// `a:b:c`), comma-separated or repeated (data.features.crosses).
     #[arg(long, value_delimiter = ',', value_name = "A:B", help_heading = "Data")]
@@ -285,6 +291,13 @@ impl DataFlags {
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
+        let text = nonempty(&self.text)
+            .map(|t| {
+                t.iter()
+                    .map(|t| text_table(t))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
         let label = self.label.as_deref().map(label_fields).transpose()?;
         let label = label.into_iter().flatten();
         push_fields(
@@ -300,6 +313,7 @@ impl DataFlags {
                         nonempty(&self.categorical).map(toml_text),
                     ),
                     ("data.features.numeric", numeric),
+                    ("data.features.text", text.map(toml_text)),
                     ("data.features.crosses", crosses.map(toml_text)),
                     ("data.features.hash_bits", self.hash_bits.map(toml_text)),
                     ("data.test_fraction", self.test_fraction.map(toml_text)),
@@ -428,6 +442,19 @@ fn numeric_table(item: &str) -> toml::Value {
         t.insert("transform".into(), transform.trim().into());
     }
     toml::Value::Table(t)
+}
+
+/// `--text`'s `COLUMN` or `COLUMN:k=v,...` as a `data.features.text` entry, checked.
+fn text_table(item: &str) -> Result<toml::Value, String> {
+    let (column, params) = item.split_once(':').unwrap_or((item, ""));
+    let params: Vec<String> = params.split(',').map(|p| p.trim().to_string()).collect();
+    let mut t = plain_table(column.trim(), &params).map_err(|e| format!("--text {e}"))?;
+    let column = t.remove("name").expect("plain_table names it");
+    t.insert("column".into(), column);
+    let t = toml::Value::Table(t);
+    TextSpec::deserialize(t.clone())
+        .map_err(|e| format!("--text '{item}': {}", e.to_string().trim_end()))?;
+    Ok(t)
 }
 
 /// `--cross`'s `a:b[:c...]` as a `data.features.crosses` entry.

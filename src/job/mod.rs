@@ -721,13 +721,6 @@ impl Job {
         if let Some(dim) = d.dim.filter(|&n| n > d.max_dim) {
             return Err(above_cap(format!("data.dim = {dim}"), dim as u64));
         }
-        if let Some(b) = d
-            .features
-            .hash_bits
-            .filter(|&b| b < 64 && 1u64 << b > d.max_dim as u64)
-        {
-            return Err(above_cap(format!("data.features.hash_bits = {b}"), 1 << b));
-        }
         if d.train.is_none() && d.synth.dim > d.max_dim {
             return Err(above_cap(
                 format!("data.synth.dim = {}", d.synth.dim),
@@ -749,6 +742,14 @@ impl Job {
                 "data.label, data.features, data.join: set data.format = \"csv\" to use them"
                     .into(),
             );
+        }
+        let hashed = d.features.hashed_width();
+        if hashed > d.max_dim as u64 {
+            let what = match (d.features.hash_bits, d.features.text.is_empty()) {
+                (Some(b), true) => format!("data.features.hash_bits = {b}"),
+                _ => "data.features' hash_bits (the table's and its text columns')".into(),
+            };
+            return Err(above_cap(what, hashed));
         }
         if d.format == Format::Program {
             if d.dim.is_none() {

@@ -125,3 +125,16 @@ where
     assert!(out.status.success(), "{stderr}");
     (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
 }
+
+/// The rows of `data` as sorted `(label, features)` lists.
+pub fn row_list(data: &gradflow::data::Dataset) -> Vec<(u32, Vec<(u32, u32)>)> {
+    let mut rows: Vec<_> = (0..data.rows())
+        .map(|i| {
+            let (k, v) = data.row(i);
+            let f = k.iter().zip(v).map(|(k, v)| (*k, v.to_bits())).collect();
+            (data.labels[i].to_bits(), f)
+        })
+        .collect();
+    rows.sort();
+    rows
+}

@@ -5,12 +5,13 @@
 //! vocabulary in sorted order, preceded by its "other" key when `min_count > 1`. With
 //! `hash_bits = b`, every feature's key is `xxh3(slot, 0x1f, token; hash_seed) mod 2^b`
 //! (Weinberger et al., "Feature hashing for large scale multitask learning"), and colliding
-//! features add up.
+//! features add up. Text columns follow, each in a hashed range of its own ([`super::text`]).
 
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::spec::{DatePart, FeatureSpec, SlotSource, TableSpec, Transform};
+use super::text::TextColumn;
 
 /// Statistics of one numeric column over the training rows.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -249,6 +250,8 @@ pub struct Encoder<'m> {
     /// Per scalar numeric spec: its index and its column's position.
     scalars: Vec<(usize, usize)>,
     sources: Vec<Source>,
+    /// Per text column: its position and its hasher.
+    texts: Vec<(usize, TextColumn)>,
     keys: Keys<'m>,
     tokens: Tokens,
 }
@@ -320,6 +323,15 @@ impl<'m> Encoder<'m> {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let mut base = map.text_base();
+        let mut texts = Vec::with_capacity(spec.features.text.len());
+        for t in &spec.features.text {
+            texts.push((
+                at(&t.column)?,
+                TextColumn::new(t, base, spec.features.hash_seed),
+            ));
+            base += TextColumn::width(t);
+        }
         let other = (spec.features.min_count > 1) as u32;
         let mut bases = Vec::with_capacity(slots.len());
         let mut key = scalars.len() as u32;
@@ -342,6 +354,7 @@ impl<'m> Encoder<'m> {
             columns: columns.to_vec(),
             scalars,
             sources,
+            texts,
             keys: Keys {
                 map,
                 names: slots.into_iter().map(|s| s.name).collect(),
@@ -353,7 +366,7 @@ impl<'m> Encoder<'m> {
         })
     }
 
-    /// The most features a row can have: one per scalar and per slot.
+    /// The features a row has without text: one per scalar and per slot at most.
     pub fn max_features(&self) -> usize {
         self.scalars.len() + self.sources.len()
     }
@@ -449,6 +462,15 @@ impl<'m> Encoder<'m> {
         Ok(())
     }
 
+    /// Pushes `row`'s text features onto `out`, each column's sorted within its range.
+    pub fn text(&mut self, row: &impl RowValues, out: &mut Vec<(u32, f32)>) {
+        for (c, column) in &mut self.texts {
+            if let Some(v) = row.value(*c) {
+                column.push(v, out);
+            }
+        }
+    }
+
     /// The feature of token `token` of slot `s`: its key, or for a value not in the
     /// vocabulary `Unknown` with its slot's "other" key when `min_count > 1`.
     pub fn token_key(&mut self, s: usize, token: &[u8]) -> TokenKey {
@@ -465,6 +487,7 @@ impl<'m> Encoder<'m> {
     ) -> Result<u64, BadValue> {
         out.clear();
         self.scalars(row, out)?;
+        self.text(row, out);
         self.tokens(row)?;
         let mut unknown = 0;
         for s in 0..self.tokens.len() {
@@ -525,20 +548,33 @@ impl FeatureMap {
         numeric: Vec<NumericStats>,
         vocabulary: Vec<Vec<String>>,
     ) -> FeatureMap {
-        let dim = match spec.features.hash_bits {
-            Some(b) => 1u32 << b,
-            None => {
-                let other = (spec.features.min_count > 1) as usize;
-                let scalars = spec.scalars().count();
-                (scalars + vocabulary.iter().map(|v| v.len() + other).sum::<usize>()) as u32
-            }
-        };
+        let dim = Self::layout_dim(&spec, &vocabulary)
+            + (spec.features.text.iter())
+                .map(TextColumn::width)
+                .sum::<u32>();
         FeatureMap {
             spec,
             numeric,
             vocabulary,
             dim,
         }
+    }
+
+    /// Number of keys before the text columns' ranges.
+    fn layout_dim(spec: &TableSpec, vocabulary: &[Vec<String>]) -> u32 {
+        match spec.features.hash_bits {
+            Some(b) => 1u32 << b,
+            None => {
+                let other = (spec.features.min_count > 1) as usize;
+                let scalars = spec.scalars().count();
+                (scalars + vocabulary.iter().map(|v| v.len() + other).sum::<usize>()) as u32
+            }
+        }
+    }
+
+    /// The first key of the first text column's range.
+    pub fn text_base(&self) -> u32 {
+        Self::layout_dim(&self.spec, &self.vocabulary)
     }
 
     /// An [`Encoder`] of this map for rows that provide `columns`.

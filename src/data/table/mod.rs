@@ -6,11 +6,13 @@ pub mod features;
 pub mod pipeline;
 pub mod read;
 pub mod spec;
+pub mod text;
 
 pub use features::{FeatureMap, NumericStats};
 pub use pipeline::{encode_file, prepare, Encoded, Prepared, TableInput};
 pub use spec::{
-    DatePart, DatetimeSpec, FeatureSpec, JoinSpec, LabelSpec, NumericSpec, TableSpec, Transform,
+    DatePart, DatetimeSpec, FeatureSpec, JoinSpec, LabelSpec, NumericSpec, TableSpec, TextSpec,
+    Transform,
 };
 
 pub mod rows;

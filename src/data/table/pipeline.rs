@@ -509,6 +509,7 @@ fn encode_rows(
         encoder
             .scalars(&rows.view(r), &mut features)
             .map_err(|e| bad_value(rows, r, e))?;
+        encoder.text(&rows.view(r), &mut features);
         for (keys, &v) in keys.iter().zip(values) {
             if v != Dictionary::MISSING {
                 unknown += keys[v as usize].push(&mut features) as u64;

@@ -159,6 +159,57 @@ pub struct DatetimeSpec {
     pub parts: Vec<DatePart>,
 }
 
+/// A free-text column: its words and word n-grams, hashed into a range of their own (Spark's
+/// `Tokenizer` + `HashingTF`, Vowpal Wabbit's text namespaces).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextSpec {
+    /// The column.
+    pub column: String,
+    /// Longest n-gram: 1 gives words, 2 words and pairs of adjacent words, and so on.
+    #[serde(default = "one")]
+    pub ngrams: u32,
+    /// The column's range holds `2^hash_bits` features.
+    #[serde(default = "default_text_bits")]
+    pub hash_bits: u32,
+    /// Lower-case the text before splitting it.
+    #[serde(default = "yes")]
+    pub lowercase: bool,
+    /// A feature is 1 when its n-gram occurs, rather than its number of occurrences.
+    #[serde(default)]
+    pub binary: bool,
+    /// Scale the column's features to unit Euclidean length (scikit-learn's `norm = "l2"`), so
+    /// that a long text weighs no more than a short one.
+    #[serde(default)]
+    pub normalize: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_text_bits() -> u32 {
+    18
+}
+
+impl TextSpec {
+    /// A column's defaults: words, 2^18 features, lower-cased, counts.
+    pub fn new(column: &str) -> TextSpec {
+        TextSpec {
+            column: column.into(),
+            ngrams: 1,
+            hash_bits: default_text_bits(),
+            lowercase: true,
+            binary: false,
+            normalize: false,
+        }
+    }
+}
+
 /// `[data.features]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -169,6 +220,8 @@ pub struct FeatureSpec {
     pub numeric: Vec<NumericSpec>,
     /// Date/time columns and the parts derived from them.
     pub datetime: Vec<DatetimeSpec>,
+    /// Free-text columns, each hashed into its own range after the other features.
+    pub text: Vec<TextSpec>,
     /// Crosses of discrete slots, e.g. `[["origin", "dest"], ["carrier", "sched_dep.hour"]]`:
     /// one feature per combination of values.
     pub crosses: Vec<Vec<String>>,
@@ -183,12 +236,21 @@ pub struct FeatureSpec {
     pub min_count: u64,
 }
 
+impl FeatureSpec {
+    /// The features of the hashed ranges: `2^hash_bits` (when given) and each text column's.
+    pub fn hashed_width(&self) -> u64 {
+        let text: u64 = self.text.iter().map(|t| 1u64 << t.hash_bits.min(63)).sum();
+        self.hash_bits.map_or(0, |b| 1u64 << b.min(63)) + text
+    }
+}
+
 impl Default for FeatureSpec {
     fn default() -> Self {
         FeatureSpec {
             categorical: Vec::new(),
             numeric: Vec::new(),
             datetime: Vec::new(),
+            text: Vec::new(),
             crosses: Vec::new(),
             hash_bits: None,
             hash_seed: 0,
@@ -374,6 +436,7 @@ impl TableSpec {
         let as_feature = (f.categorical.iter())
             .chain(f.numeric.iter().map(|n| &n.column))
             .chain(f.datetime.iter().map(|d| &d.column))
+            .chain(f.text.iter().map(|t| &t.column))
             .any(|c| c == label);
         if as_feature {
             return Err(format!(
@@ -410,6 +473,30 @@ impl TableSpec {
                 ));
             }
         }
+        for t in &f.text {
+            let at = format!("data.features.text '{}'", t.column);
+            if !(1..=8).contains(&t.ngrams) {
+                return Err(format!("{at}: ngrams must be 1 to 8, got {}", t.ngrams));
+            }
+            if !(1..=28).contains(&t.hash_bits) {
+                return Err(format!(
+                    "{at}: hash_bits must be 1 to 28, got {}",
+                    t.hash_bits
+                ));
+            }
+        }
+        let mut texts: Vec<&String> = f.text.iter().map(|t| &t.column).collect();
+        texts.sort_unstable();
+        if let Some(w) = texts.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("data.features.text: '{}' is listed twice", w[0]));
+        }
+        if f.hashed_width() > 1 << 31 {
+            return Err(
+                "data.features: the hashed ranges (hash_bits and each text column's) add up to \
+                 more than 2^31 features; lower some hash_bits"
+                    .into(),
+            );
+        }
         for (i, j) in self.join.iter().enumerate() {
             if j.on.is_empty() || j.columns.is_empty() {
                 return Err(format!(
@@ -419,9 +506,9 @@ impl TableSpec {
             }
         }
         let slots = self.slots()?;
-        if slots.is_empty() && self.scalars().next().is_none() {
+        if slots.is_empty() && self.scalars().next().is_none() && f.text.is_empty() {
             return Err(
-                "data.features: no features (list categorical, numeric or datetime \
+                "data.features: no features (list categorical, numeric, datetime or text \
                         columns)"
                     .into(),
             );
@@ -438,6 +525,7 @@ impl TableSpec {
         cols.extend(f.categorical.iter().cloned());
         cols.extend(f.numeric.iter().map(|n| n.column.clone()));
         cols.extend(f.datetime.iter().map(|d| d.column.clone()));
+        cols.extend(f.text.iter().map(|t| t.column.clone()));
         for j in &self.join {
             cols.extend(j.on.keys().cloned());
         }
