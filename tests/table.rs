@@ -879,6 +879,18 @@ fn string_labels_are_named_and_other_values_refused() {
     ];
     let printed = gradflow_ok(flags.iter().chain(&["--print-job"]));
     assert!(printed.contains("loss = \"softmax\"") && printed.contains("classes = 3"));
+    // Named classes and a model of another class count, or of another loss, disagree.
+    for other in [["--classes", "4"], ["--loss", "logistic"]] {
+        let e = gradflow(flags.iter().chain(&other));
+        let e = String::from_utf8_lossy(&e.stderr);
+        assert!(
+            e.contains(
+                "data.label.classes: names 3 classes, which takes model.loss = \"softmax\" \
+                        with model.classes = 3"
+            ),
+            "{other:?}: {e}"
+        );
+    }
     let out = gradflow_ok(flags);
     let last = out.lines().rfind(|l| l.starts_with("epoch")).unwrap();
     let acc: f64 = last.split("acc ").nth(1).unwrap()[..6].parse().unwrap();

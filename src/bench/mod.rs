@@ -626,11 +626,11 @@ pub fn matches(pattern: &str, id: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The suite and the directory holding it and its base job (alive as long as it is).
-    fn suite(text: &str) -> Result<(Suite, tempfile::TempDir), String> {
+    pub(crate) fn suite(text: &str) -> Result<(Suite, tempfile::TempDir), String> {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("base.toml"), "[train]\nepochs = 1\n").unwrap();
         let p = dir.path().join("s.toml");

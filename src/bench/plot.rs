@@ -324,7 +324,16 @@ pub fn plots(
         );
         files.extend(draw_both(dir, "bytes-vs-processes", &chart)?);
     }
-    // Speed-up against bandwidth, per (exchange, compressor), over the shaped links.
+    if let Some(chart) = speedup_chart(suite, summaries) {
+        files.extend(draw_both(dir, "speedup-vs-bandwidth", &chart)?);
+    }
+    Ok(files)
+}
+
+/// Speed-up in time to the target against link rate, per (processes, exchange, compressor),
+/// over the links with a rate; `None` unless there are two rates. The notes state the baseline
+/// and the target, and list the series that never reached the target (they have no point).
+fn speedup_chart(suite: &Suite, summaries: &[Summary]) -> Option<Chart> {
     let rated: Vec<(f64, &Summary)> = summaries
         .iter()
         .filter_map(|s| {
@@ -332,61 +341,56 @@ pub fn plots(
             Some((bits as f64 / 1e6, s))
         })
         .collect();
-    if rated
-        .iter()
-        .map(|(b, _)| b.to_bits())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
-        > 1
-    {
-        // The median over repeats at each rate.
-        let mut at: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
-        let mut at_any = std::collections::BTreeSet::new();
-        for (mbit, s) in &rated {
-            let key = format!(
-                "W{} {} {}",
-                s.cell.processes, s.cell.exchange, s.cell.compressor
-            );
-            if let Some(x) = s.speedup {
-                at.entry((key.clone(), mbit.to_bits())).or_default().push(x);
-            }
-            at_any.insert(key);
-        }
-        let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for ((key, mbit), xs) in at {
-            let point = (f64::from_bits(mbit), median(xs).unwrap_or(0.0));
-            lines.entry(key).or_default().push(point);
-        }
-        for points in lines.values_mut() {
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        }
-        let never: Vec<String> = at_any
-            .into_iter()
-            .filter(|k| !lines.contains_key(k))
-            .collect();
-        let mut chart = Chart::new(
-            "speed-up in time to the target loss against link rate".to_string(),
-            "link rate, Mbit/s",
-            "speed-up (baseline's time / this one's)",
-            lines.into_iter().collect(),
-            true,
-        );
-        chart.notes.push(format!(
-            "baseline: {} + {} on the same link; target: a test loss within {}% of the \
-             baseline's final one; median over repeats",
-            suite.baseline.0,
-            suite.baseline.1,
-            suite.target * 100.0
-        ));
-        if !never.is_empty() {
-            chart
-                .notes
-                .push(format!("never reached the target: {}", never.join("; ")));
-        }
-        chart.reference = Some((1.0, "1x: as fast as the baseline".into()));
-        files.extend(draw_both(dir, "speedup-vs-bandwidth", &chart)?);
+    let rates = rated.iter().map(|(b, _)| b.to_bits());
+    if rates.collect::<std::collections::BTreeSet<_>>().len() < 2 {
+        return None;
     }
-    Ok(files)
+    // The median over repeats at each rate.
+    let mut at: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
+    let mut at_any = std::collections::BTreeSet::new();
+    for (mbit, s) in &rated {
+        let key = format!(
+            "W{} {} {}",
+            s.cell.processes, s.cell.exchange, s.cell.compressor
+        );
+        if let Some(x) = s.speedup {
+            at.entry((key.clone(), mbit.to_bits())).or_default().push(x);
+        }
+        at_any.insert(key);
+    }
+    let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for ((key, mbit), xs) in at {
+        let point = (f64::from_bits(mbit), median(xs).unwrap_or(0.0));
+        lines.entry(key).or_default().push(point);
+    }
+    for points in lines.values_mut() {
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let never: Vec<String> = at_any
+        .into_iter()
+        .filter(|k| !lines.contains_key(k))
+        .collect();
+    let mut chart = Chart::new(
+        "speed-up in time to the target loss against link rate".to_string(),
+        "link rate, Mbit/s",
+        "speed-up (baseline's time / this one's)",
+        lines.into_iter().collect(),
+        true,
+    );
+    chart.notes.push(format!(
+        "baseline: {} + {} on the same link; target: a test loss within {}% of the \
+         baseline's final one; median over repeats",
+        suite.baseline.0,
+        suite.baseline.1,
+        suite.target * 100.0
+    ));
+    if !never.is_empty() {
+        chart
+            .notes
+            .push(format!("never reached the target: {}", never.join("; ")));
+    }
+    chart.reference = Some((1.0, "1x: as fast as the baseline".into()));
+    Some(chart)
 }
 
 /// Draws a chart as `name.svg` and `name.png`.
@@ -637,5 +641,80 @@ mod tests {
         assert!(COLORS
             .iter()
             .all(|c| COLORS.iter().filter(|d| *d == c).count() == 1));
+    }
+
+    /// The speed-up chart names its baseline and target, draws one line per configuration
+    /// that reached the target, and lists the configurations that never did.
+    #[test]
+    fn the_speedup_chart_states_its_baseline_and_lists_what_never_reached_the_target() {
+        let (suite, _dir) = crate::bench::tests::suite(
+            r#"
+job = "base.toml"
+processes = [4]
+exchange = ["sharded", "allgather"]
+links = [{ name = "slow", rate = "100mbit" }, { name = "fast", rate = "1gbit" }]
+target = 0.01
+[[compressor]]
+name = "none"
+[[compressor]]
+name = "topk"
+ratio = 0.01
+"#,
+        )
+        .unwrap();
+        let summaries: Vec<Summary> = suite
+            .cells()
+            .into_iter()
+            .map(|cell| {
+                // allgather + topk never reaches the target; the others do, faster on the
+                // slow link.
+                let never = cell.exchange == "allgather" && cell.compressor.starts_with("topk");
+                let slow = cell.link.name == "slow";
+                Summary {
+                    speedup: (!never).then_some(if slow { 2.0 } else { 1.1 }),
+                    cell,
+                    seconds_per_epoch: 1.0,
+                    up_bytes: 0.0,
+                    down_bytes: 0.0,
+                    eval_bytes: 0.0,
+                    final_loss: None,
+                    final_accuracy: None,
+                    final_auc: None,
+                    min_loss: None,
+                    target_loss: None,
+                    time_to_target: None,
+                    free_link_bound: None,
+                }
+            })
+            .collect();
+        let chart = speedup_chart(&suite, &summaries).unwrap();
+        let names: Vec<&str> = chart.series.iter().map(|s| s.0.as_str()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(
+            names.iter().all(|n| !n.contains("allgather topk")),
+            "{names:?}"
+        );
+        for (_, points) in &chart.series {
+            assert_eq!(points, &[(100.0, 2.0), (1000.0, 1.1)]);
+        }
+        assert!(
+            chart.notes[0].starts_with(
+                "baseline: sharded + none on the same link; target: a \
+                                        test loss within 1% of the baseline's final one"
+            ),
+            "{:?}",
+            chart.notes
+        );
+        assert_eq!(
+            chart.notes[1],
+            "never reached the target: W4 allgather topk,ratio=0.01"
+        );
+        assert_eq!(chart.reference.as_ref().map(|r| r.0), Some(1.0));
+        // One link rate: no chart.
+        let one: Vec<Summary> = summaries
+            .into_iter()
+            .filter(|s| s.cell.link.name == "slow")
+            .collect();
+        assert!(speedup_chart(&suite, &one).is_none());
     }
 }
