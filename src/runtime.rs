@@ -424,7 +424,7 @@ pub fn run_program(
                     "the test file has {} features beyond the training data's dimension {}; \
                      they have no weight and were ignored",
                     data.ignored_test_features,
-                    plan.intercept.unwrap_or(dim) / plan.loss.outputs()
+                    plan.intercept.unwrap_or(dim) / plan.model.width()
                 ));
             }
             let observer = if index == 0 {
@@ -491,6 +491,7 @@ pub fn run_program(
                 let output = std::mem::take(&mut *handle.output.borrow_mut());
                 let plan = TrainPlan {
                     loss: handle.loss.clone(),
+                    model: handle.model.clone(),
                     ..plan
                 };
                 FirstWorker {
@@ -601,7 +602,12 @@ impl WarmStart {
         if let Some(note) = note {
             eprintln!("note: train.init_model: {note}");
         }
-        let weights = InitialWeights(Arc::new(std::mem::take(&mut model.weights)));
+        let weights = InitialWeights {
+            weights: Arc::new(std::mem::take(&mut model.weights)),
+            from: path.display().to_string(),
+            model: model.model.clone().unwrap_or_else(|| "linear".into()),
+            loss: model.loss.clone(),
+        };
         Ok(WarmStart {
             path: path.to_path_buf(),
             model,
@@ -632,7 +638,7 @@ impl WarmStart {
                 has(plan.intercept)
             )));
         }
-        let len = self.weights.0.len();
+        let len = self.weights.weights.len();
         if len != plan.dim as usize {
             return Err(mismatch(format!(
                 "it has {len} weights, the job's data makes a model of {}",
@@ -645,13 +651,8 @@ impl WarmStart {
                 model.intercept, plan.intercept
             )));
         }
-        if model.loss != plan.loss.name() {
-            return Err(mismatch(format!(
-                "it was trained with the loss '{}', the job uses '{}'",
-                model.loss,
-                plan.loss.name()
-            )));
-        }
+        // The model and the loss are checked by the training loop, once the program has
+        // chosen its own (InitialWeights::misfit).
         if &model.features != features {
             return Err(mismatch(
                 "its feature map differs from the job's (another schema, vocabulary or hashing): \

@@ -612,3 +612,86 @@ fn a_programs_rows_are_ordered_by_id_and_checked() {
     assert!(e.contains("row id 4") && e.contains('3'), "{e}");
     assert!(WorkerData::from_rows(vec![row(4, false, &[1], 2.0)], &softmax.plan(11, 1)).is_ok());
 }
+
+#[test]
+fn a_programs_own_model_trains_through_the_standard_loop_and_its_name_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = Duration::from_secs(120);
+    let own = program("own_model");
+    let ok = |exe: &Path, args: &[String]| {
+        let out = run(exe, args, &[], limit);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let gradflow = Path::new(env!("CARGO_BIN_EXE_gradflow"));
+    let model = |name: &str| dir.path().join(format!("{name}-model.txt"));
+    let epochs = |out: &str| -> Vec<String> {
+        let lines = out.lines().map(|l| l.trim_start_matches("[p0] "));
+        lines
+            .filter(|l| l.starts_with("epoch"))
+            .map(|l| {
+                l.split("sent")
+                    .next()
+                    .unwrap()
+                    .split_once("s  ")
+                    .unwrap()
+                    .1
+                    .to_string()
+            })
+            .collect()
+    };
+    // Two processes train the model one process of two workers trains, bit for bit.
+    let (clustered, _) = ok(&own, &cluster_args(QUICKSTART, dir.path(), "own"));
+    let mut train = cluster_args(QUICKSTART, dir.path(), "own-threads");
+    train[0] = "train".into();
+    let at = train.iter().position(|a| a == "-n").unwrap();
+    train[at] = "-w".into();
+    let (threaded, _) = ok(&own, &train);
+    assert_eq!(epochs(&clustered), epochs(&threaded));
+    assert_eq!(epochs(&clustered).len(), 1, "{clustered}");
+    let auc: f64 = epochs(&clustered)[0].split("auc ").nth(1).unwrap()[..6]
+        .parse()
+        .unwrap();
+    // One epoch: well above chance (a gradient that does not reach the weights stays at 0.5).
+    assert!(auc > 0.65, "{clustered}");
+    let (own_file, threads_file) = (
+        ModelFile::load(&model("own")).unwrap(),
+        ModelFile::load(&model("own-threads")).unwrap(),
+    );
+    assert_eq!(own_file.weights, threads_file.weights);
+    assert_eq!(own_file.model.as_deref(), Some("unit-length"));
+    // The job's own linear model learns other weights from the same rows.
+    ok(gradflow, &cluster_args(QUICKSTART, dir.path(), "linear"));
+    let linear = ModelFile::load(&model("linear")).unwrap();
+    assert_eq!(linear.model, None);
+    assert_ne!(linear.weights, own_file.weights);
+    // `gradflow predict` cannot compute a model it does not know, and says so; a warm start
+    // checks the model once the program has set it: the program's own resumes, the plain
+    // linear job refuses.
+    let out = run(
+        gradflow,
+        &[
+            "predict".into(),
+            model("own").display().to_string(),
+            QUICKSTART.into(),
+        ],
+        &[],
+        limit,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("'unit-length'"),
+        "{stderr}"
+    );
+    let mut warm = train.clone();
+    warm.extend(["--init-model".into(), model("own").display().to_string()]);
+    ok(&own, &warm);
+    let out = run(gradflow, &warm, &[], limit);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("it is the model 'unit-length', the job trains 'linear'"),
+        "{stderr}"
+    );
+}

@@ -1132,6 +1132,7 @@ fn a_warm_start_continues_from_the_model_and_refuses_one_that_does_not_fit() {
         weights: first.weights.clone().unwrap(),
         intercept: first.plan.as_ref().unwrap().intercept,
         classes: None,
+        model: None,
         features: None,
     }
     .save(&saved)

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use crate::data::{read_libsvm, LibsvmOptions, RowFilter};
 use crate::model::file::ModelFile;
-use crate::model::{margins, EvalPart};
+use crate::model::{EvalPart, Model};
 
 #[derive(Args, Debug)]
 pub(super) struct PredictArgs {
@@ -63,10 +63,13 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
     let loss = model
         .builtin_loss()
         .map_err(|e| format!("{}: {e}", a.model.display()))?;
+    let model_fn = model
+        .builtin_model()
+        .map_err(|e| format!("{}: {e}", a.model.display()))?;
     let dim = model.weights.len() as u32;
     // The data's own features lie below the intercept's (the model's last); a softmax model
     // has `classes` keys per feature.
-    let data_dim = model.intercept.unwrap_or(dim) / model.outputs();
+    let data_dim = model.intercept.unwrap_or(dim) / model_fn.width();
     if a.labels.is_some() && model.features.is_some() {
         return Err(format!(
             "--labels: for IDX images; {} reads CSV tables through its feature map",
@@ -162,7 +165,7 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
             with_labels.push_row(k, v, data.labels[i as usize]);
         }
         let exact = crate::job::AucBins::EXACT.bits();
-        let part = EvalPart::evaluate(&with_labels, &model.weights, &*loss, exact);
+        let part = EvalPart::evaluate(&with_labels, &model.weights, &*model_fn, &*loss, exact);
         let s = part.summary(&*loss);
         line += &format!(
             "  scored {}  loss {:.4}",
@@ -189,7 +192,8 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
             data: &data,
             ids: &ids,
         };
-        write_predictions(w, &a, &model.weights, rows, &*loss, columns, &class_names)
+        let scorer = (&*model_fn, &model.weights[..]);
+        write_predictions(w, &a, scorer, rows, &*loss, columns, &class_names)
     };
     match a.out.as_deref().filter(|o| o.as_os_str() != "-") {
         Some(out) => {
@@ -275,7 +279,7 @@ struct Rows<'a> {
 fn write_predictions(
     w: &mut dyn std::io::Write,
     a: &PredictArgs,
-    weights: &[f32],
+    (model, weights): (&dyn Model, &[f32]),
     rows: Rows,
     loss: &dyn crate::model::ModelLoss,
     columns: PredictionColumns,
@@ -289,10 +293,11 @@ fn write_predictions(
         let tail = second.map(|s| format!(",{s}")).unwrap_or_default();
         writeln!(w, "id,prediction{tail}")?;
     }
-    let mut m = vec![0.0f32; loss.outputs() as usize];
+    let mut m = vec![0.0f32; model.outputs() as usize];
+    let mut scratch = Vec::new();
     for i in 0..data.rows() {
         let (k, v) = data.row(i);
-        margins(weights, k, v, &mut m);
+        model.forward(weights, k, v, &mut m, &mut scratch);
         let (number, extra) = columns.row(loss, &m);
         let name = match columns {
             PredictionColumns::ClassProbability => class_names.get(number as usize),

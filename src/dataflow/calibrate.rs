@@ -145,7 +145,7 @@ fn measure(
 ) -> Result<(Vec<f64>, usize), String> {
     let dim = plan.dim;
     let weights = match &plan.initial_weights {
-        Some(w) => w.0.to_vec(),
+        Some(w) => w.weights.to_vec(),
         None => vec![0.0; dim as usize],
     };
     let rows = data.train.rows();
@@ -170,12 +170,28 @@ fn measure(
             .collect();
         let mut grad = SparseGrad::default();
         if grads.len() == b {
-            workspace.minibatch(&data.train, &rows, &weights, &*plan.loss, l2, &mut grad);
+            workspace.minibatch(
+                &data.train,
+                &rows,
+                &weights,
+                &*plan.model,
+                &*plan.loss,
+                l2,
+                &mut grad,
+            );
             grads.push(grad);
             continue;
         }
         let started = Instant::now();
-        workspace.minibatch(&data.train, &rows, &weights, &*plan.loss, l2, &mut grad);
+        workspace.minibatch(
+            &data.train,
+            &rows,
+            &weights,
+            &*plan.model,
+            &*plan.loss,
+            l2,
+            &mut grad,
+        );
         gradient_ms.push(super::ms(started));
         if b < workers {
             union.add_scaled(&grad, 1.0, &mut scratch);

@@ -485,12 +485,12 @@ impl GradientStep {
             return;
         }
         let started = Instant::now();
-        let loss = &*self.plan.loss;
+        let (model, loss) = (&*self.plan.model, &*self.plan.loss);
         // SAFETY: the gradient step's window (see `Replica::in_round`).
         let weights = unsafe { st.weights.in_round() };
         if r == self.rounds {
-            let auc_bits = self.plan.auc_bits;
-            stats.eval = Some(EvalPart::evaluate(&self.data.test, weights, loss, auc_bits));
+            let (test, bits) = (&self.data.test, self.plan.auc_bits);
+            stats.eval = Some(EvalPart::evaluate(test, weights, model, loss, bits));
             stats.prev_eval_ms = ms(started);
             return;
         }
@@ -519,8 +519,8 @@ impl GradientStep {
         let started = Instant::now();
         let test = &self.data.test;
         let end = (e.next_row + EVAL_STEP_ROWS).min(test.rows());
-        e.eval
-            .rows(test, e.next_row..end, &e.weights, &*self.plan.loss);
+        let (model, loss) = (&*self.plan.model, &*self.plan.loss);
+        e.eval.rows(test, e.next_row..end, &e.weights, model, loss);
         e.next_row = end;
         let spent = ms(started);
         e.ms += spent;
@@ -555,12 +555,12 @@ impl GradientStep {
             intercept: self.plan.intercept,
         };
         let rows = &self.order[batch];
-        let loss = &*self.plan.loss;
+        let (model, loss) = (&*self.plan.model, &*self.plan.loss);
         // SAFETY: the gradient step's window: every owner's change of the last round is in,
         // and no owner writes this round's before this worker's gradient reaches it.
         let weights = unsafe { st.weights.in_round() };
-        let sums =
-            (self.workspace).minibatch(&self.data.train, rows, weights, loss, l2, &mut self.grad);
+        let data = &self.data.train;
+        let sums = (self.workspace).minibatch(data, rows, weights, model, loss, l2, &mut self.grad);
         stats.gradient_ms = ms(started);
         stats.has_gradient = true;
         stats.loss_sum = sums.loss_sum;

@@ -72,7 +72,7 @@ use crate::codec::{Codec, CodecSpec};
 use crate::data::table::PreparedRow;
 use crate::exchange::{Envelope, Place};
 use crate::metrics::{MetricsRow, RowOutput, WireCounters};
-use crate::model::{LossFn, ModelLoss};
+use crate::model::{LossFn, Model, ModelFn, ModelLoss};
 use crate::optim::UpdateRule;
 
 /// The timestamp inside the training scope: `()` outside, the round inside.
@@ -197,12 +197,33 @@ impl Training {
         slot.share(&mut self.state.borrow_mut().weights, place, threads)
     }
 
+    /// Trains `model` instead of the job's linear model (call it before [`Self::gradient`] and
+    /// [`Self::collect`], which use it: the gradient, the test metrics). The model file
+    /// records its name. Its weights per feature and outputs must be the job's model's (one,
+    /// or softmax's `model.classes`), which sized the weights: others are an error.
+    pub fn set_model(&mut self, model: impl Model + 'static) {
+        let job = &self.plan.model;
+        if (model.width(), model.outputs()) != (job.width(), job.outputs()) {
+            self.supervisor.fail(format!(
+                "set_model: the model '{}' has {} weights per feature and {} outputs per row, \
+                 the job's {} and {} (model.loss, model.classes)",
+                model.name(),
+                model.width(),
+                model.outputs(),
+                job.width(),
+                job.outputs()
+            ));
+            return;
+        }
+        self.plan.model = ModelFn::new(model);
+    }
+
     /// Trains with `loss` instead of the job's `model.loss` (call it before [`Self::gradient`]
     /// and [`Self::collect`], which use the loss: the gradient, the test metrics). The model
-    /// file records its name. Its number of outputs must be the job's (one, or softmax's
+    /// file records its name. Its number of outputs must be the model's (one, or softmax's
     /// `model.classes`), which sized the model: another is an error.
     pub fn set_loss(&mut self, loss: impl ModelLoss + 'static) {
-        let (job, own) = (self.plan.loss.outputs(), loss.outputs());
+        let (job, own) = (self.plan.model.outputs(), loss.outputs());
         if own != job {
             self.supervisor.fail(format!(
                 "set_loss: the loss '{}' has {own} outputs per row, the job's model {job} \
@@ -331,6 +352,9 @@ impl Training {
         Stream<'s, RoundTime, Vec<Envelope>>,
         Stream<'s, RoundTime, Vec<RoundStats>>,
     ) {
+        if let Some(e) = (self.plan.initial_weights.as_ref()).and_then(|w| w.misfit(&self.plan)) {
+            self.supervisor.fail(e);
+        }
         let data = match (std::mem::replace(&mut self.data, DataSource::Taken), rows) {
             (DataSource::Taken, _) => panic!("one gradient step per training loop"),
             (DataSource::Loaded(data), None) => Rows::Loaded(data),
@@ -408,6 +432,7 @@ impl Training {
             state: self.state.clone(),
             output: self.output.clone(),
             loss: self.plan.loss.clone(),
+            model: self.plan.model.clone(),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::exchange::{build_exchange, CustomExchange, Exchange, ExchangeKind, Ow
 use crate::memory::residual::Residual;
 use crate::memory::{Memory, MemorySpec};
 use crate::metrics::{RowOutput, Traffic};
-use crate::model::{EvalPart, LossFn, ModelLoss, Task};
+use crate::model::{EvalPart, LossFn, ModelFn, ModelLoss, Task};
 use std::sync::Arc;
 
 use crate::optim::{CustomOptimizer, Optimizer, OptimizerConfig, UpdateRule};
@@ -23,8 +23,11 @@ use crate::optim::{CustomOptimizer, Optimizer, OptimizerConfig, UpdateRule};
 /// Everything about a training run that all workers share.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainPlan {
-    /// Number of features.
+    /// Number of weights: features (the intercept included) × the model's width.
     pub dim: u32,
+    /// The model (the job's linear one, or a program's own:
+    /// [`crate::dataflow::Training::set_model`]).
+    pub model: ModelFn,
     /// The loss (the job's, or a program's own: [`crate::dataflow::Training::set_loss`]).
     pub loss: LossFn,
     /// L2 regularisation λ.
@@ -92,13 +95,51 @@ pub struct TrainPlan {
     pub checkpoints: Option<Checkpoints>,
 }
 
-/// A model's weights to start training from, shared by the workers of a process.
+/// A model's weights to start training from, shared by the workers of a process, with the
+/// names of the model and loss that learnt them: the training loop checks them against its
+/// own once the program has chosen (`Training::set_model`, `set_loss`).
 #[derive(Clone, PartialEq)]
-pub struct InitialWeights(pub Arc<Vec<f32>>);
+pub struct InitialWeights {
+    /// The weights.
+    pub weights: Arc<Vec<f32>>,
+    /// Where they come from (for errors).
+    pub from: String,
+    /// The model's name ([`crate::model::Model::name`]).
+    pub model: String,
+    /// The loss's name.
+    pub loss: String,
+}
 
 impl std::fmt::Debug for InitialWeights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "InitialWeights({} weights)", self.0.len())
+        write!(
+            f,
+            "InitialWeights({} weights of {} {})",
+            self.weights.len(),
+            self.model,
+            self.loss
+        )
+    }
+}
+
+impl InitialWeights {
+    /// Why these weights cannot start `plan`'s model and loss, if they cannot.
+    pub fn misfit(&self, plan: &TrainPlan) -> Option<String> {
+        let (model, loss) = (plan.model.name(), plan.loss.name());
+        let what = if self.model != model {
+            format!("it is the model '{}', the job trains '{model}'", self.model)
+        } else if self.loss != loss {
+            format!(
+                "it was trained with the loss '{}', the job uses '{loss}'",
+                self.loss
+            )
+        } else {
+            return None;
+        };
+        Some(format!(
+            "{}: train.init_model does not fit this job: {what}",
+            self.from
+        ))
     }
 }
 
@@ -197,9 +238,9 @@ impl TrainPlan {
     }
 
     /// Features per row before the intercept (the model has [`Self::dim`] =
-    /// (features + intercept) · outputs weights).
+    /// (features + intercept) · width weights).
     pub fn data_dim(&self) -> u32 {
-        self.intercept.unwrap_or(self.dim) / self.loss.outputs()
+        self.intercept.unwrap_or(self.dim) / self.model.width()
     }
 }
 
@@ -330,8 +371,8 @@ impl WorkerState {
     /// memory for `plan`.
     pub fn shared(plan: &TrainPlan) -> Rc<RefCell<WorkerState>> {
         let mut weights = crate::mem::ZeroedArray::new(plan.dim as usize);
-        if let Some(InitialWeights(w)) = &plan.initial_weights {
-            weights.copy_from_slice(w);
+        if let Some(init) = &plan.initial_weights {
+            weights.copy_from_slice(&init.weights);
         }
         Rc::new(RefCell::new(WorkerState {
             weights: super::Replica::own(weights),
@@ -409,4 +450,6 @@ pub struct TrainHandle {
     pub output: Rc<RefCell<RowOutput>>,
     /// The loss the loop trained with (the model file records its name).
     pub loss: LossFn,
+    /// The model the loop trained.
+    pub model: ModelFn,
 }

@@ -21,7 +21,7 @@ use crate::dataflow::{ProgramInputs, ReplicaMode, TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
-use crate::model::{LossFn, LossName, Task};
+use crate::model::{Linear, LossFn, LossName, ModelFn, Task};
 use crate::optim::OptimizerConfig;
 
 /// What a worker loads: its rows, the model's number of features, the feature map of a table
@@ -1366,11 +1366,16 @@ impl Job {
     }
 
     /// The intercept's first key in a model of `features` features (the intercept is the last
-    /// feature; its keys are the model's last `outputs`), if the job has one.
+    /// feature; its keys are the model's last `width`), if the job has one.
     pub fn intercept_key(&self, features: u32) -> Option<u32> {
         self.model
             .intercept
-            .then(|| (features - 1) * self.outputs())
+            .then(|| (features - 1) * self.model_fn().width())
+    }
+
+    /// The job's model: linear, of [`Self::outputs`] margins per row.
+    pub fn model_fn(&self) -> ModelFn {
+        ModelFn::new(Linear::new(self.outputs()))
     }
 
     /// The job's loss.
@@ -1559,10 +1564,12 @@ impl Job {
     }
 
     /// The plan all workers share, given the data's features (the intercept included) and
-    /// threads per process: the model has `features × outputs` keys.
+    /// threads per process: the model has `features × width` keys.
     pub fn plan(&self, dim: u32, threads_per_process: usize) -> TrainPlan {
+        let model = self.model_fn();
         TrainPlan {
-            dim: dim * self.outputs(),
+            dim: dim * model.width(),
+            model,
             loss: self.loss(),
             lambda: self.model.lambda,
             intercept: self.intercept_key(dim),

@@ -23,7 +23,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{LossFn, LossName};
+use super::{Linear, LossFn, LossName, ModelFn};
 
 /// A trained linear model.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +38,9 @@ pub struct ModelFile {
     pub intercept: Option<u32>,
     /// Softmax's number of classes (the model has `classes` weights per feature).
     pub classes: Option<u32>,
+    /// The model's name when it is not the linear one (a program's own,
+    /// [`crate::model::Model::name`]): a `model NAME` line.
+    pub model: Option<String>,
     /// How raw rows become features (TOML text of the data layer's feature map), when the
     /// model was trained on a table.
     pub features: Option<String>,
@@ -70,6 +73,18 @@ impl ModelFile {
         }
     }
 
+    /// The built-in model the weights belong to (the linear one); an error for a program's
+    /// own model, whose outputs only that program can compute.
+    pub fn builtin_model(&self) -> Result<ModelFn, String> {
+        match self.model.as_deref() {
+            None | Some("linear") => Ok(ModelFn::new(Linear::new(self.outputs()))),
+            Some(name) => Err(format!(
+                "the model is '{name}', which is not one of gradflow's (linear): score it \
+                 with the program that trained it"
+            )),
+        }
+    }
+
     /// Outputs per feature (`classes`, or 1).
     pub fn outputs(&self) -> u32 {
         self.classes.unwrap_or(1)
@@ -97,6 +112,9 @@ impl ModelFile {
         .ok();
         if let Some(k) = self.classes {
             let _ = writeln!(s, "classes {k}");
+        }
+        if let Some(m) = &self.model {
+            let _ = writeln!(s, "model {m}");
         }
         if let Some(f) = &self.features {
             let _ = writeln!(s, "features {}\n{}", f.lines().count(), f.trim_end());
@@ -201,7 +219,7 @@ impl ModelFile {
             );
             return Err(err(i, &m));
         }
-        let (mut intercept, mut features, mut classes) = (None, None, None);
+        let (mut intercept, mut features, mut classes, mut model) = (None, None, None, None);
         if v2 {
             let (i, line) = next("intercept")?;
             intercept = match line.strip_prefix("intercept ").map(str::trim) {
@@ -231,6 +249,17 @@ impl ModelFile {
                         return Err(err(i, &m));
                     }
                 };
+                (i, line) = next("weights")?;
+            }
+            if let Some(name) = line.strip_prefix("model ") {
+                let name = name.trim();
+                if !is_loss_name(name) {
+                    return Err(err(
+                        i,
+                        "expected 'model NAME' (1-64 letters, digits, _ or -)",
+                    ));
+                }
+                model = Some(name.to_string());
                 (i, line) = next("weights")?;
             }
             if let Some(n) = line.strip_prefix("features ") {
@@ -299,6 +328,7 @@ impl ModelFile {
             weights,
             intercept,
             classes,
+            model,
             features,
         })
     }
@@ -347,6 +377,7 @@ mod tests {
             weights: vec![0.0, 1.5e-7, -3.25, 0.0, 1.0 / 3.0],
             intercept: Some(4),
             classes: None,
+            model: None,
             features: None,
         };
         m.save(&p).unwrap();
@@ -362,6 +393,20 @@ mod tests {
         m.save(&p).unwrap();
         assert_eq!(ModelFile::load(&p).unwrap(), m);
         assert_eq!(m.builtin_loss().unwrap().outputs(), 3);
+        assert_eq!(m.builtin_model().unwrap().width(), 3);
+        // A program's own model is named, kept, and not scored as the linear one.
+        m.model = Some("unit-length".into());
+        m.save(&p).unwrap();
+        assert_eq!(ModelFile::load(&p).unwrap(), m);
+        assert!(m.builtin_model().unwrap_err().contains("'unit-length'"));
+        // (As a version 2 file, without the checksum that would catch the change first.)
+        let v2 = m.to_text().replace(MAGIC, MAGIC_V2);
+        let v2 = &v2[..v2.find("end ").unwrap()];
+        assert_eq!(ModelFile::parse(v2).unwrap(), m);
+        let bad = v2.replace("model unit-length", "model two words");
+        let e = ModelFile::parse(&bad).unwrap_err();
+        assert!(e.1.contains("expected 'model NAME'"), "{e:?}");
+        m.model = None;
         // The loss and its classes must agree.
         let without = ModelFile {
             classes: None,
@@ -424,6 +469,7 @@ mod tests {
             weights: vec![0.5, 0.0, -1.25e-3, 7.0, 0.0, 1.0 / 3.0],
             intercept: Some(5),
             classes: None,
+            model: None,
             features: Some("[label]\ncolumn = \"y\"\n".into()),
         }
     }

@@ -6,7 +6,7 @@
 
 pub use crate::sparse::SparseGrad;
 
-use super::{margin, margins, ModelLoss};
+use super::{Model, ModelLoss};
 use crate::data::Dataset;
 
 /// Loss statistics of one mini-batch, computed alongside its gradient.
@@ -18,34 +18,58 @@ pub struct BatchStats {
     pub rows: usize,
 }
 
-/// Reusable buffers for [`GradientWorkspace::minibatch`].
-pub struct GradientWorkspace {
+/// Where a model adds a mini-batch's gradient: a dense accumulator and a bitset of the keys
+/// it touched, cleared as the gradient is extracted, plus scratch room for the model's
+/// per-row values (its outputs and their derivatives, hidden sums), reused from batch to batch.
+pub struct Accumulator {
     acc: crate::mem::ZeroedArray<f32>,
     touched: Vec<u64>,
-    /// A row's margins and their derivatives (one per output).
-    margins: Vec<f32>,
-    derivatives: Vec<f32>,
+    /// The model's per-row buffers.
+    pub scratch: Vec<f32>,
+}
+
+impl Accumulator {
+    /// Adds `x` to key `k`'s sum.
+    #[inline(always)]
+    pub fn add(&mut self, k: usize, x: f32) {
+        self.acc[k] += x;
+        self.touched[k >> 6] |= 1u64 << (k & 63);
+    }
+
+    /// Hints the CPU to load key `k`'s sum (a gradient loop's prefetch of a later row).
+    #[inline(always)]
+    pub fn prefetch(&self, k: usize) {
+        prefetch(&self.acc[k]);
+    }
+}
+
+/// Reusable buffers for [`GradientWorkspace::minibatch`].
+pub struct GradientWorkspace {
+    sums: Accumulator,
 }
 
 impl GradientWorkspace {
-    /// Buffers for a model of dimension `dim` (keys: features × outputs).
+    /// Buffers for a model of dimension `dim` (keys: features × weights per feature).
     pub fn new(dim: u32) -> Self {
         GradientWorkspace {
-            acc: crate::mem::ZeroedArray::new(dim as usize),
-            touched: vec![0; (dim as usize).div_ceil(64)],
-            margins: Vec::new(),
-            derivatives: Vec::new(),
+            sums: Accumulator {
+                acc: crate::mem::ZeroedArray::new(dim as usize),
+                touched: vec![0; (dim as usize).div_ceil(64)],
+                scratch: Vec::new(),
+            },
         }
     }
 
-    /// The gradient of the mean loss over `rows` of `data` plus `λ w_k` on every touched key `k`
-    /// but the intercept's, written into `out` (sorted keys). Returns the batch loss statistics.
-    /// A loss of `K` outputs touches keys `f·K .. f·K + K` of every feature `f` a row holds.
+    /// The gradient of the mean loss over `rows` of `data` under `model` plus `λ w_k` on every
+    /// touched key `k` but the intercept's, written into `out` (sorted keys). Returns the batch
+    /// loss statistics.
+    #[allow(clippy::too_many_arguments)]
     pub fn minibatch(
         &mut self,
         data: &Dataset,
         rows: &[u32],
         weights: &[f32],
+        model: &dyn Model,
         loss: &dyn ModelLoss,
         l2: L2,
         out: &mut SparseGrad,
@@ -61,100 +85,12 @@ impl GradientWorkspace {
             loss,
             scale: 1.0 / rows.len() as f32,
         };
-        let loss_sum = match loss.outputs() {
-            1 => self.accumulate_one(&batch),
-            k => self.accumulate_many(&batch, k as usize),
-        };
-        extract_touched(&mut self.touched, &mut self.acc, weights, l2, out);
+        let loss_sum = model.accumulate(&batch, &mut self.sums);
+        let sums = &mut self.sums;
+        extract_touched(&mut sums.touched, &mut sums.acc, weights, l2, out);
         BatchStats {
             loss_sum,
             rows: rows.len(),
-        }
-    }
-
-    /// Adds the batch's `scale` times the loss's gradient over the batch's rows into the accumulator, for a
-    /// model of one output; returns the loss sum.
-    fn accumulate_one(&mut self, batch: &Batch) -> f64 {
-        let mut loss_sum = 0.0;
-        let mut d = 0.0f32;
-        for (i, &r) in batch.rows.iter().enumerate() {
-            self.prefetch_ahead(batch, i);
-            let r = r as usize;
-            let (keys, vals) = batch.data.row(r);
-            let m = margin(batch.weights, keys, vals);
-            loss_sum += batch
-                .loss
-                .row(&[m], batch.data.labels[r], std::slice::from_mut(&mut d));
-            let d = d * batch.scale;
-            for (&k, &v) in keys.iter().zip(vals) {
-                let k = k as usize;
-                self.acc[k] += d * v;
-                self.touched[k >> 6] |= 1u64 << (k & 63);
-            }
-        }
-        loss_sum
-    }
-
-    /// As [`Self::accumulate_one`] for a model of `outputs` outputs: feature `f`'s weights
-    /// and accumulator cells are the `outputs` consecutive keys from `f·outputs`.
-    fn accumulate_many(&mut self, batch: &Batch, outputs: usize) -> f64 {
-        self.margins.resize(outputs, 0.0);
-        self.derivatives.resize(outputs, 0.0);
-        let mut loss_sum = 0.0;
-        for &r in batch.rows {
-            let r = r as usize;
-            let (keys, vals) = batch.data.row(r);
-            margins(batch.weights, keys, vals, &mut self.margins);
-            loss_sum += batch
-                .loss
-                .row(&self.margins, batch.data.labels[r], &mut self.derivatives);
-            for d in &mut self.derivatives {
-                *d *= batch.scale;
-            }
-            for (&f, &v) in keys.iter().zip(vals) {
-                let base = f as usize * outputs;
-                for (c, &d) in self.derivatives.iter().enumerate() {
-                    let k = base + c;
-                    self.acc[k] += d * v;
-                    self.touched[k >> 6] |= 1u64 << (k & 63);
-                }
-            }
-        }
-        loss_sum
-    }
-}
-
-impl GradientWorkspace {
-    /// Prefetches for the rows after position `i` of the batch, in stages. The batch's rows
-    /// are scattered over the data and their keys over the model: each row would wait on
-    /// memory for its offsets, keys, values and label, then for its weights and accumulator
-    /// cells. So: the offsets and label 3·P rows ahead, the keys and values 2·P rows ahead
-    /// (their offsets are in cache by then), the weights and accumulator cells P rows ahead
-    /// (their keys are). One output only: on Fashion-MNIST's dense rows (softmax, 10 outputs)
-    /// the same stages measured no gain (0.357-0.383 s per epoch with and without), so the
-    /// `K`-output loop does without.
-    #[inline(always)]
-    fn prefetch_ahead(&self, batch: &Batch, i: usize) {
-        let data = batch.data;
-        if let Some(&ahead) = batch.rows.get(i + 3 * PREFETCH_ROWS) {
-            prefetch(&data.row_ptr[ahead as usize]);
-            prefetch(&data.labels[ahead as usize]);
-        }
-        if let Some(&ahead) = batch.rows.get(i + 2 * PREFETCH_ROWS) {
-            let (lo, hi) = (
-                data.row_ptr[ahead as usize],
-                data.row_ptr[ahead as usize + 1],
-            );
-            if lo < hi {
-                prefetch_span(&data.indices[lo..hi]);
-                prefetch_span(&data.values[lo..hi]);
-            }
-        }
-        if let Some(&next) = batch.rows.get(i + PREFETCH_ROWS) {
-            for &k in data.row(next as usize).0 {
-                prefetch(&batch.weights[k as usize]);
-                prefetch(&self.acc[k as usize]);
-            }
         }
     }
 }
@@ -277,14 +213,19 @@ unsafe fn extract_avx512(
     }
 }
 
-/// What the accumulation of one mini-batch reads: its rows of `data`, the weights, the loss, and
-/// `1 / rows`, the mean's scale.
-struct Batch<'a> {
-    data: &'a Dataset,
-    rows: &'a [u32],
-    weights: &'a [f32],
-    loss: &'a dyn ModelLoss,
-    scale: f32,
+/// What a model's gradient over one mini-batch reads: its rows of `data`, the weights, the
+/// loss, and `1 / rows`, the mean's scale.
+pub struct Batch<'a> {
+    /// The worker's training rows.
+    pub data: &'a Dataset,
+    /// The batch: positions in `data`.
+    pub rows: &'a [u32],
+    /// The model's weights.
+    pub weights: &'a [f32],
+    /// The loss of a row's outputs.
+    pub loss: &'a dyn ModelLoss,
+    /// `1 / rows.len()`: each row's gradient is scaled by it (the batch mean).
+    pub scale: f32,
 }
 
 /// L2 regularisation `λ/2 · Σ w_k²` over every weight but the intercept's, which are left free
@@ -310,12 +251,9 @@ impl L2 {
     }
 }
 
-/// How many rows ahead the gradient loop prefetches (measured on the epoch benchmark).
-const PREFETCH_ROWS: usize = 4;
-
 /// Prefetches the cache lines of `span` (a row's keys or values: a line or two).
 #[inline]
-fn prefetch_span<T>(span: &[T]) {
+pub fn prefetch_span<T>(span: &[T]) {
     for line in span.chunks(64 / std::mem::size_of::<T>().max(1)) {
         prefetch(&line[0]);
     }
@@ -326,7 +264,7 @@ fn prefetch_span<T>(span: &[T]) {
 
 /// Hints the CPU to load the cache line holding `x` (a no-op where unsupported).
 #[inline(always)]
-fn prefetch<T>(x: &T) {
+pub fn prefetch<T>(x: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching is a hint with no effect on memory; any address is allowed.
     unsafe {
@@ -341,7 +279,7 @@ fn prefetch<T>(x: &T) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Loss, MarginLoss};
+    use crate::model::{margin, Linear, Loss, MarginLoss};
 
     fn toy() -> Dataset {
         let mut d = Dataset::new(6);
@@ -386,7 +324,7 @@ mod tests {
         {
             let mut ws = GradientWorkspace::new(6);
             let mut g = SparseGrad::default();
-            let stats = ws.minibatch(&d, &rows, &w, &loss, l2, &mut g);
+            let stats = ws.minibatch(&d, &rows, &w, &Linear::new(1), &loss, l2, &mut g);
             assert_eq!(stats.rows, 4);
             assert_eq!(g.keys, vec![0, 1, 2, 3, 4, 5]);
             for (i, &k) in g.keys.iter().enumerate() {
@@ -442,7 +380,7 @@ mod tests {
         };
         let mut ws = GradientWorkspace::new(4 * K as u32);
         let mut g = SparseGrad::default();
-        ws.minibatch(&d, &rows, &w, &loss, l2, &mut g);
+        ws.minibatch(&d, &rows, &w, &Linear::new(1), &loss, l2, &mut g);
         assert_eq!(
             g.keys,
             (0..12).collect::<Vec<u32>>(),
@@ -460,7 +398,7 @@ mod tests {
             );
         }
         // One row touches only its features' K keys each.
-        ws.minibatch(&d, &[1], &w, &loss, l2, &mut g);
+        ws.minibatch(&d, &[1], &w, &Linear::new(3), &loss, l2, &mut g);
         assert_eq!(g.keys, vec![3, 4, 5, 9, 10, 11]);
     }
 
@@ -470,10 +408,26 @@ mod tests {
         let w = [0.0f32; 6];
         let mut ws = GradientWorkspace::new(6);
         let mut g = SparseGrad::default();
-        ws.minibatch(&d, &[1], &w, &Loss::Logistic, L2::default(), &mut g);
+        ws.minibatch(
+            &d,
+            &[1],
+            &w,
+            &Linear::new(1),
+            &Loss::Logistic,
+            L2::default(),
+            &mut g,
+        );
         assert_eq!(g.keys, vec![1, 2]);
         let first = g.clone();
-        ws.minibatch(&d, &[1], &w, &Loss::Logistic, L2::default(), &mut g);
+        ws.minibatch(
+            &d,
+            &[1],
+            &w,
+            &Linear::new(1),
+            &Loss::Logistic,
+            L2::default(),
+            &mut g,
+        );
         assert_eq!(g, first, "the accumulator must be cleared between batches");
     }
 

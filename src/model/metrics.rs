@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::softmax::argmax;
-use super::{margins, ModelLoss, Task};
+use super::{Model, ModelLoss, Task};
 use crate::data::Dataset;
 
 /// One worker's share of a test evaluation. Two-class scores are binned ([`ScoreBins`]): parts
@@ -27,9 +27,15 @@ pub struct EvalPart {
 impl EvalPart {
     /// Evaluates `weights` on every row of `data`; two-class scores go into `2^auc_bits` bins
     /// (32: exact).
-    pub fn evaluate(data: &Dataset, weights: &[f32], loss: &dyn ModelLoss, auc_bits: u8) -> Self {
+    pub fn evaluate(
+        data: &Dataset,
+        weights: &[f32],
+        model: &dyn Model,
+        loss: &dyn ModelLoss,
+        auc_bits: u8,
+    ) -> Self {
         let mut eval = PartialEval::default();
-        eval.rows(data, 0..data.rows(), weights, loss);
+        eval.rows(data, 0..data.rows(), weights, model, loss);
         eval.finish(auc_bits)
     }
 
@@ -68,24 +74,27 @@ pub struct PartialEval {
     scores: Vec<(f32, f32)>,
     margins: Vec<f32>,
     scratch: Vec<f32>,
+    /// The model's room ([`Model::forward`]).
+    hidden: Vec<f32>,
 }
 
 impl PartialEval {
-    /// Evaluates `weights` on the rows `rows` of `data`.
+    /// Evaluates `model` of `weights` on the rows `rows` of `data`.
     pub fn rows(
         &mut self,
         data: &Dataset,
         rows: std::ops::Range<usize>,
         weights: &[f32],
+        model: &dyn Model,
         loss: &dyn ModelLoss,
     ) {
-        let outputs = loss.outputs() as usize;
+        let outputs = model.outputs() as usize;
         self.margins.resize(outputs, 0.0);
         self.scratch.resize(outputs, 0.0);
         let (m, part) = (&mut self.margins, &mut self.part);
         for i in rows {
             let (k, v) = data.row(i);
-            margins(weights, k, v, m);
+            model.forward(weights, k, v, m, &mut self.hidden);
             let label = data.labels[i];
             part.loss_sum += loss.row(m, label, &mut self.scratch);
             part.count += 1;
@@ -519,7 +528,7 @@ mod tests {
         d.push_row(&[1], &[1.0], -1.0);
         d.push_row(&[2], &[1.0], 1.0);
         let w = [0.5, 0.2, -0.1];
-        let whole = EvalPart::evaluate(&d, &w, &Loss::Logistic, 32);
+        let whole = EvalPart::evaluate(&d, &w, &crate::model::Linear::new(1), &Loss::Logistic, 32);
         assert_eq!(whole.count, 3);
         assert_eq!(whole.correct, 1); // row 0 right; row 1 (m=0.2 ≥ 0) wrong; row 2 (m<0) wrong
         let s = whole.summary(&Loss::Logistic);

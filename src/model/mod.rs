@@ -7,16 +7,76 @@
 
 pub mod file;
 pub mod gradient;
+pub mod linear;
 pub mod metrics;
 pub mod softmax;
 
-pub use gradient::{GradientWorkspace, SparseGrad};
+pub use gradient::{Accumulator, Batch, GradientWorkspace, SparseGrad};
+pub use linear::Linear;
 pub use metrics::{auc, EvalPart, EvalSummary, PartialEval, ScoreBins};
 pub use softmax::Softmax;
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+/// A model: its parameter layout, a row's outputs from the weights (forward), and a
+/// mini-batch's gradient (forward and backward through the loss's derivatives). The loss
+/// ([`ModelLoss`]) reads the outputs; the model does not know which loss it serves.
+///
+/// Feature `f` owns the `width()` consecutive keys from `f·width()`: the model has
+/// `features · width()` weights, the intercept (when the job has one) being the last feature.
+/// [`Linear`] is the built-in model; a program plugs in its own through
+/// [`crate::dataflow::Training::set_model`] (`jobs/own_model.rs`).
+pub trait Model: Send + Sync + std::fmt::Debug {
+    /// The name the model file records.
+    fn name(&self) -> &str;
+    /// Outputs per row: the margins the loss reads.
+    fn outputs(&self) -> u32;
+    /// Weights per input feature.
+    fn width(&self) -> u32;
+    /// Row `(keys, vals)`'s outputs under `weights`, into `outputs` (`outputs()` of them);
+    /// `scratch` is room the model may use, reused from row to row.
+    fn forward(
+        &self,
+        weights: &[f32],
+        keys: &[u32],
+        vals: &[f32],
+        outputs: &mut [f32],
+        scratch: &mut Vec<f32>,
+    );
+    /// Adds `batch.scale` times the gradient of the loss over the batch's rows, with respect to
+    /// every weight the rows reach, into `sums` ([`Accumulator::add`]); returns the sum of the
+    /// rows' losses (before any update). Batched, so that a model's loop runs without a call
+    /// per row.
+    fn accumulate(&self, batch: &Batch, sums: &mut Accumulator) -> f64;
+}
+
+/// A model as a plan holds it: shared by every worker's operators, compared by name, outputs
+/// and width.
+#[derive(Clone, Debug)]
+pub struct ModelFn(pub Arc<dyn Model>);
+
+impl ModelFn {
+    /// Wraps a model.
+    pub fn new(model: impl Model + 'static) -> ModelFn {
+        ModelFn(Arc::new(model))
+    }
+}
+
+impl std::ops::Deref for ModelFn {
+    type Target = dyn Model;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl PartialEq for ModelFn {
+    fn eq(&self, other: &ModelFn) -> bool {
+        (self.name(), self.outputs(), self.width())
+            == (other.name(), other.outputs(), other.width())
+    }
+}
 
 /// What a model predicts, which decides its test metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
