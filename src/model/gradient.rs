@@ -380,7 +380,7 @@ mod tests {
         };
         let mut ws = GradientWorkspace::new(4 * K as u32);
         let mut g = SparseGrad::default();
-        ws.minibatch(&d, &rows, &w, &Linear::new(1), &loss, l2, &mut g);
+        ws.minibatch(&d, &rows, &w, &Linear::new(K as u32), &loss, l2, &mut g);
         assert_eq!(
             g.keys,
             (0..12).collect::<Vec<u32>>(),
@@ -398,7 +398,7 @@ mod tests {
             );
         }
         // One row touches only its features' K keys each.
-        ws.minibatch(&d, &[1], &w, &Linear::new(3), &loss, l2, &mut g);
+        ws.minibatch(&d, &[1], &w, &Linear::new(K as u32), &loss, l2, &mut g);
         assert_eq!(g.keys, vec![3, 4, 5, 9, 10, 11]);
     }
 
