@@ -163,6 +163,10 @@ fn measure(
     // Each batch twice, timed the second time: training's pages of the model and the
     // workspace are in memory after its first rounds, and a large model's first touches (page
     // faults) would be timed as the gradient's.
+    let (model, loss) = (&*plan.model, &*plan.loss);
+    let gradient = |ws: &mut GradientWorkspace, rows: &[u32], grad: &mut SparseGrad| {
+        ws.minibatch(&data.train, rows, &weights, model, loss, l2, grad);
+    };
     for b in (0..workers.max(ROUNDS)).flat_map(|b| [b, b]) {
         let rows: Vec<u32> = (0..batch)
             .map(|i| ((b * batch + i) % rows.max(1)) as u32)
@@ -170,28 +174,12 @@ fn measure(
             .collect();
         let mut grad = SparseGrad::default();
         if grads.len() == b {
-            workspace.minibatch(
-                &data.train,
-                &rows,
-                &weights,
-                &*plan.model,
-                &*plan.loss,
-                l2,
-                &mut grad,
-            );
+            gradient(&mut workspace, &rows, &mut grad);
             grads.push(grad);
             continue;
         }
         let started = Instant::now();
-        workspace.minibatch(
-            &data.train,
-            &rows,
-            &weights,
-            &*plan.model,
-            &*plan.loss,
-            l2,
-            &mut grad,
-        );
+        gradient(&mut workspace, &rows, &mut grad);
         gradient_ms.push(super::ms(started));
         if b < workers {
             union.add_scaled(&grad, 1.0, &mut scratch);

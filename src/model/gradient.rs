@@ -408,26 +408,14 @@ mod tests {
         let w = [0.0f32; 6];
         let mut ws = GradientWorkspace::new(6);
         let mut g = SparseGrad::default();
-        ws.minibatch(
-            &d,
-            &[1],
-            &w,
-            &Linear::new(1),
-            &Loss::Logistic,
-            L2::default(),
-            &mut g,
-        );
+        let mut row_1 = |g: &mut SparseGrad| {
+            let (model, loss) = (Linear::new(1), Loss::Logistic);
+            ws.minibatch(&d, &[1], &w, &model, &loss, L2::default(), g)
+        };
+        row_1(&mut g);
         assert_eq!(g.keys, vec![1, 2]);
         let first = g.clone();
-        ws.minibatch(
-            &d,
-            &[1],
-            &w,
-            &Linear::new(1),
-            &Loss::Logistic,
-            L2::default(),
-            &mut g,
-        );
+        row_1(&mut g);
         assert_eq!(g, first, "the accumulator must be cleared between batches");
     }
 
