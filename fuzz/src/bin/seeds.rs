@@ -199,18 +199,26 @@ fn main() {
     for (i, text) in tables.iter().enumerate() {
         write(&root.join("table"), &format!("t{i}"), text.as_bytes());
     }
-    // Model files: v1, v2 with an intercept, v2 with the fuzz map as its features.
+    // Model files: without an intercept, with one, with the fuzz map as its features, and of
+    // a program's own model.
     let dir = tempfile::tempdir().unwrap();
     let map: FeatureMap = toml::from_str(gradflow_fuzz::TABLE_MAP).unwrap();
-    for (i, (intercept, features)) in [(None, None), (Some(2), None), (Some(3), Some(map))]
-        .into_iter()
-        .enumerate()
+    let own = Some("unit-length".to_string());
+    for (i, (intercept, features, model)) in [
+        (None, None, None),
+        (Some(2), None, None),
+        (Some(3), Some(map), None),
+        (Some(3), None, own),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let m = ModelFile {
             loss: "logistic".into(),
             weights: vec![0.5, -1.0, 0.0, 2.0],
             intercept,
             classes: None,
+            model,
             features: features.map(|f| toml::to_string(&f).unwrap()),
         };
         let p = dir.path().join("m.txt");
