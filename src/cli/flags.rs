@@ -83,6 +83,12 @@ pub struct DataFlags {
 pub struct Overrides {
     #[command(flatten)]
     data: DataFlags,
+    /// The model (model.kind): linear, or fm (a factorization machine, with --factors).
+    #[arg(long, value_name = "KIND", help_heading = "Model and optimizer")]
+    model: Option<String>,
+    /// A factorization machine's factors per feature (model.factors).
+    #[arg(long, help_heading = "Model and optimizer")]
+    factors: Option<u32>,
     /// The loss (model.loss): logistic, hinge, squared or softmax (with --classes).
     #[arg(long, help_heading = "Model and optimizer")]
     loss: Option<String>,
@@ -227,6 +233,8 @@ impl Overrides {
                 .transpose()
         };
         let fields = named_fields([
+            ("model.kind", self.model.as_deref().map(toml_text)),
+            ("model.factors", self.factors.map(toml_text)),
             ("model.loss", self.loss.as_deref().map(toml_text)),
             ("model.classes", self.classes.map(toml_text)),
             // f32 in decimal as written (as f64 it would be 0.009999999776482582).

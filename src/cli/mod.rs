@@ -680,7 +680,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
                 weights: outcome.weights.clone().unwrap_or_default(),
                 intercept: plan.intercept,
                 classes: (plan.loss.outputs() > 1).then(|| plan.loss.outputs()),
-                model: (plan.model.name() != "linear").then(|| plan.model.name().to_string()),
+                model: (plan.model.name() != "linear").then(|| plan.model.spec()),
                 features: outcome.features.clone(),
             };
             model

@@ -28,7 +28,7 @@ use crate::codec::{build_codec, CodecSpec, EncodeContext};
 use crate::exchange::cost::{CodecCost, LinkCost, RoundInputs};
 use crate::exchange::ownership::Owners;
 use crate::memory::MemorySpec;
-use crate::model::gradient::{GradientWorkspace, L2};
+use crate::model::gradient::GradientWorkspace;
 use crate::sparse::SparseGrad;
 
 /// Repeats of each timed step (the median is kept).
@@ -146,14 +146,15 @@ fn measure(
     let dim = plan.dim;
     let weights = match &plan.initial_weights {
         Some(w) => w.weights.to_vec(),
-        None => vec![0.0; dim as usize],
+        None => {
+            let mut w = vec![0.0; dim as usize];
+            plan.model.init(plan.seed, &mut w);
+            w
+        }
     };
     let rows = data.train.rows();
     let batch = rows.div_ceil(plan.rounds_per_epoch.max(1) as usize).max(1);
-    let l2 = L2 {
-        lambda: plan.lambda,
-        intercept: plan.intercept,
-    };
+    let l2 = plan.l2();
     let mut workspace = GradientWorkspace::new(dim);
     let (mut union, mut scratch) = (SparseGrad::default(), SparseGrad::default());
     let mut grads = Vec::new();

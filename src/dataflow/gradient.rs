@@ -550,10 +550,7 @@ impl GradientStep {
         stats: &mut RoundStats,
     ) -> Result<(), String> {
         let started = Instant::now();
-        let l2 = crate::model::gradient::L2 {
-            lambda: self.plan.lambda,
-            intercept: self.plan.intercept,
-        };
+        let l2 = self.plan.l2();
         let rows = &self.order[batch];
         let (model, loss) = (&*self.plan.model, &*self.plan.loss);
         // SAFETY: the gradient step's window: every owner's change of the last round is in,

@@ -32,6 +32,9 @@ pub struct TrainPlan {
     pub loss: LossFn,
     /// L2 regularisation λ.
     pub lambda: f32,
+    /// λ of a factorization machine's factors (`model.lambda_factors`), when the model has
+    /// them.
+    pub lambda_factors: Option<f32>,
     /// The intercept's key (its feature is 1 in every row; exempt from λ), if the model has one.
     pub intercept: Option<u32>,
     /// Optimizer.
@@ -104,7 +107,7 @@ pub struct InitialWeights {
     pub weights: Arc<Vec<f32>>,
     /// Where they come from (for errors).
     pub from: String,
-    /// The model's name ([`crate::model::Model::name`]).
+    /// The model's spec ([`crate::model::Model::spec`]).
     pub model: String,
     /// The loss's name.
     pub loss: String,
@@ -125,7 +128,7 @@ impl std::fmt::Debug for InitialWeights {
 impl InitialWeights {
     /// Why these weights cannot start `plan`'s model and loss, if they cannot.
     pub fn misfit(&self, plan: &TrainPlan) -> Option<String> {
-        let (model, loss) = (plan.model.name(), plan.loss.name());
+        let (model, loss) = (plan.model.spec(), plan.loss.name());
         let what = if self.model != model {
             format!("it is the model '{}', the job trains '{model}'", self.model)
         } else if self.loss != loss {
@@ -235,6 +238,15 @@ impl TrainPlan {
     /// checkpoints).
     pub fn leads_process(&self, w: u32) -> bool {
         (w as usize).is_multiple_of(self.threads_per_process)
+    }
+
+    /// The L2 penalty of the gradient step.
+    pub fn l2(&self) -> crate::model::gradient::L2 {
+        crate::model::gradient::L2 {
+            lambda: self.lambda,
+            intercept: self.intercept,
+            factors: (self.lambda_factors).map(|l| (l, self.model.width())),
+        }
     }
 
     /// Features per row before the intercept (the model has [`Self::dim`] =
@@ -371,8 +383,9 @@ impl WorkerState {
     /// memory for `plan`.
     pub fn shared(plan: &TrainPlan) -> Rc<RefCell<WorkerState>> {
         let mut weights = crate::mem::ZeroedArray::new(plan.dim as usize);
-        if let Some(init) = &plan.initial_weights {
-            weights.copy_from_slice(&init.weights);
+        match &plan.initial_weights {
+            Some(init) => weights.copy_from_slice(&init.weights),
+            None => plan.model.init(plan.seed, &mut weights),
         }
         Rc::new(RefCell::new(WorkerState {
             weights: super::Replica::own(weights),

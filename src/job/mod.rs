@@ -21,7 +21,7 @@ use crate::dataflow::{ProgramInputs, ReplicaMode, TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
-use crate::model::{Linear, LossFn, LossName, ModelFn, Task};
+use crate::model::{Fm, Linear, LossFn, LossName, ModelFn, Task};
 use crate::optim::OptimizerConfig;
 
 /// What a worker loads: its rows, the model's number of features, the feature map of a table
@@ -268,13 +268,35 @@ pub enum TestSplit {
     Tail,
 }
 
+/// The most factors `model.factors` allows.
+pub const MAX_FACTORS: u32 = 256;
+
 /// The most classes `model.classes` allows.
 pub const MAX_CLASSES: u32 = 1 << 16;
+
+/// Which model `[model]` trains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// One weight per feature and output ([`Linear`]).
+    #[default]
+    Linear,
+    /// A factorization machine of `factors` factors per feature ([`crate::model::Fm`]).
+    Fm,
+}
 
 /// `[model]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
+    /// `linear` or `fm`.
+    pub kind: ModelKind,
+    /// `fm`: factors per feature.
+    pub factors: u32,
+    /// `fm`: standard deviation of the factors' initial values (normal, from `train.seed`).
+    pub init_std: f32,
+    /// `fm`: λ of the factors (default: `lambda`).
+    pub lambda_factors: Option<f32>,
     /// `logistic`, `hinge`, `squared` or `softmax` (with `classes`).
     pub loss: LossName,
     /// Softmax: the number of classes `K` (labels `0..K`); the model has `K` weights per
@@ -289,6 +311,10 @@ pub struct ModelSection {
 impl Default for ModelSection {
     fn default() -> Self {
         ModelSection {
+            kind: ModelKind::Linear,
+            factors: 8,
+            init_std: 0.01,
+            lambda_factors: None,
             loss: LossName::Logistic,
             classes: None,
             lambda: 0.01,
@@ -838,6 +864,32 @@ impl Job {
                 self.model.lambda
             ));
         }
+        let m = &self.model;
+        if m.kind == ModelKind::Fm {
+            if m.loss == LossName::Softmax {
+                return Err("model.kind: fm has one output; softmax needs linear".into());
+            }
+            if !(1..=MAX_FACTORS).contains(&m.factors) {
+                return Err(format!(
+                    "model.factors: must be 1 to {MAX_FACTORS}, got {}",
+                    m.factors
+                ));
+            }
+            if !(m.init_std.is_finite() && m.init_std > 0.0) {
+                return Err(format!(
+                    "model.init_std: must be a finite number > 0 (factors that start at 0 \
+                     get no gradient), got {}",
+                    m.init_std
+                ));
+            }
+            if let Some(l) = m.lambda_factors.filter(|l| !(l.is_finite() && *l >= 0.0)) {
+                return Err(format!(
+                    "model.lambda_factors: must be a finite number >= 0, got {l}"
+                ));
+            }
+        } else if m.lambda_factors.is_some() {
+            return Err("model.lambda_factors: for model.kind = \"fm\"".into());
+        }
         crate::codec::build_codec(&self.train.compressor)
             .map_err(|e| format!("train.compressor: {e}"))?;
         crate::codec::build_codec(&self.train.downlink)
@@ -1016,14 +1068,18 @@ impl Job {
                 self.data.max_dim
             ));
         }
-        let outputs = self.outputs() as u64;
-        let keys = (dim as u64 + self.model.intercept as u64) * outputs;
-        if outputs > 1 && keys > self.data.max_dim as u64 + outputs {
+        let width = self.width() as u64;
+        let keys = (dim as u64 + self.model.intercept as u64) * width;
+        if width > 1 && keys > self.data.max_dim as u64 + width {
+            let per = match self.model.kind {
+                ModelKind::Linear => format!("model.classes = {width}"),
+                ModelKind::Fm => format!("model.factors = {}", self.model.factors),
+            };
             return Err(format!(
-                "the data has {dim} features: with model.classes = {outputs} the model has \
-                 {keys} weights, more than data.max_dim = {} (plus an intercept per class): \
-                 raise data.max_dim in [data] if every worker has the memory (4-16 bytes per \
-                 weight), or hash the features (data.features.hash_bits)",
+                "the data has {dim} features: with {per} the model has {keys} weights, more \
+                 than data.max_dim = {} (plus the intercept's): raise data.max_dim in [data] \
+                 if every worker has the memory (4-16 bytes per weight), or hash the features \
+                 (data.features.hash_bits)",
                 self.data.max_dim
             ));
         }
@@ -1368,14 +1424,28 @@ impl Job {
     /// The intercept's first key in a model of `features` features (the intercept is the last
     /// feature; its keys are the model's last `width`), if the job has one.
     pub fn intercept_key(&self, features: u32) -> Option<u32> {
-        self.model
-            .intercept
-            .then(|| (features - 1) * self.model_fn().width())
+        self.model.intercept.then(|| (features - 1) * self.width())
     }
 
-    /// The job's model: linear, of [`Self::outputs`] margins per row.
-    pub fn model_fn(&self) -> ModelFn {
-        ModelFn::new(Linear::new(self.outputs()))
+    /// The job's model (`model.kind`) for data of `features` features, the intercept included:
+    /// linear, of [`Self::outputs`] margins per row, or a factorization machine.
+    pub fn model_fn(&self, features: u32) -> ModelFn {
+        let m = &self.model;
+        match m.kind {
+            ModelKind::Linear => ModelFn::new(Linear::new(self.outputs())),
+            ModelKind::Fm => {
+                let intercept = m.intercept.then(|| features - 1);
+                ModelFn::new(Fm::new(m.factors, m.init_std, intercept))
+            }
+        }
+    }
+
+    /// Weights per feature of the job's model.
+    pub fn width(&self) -> u32 {
+        match self.model.kind {
+            ModelKind::Linear => self.outputs(),
+            ModelKind::Fm => 1 + self.model.factors,
+        }
     }
 
     /// The job's loss.
@@ -1566,12 +1636,14 @@ impl Job {
     /// The plan all workers share, given the data's features (the intercept included) and
     /// threads per process: the model has `features × width` keys.
     pub fn plan(&self, dim: u32, threads_per_process: usize) -> TrainPlan {
-        let model = self.model_fn();
+        let model = self.model_fn(dim);
         TrainPlan {
             dim: dim * model.width(),
             model,
             loss: self.loss(),
             lambda: self.model.lambda,
+            lambda_factors: (self.model.kind == ModelKind::Fm)
+                .then(|| self.model.lambda_factors.unwrap_or(self.model.lambda)),
             intercept: self.intercept_key(dim),
             optimizer: self.optimizer.clone(),
             custom_optimizer: None,

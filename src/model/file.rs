@@ -23,7 +23,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{Linear, LossFn, LossName, ModelFn};
+use super::{Fm, Linear, LossFn, LossName, ModelFn};
 
 /// A trained linear model.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,8 +38,8 @@ pub struct ModelFile {
     pub intercept: Option<u32>,
     /// Softmax's number of classes (the model has `classes` weights per feature).
     pub classes: Option<u32>,
-    /// The model's name when it is not the linear one (a program's own,
-    /// [`crate::model::Model::name`]): a `model NAME` line.
+    /// The model when it is not the linear one ([`crate::model::Model::spec`]: `fm:8`, or a
+    /// program's own): a `model SPEC` line.
     pub model: Option<String>,
     /// How raw rows become features (TOML text of the data layer's feature map), when the
     /// model was trained on a table.
@@ -76,11 +76,27 @@ impl ModelFile {
     /// The built-in model the weights belong to (the linear one); an error for a program's
     /// own model, whose outputs only that program can compute.
     pub fn builtin_model(&self) -> Result<ModelFn, String> {
-        match self.model.as_deref() {
-            None | Some("linear") => Ok(ModelFn::new(Linear::new(self.outputs()))),
-            Some(name) => Err(format!(
-                "the model is '{name}', which is not one of gradflow's (linear): score it \
-                 with the program that trained it"
+        let spec = self.model.as_deref().unwrap_or("linear");
+        let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
+        match (name, params.parse::<u32>()) {
+            ("linear", _) => Ok(ModelFn::new(Linear::new(self.outputs()))),
+            ("fm", Ok(k)) if (1..=crate::job::MAX_FACTORS).contains(&k) => {
+                let width = 1 + k;
+                let dim = self.weights.len() as u32;
+                if !dim.is_multiple_of(width) || self.intercept.is_some_and(|i| i % width != 0) {
+                    return Err(format!(
+                        "model {spec}: {dim} weights and intercept key {:?} are not features \
+                         of {width} weights",
+                        self.intercept
+                    ));
+                }
+                // The factors' initial spread does not matter to scoring.
+                let intercept = self.intercept.map(|i| i / width);
+                Ok(ModelFn::new(Fm::new(k, 1.0, intercept)))
+            }
+            _ => Err(format!(
+                "the model is '{spec}', which is not one of gradflow's (linear, fm:K): score \
+                 it with the program that trained it"
             )),
         }
     }
@@ -253,11 +269,11 @@ impl ModelFile {
             }
             if let Some(name) = line.strip_prefix("model ") {
                 let name = name.trim();
-                if !is_loss_name(name) {
-                    return Err(err(
-                        i,
-                        "expected 'model NAME' (1-64 letters, digits, _ or -)",
-                    ));
+                let (base, params) = name.split_once(':').unwrap_or((name, "0"));
+                if !is_loss_name(base) || !params.bytes().all(|b| b.is_ascii_digit()) {
+                    let m = "expected 'model NAME' or 'model NAME:N' (1-64 letters, digits, _ \
+                             or -)";
+                    return Err(err(i, m));
                 }
                 model = Some(name.to_string());
                 (i, line) = next("weights")?;

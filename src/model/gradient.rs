@@ -104,7 +104,7 @@ fn extract_touched(
     out: &mut SparseGrad,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if crate::cpu::avx512() {
+    if crate::cpu::avx512() && l2.factors.is_none() {
         // SAFETY: the CPU has AVX-512F and POPCNT.
         unsafe { extract_avx512(touched, acc, weights, l2, out) };
         return;
@@ -237,6 +237,9 @@ pub struct L2 {
     /// The intercept's first key, exempt from the penalty with every key after it: the
     /// intercept is the model's last feature, with one key per output.
     pub intercept: Option<u32>,
+    /// `(λ_v, width)`: keys that are not a multiple of `width` (a factorization machine's
+    /// factors) take `λ_v` instead of `λ`.
+    pub factors: Option<(f32, u32)>,
 }
 
 impl L2 {
@@ -245,6 +248,8 @@ impl L2 {
     pub fn derivative(self, k: usize, w: f32) -> f32 {
         if self.intercept.is_some_and(|i| k as u32 >= i) {
             0.0
+        } else if let Some((lambda, _)) = self.factors.filter(|f| !(k as u32).is_multiple_of(f.1)) {
+            lambda * w
         } else {
             self.lambda * w
         }
@@ -317,6 +322,7 @@ mod tests {
         let l2s = [None, Some(5)].map(|intercept| L2 {
             lambda: 0.1,
             intercept,
+            factors: None,
         });
         for (loss, l2) in [Loss::Logistic, Loss::Hinge, Loss::Squared]
             .into_iter()
@@ -358,6 +364,7 @@ mod tests {
         let l2 = L2 {
             lambda: 0.1,
             intercept: Some(9),
+            factors: None,
         };
         let w: Vec<f32> = (0..4 * K)
             .map(|k| ((k * 7 % 11) as f32 - 5.0) / 10.0)
@@ -400,6 +407,33 @@ mod tests {
         // One row touches only its features' K keys each.
         ws.minibatch(&d, &[1], &w, &Linear::new(K as u32), &loss, l2, &mut g);
         assert_eq!(g.keys, vec![3, 4, 5, 9, 10, 11]);
+    }
+
+    #[test]
+    fn factors_take_their_own_lambda_and_the_intercept_none() {
+        // Features of width 3 (w, v1, v2); the intercept is feature 2 (keys 6..9).
+        let l2 = L2 {
+            lambda: 0.5,
+            intercept: Some(6),
+            factors: Some((0.25, 3)),
+        };
+        let d: Vec<f32> = (0..9).map(|k| l2.derivative(k, 2.0)).collect();
+        assert_eq!(d, [1.0, 0.5, 0.5, 1.0, 0.5, 0.5, 0.0, 0.0, 0.0]);
+        // The extraction applies them to the touched keys (the vector path stands aside).
+        let mut ws = GradientWorkspace::new(9);
+        let fm = crate::model::Fm::new(2, 0.1, Some(2));
+        let mut w = vec![0.0f32; 9];
+        fm.init(1, &mut w);
+        let mut data = Dataset::new(3);
+        data.push_row(&[0, 1, 2], &[0.0, 0.0, 1.0], 1.0);
+        let mut g = SparseGrad::default();
+        ws.minibatch(&data, &[0], &w, &fm, &Loss::Squared, l2, &mut g);
+        // Rows of zeros but the bias: the data gradient is the bias's alone.
+        for (&k, &v) in g.keys.iter().zip(&g.values) {
+            if k < 6 {
+                assert_eq!(v, l2.derivative(k as usize, w[k as usize]), "key {k}");
+            }
+        }
     }
 
     #[test]
@@ -446,7 +480,11 @@ mod tests {
                             touched[k >> 6] |= 1 << (k & 63);
                         }
                     }
-                    let l2 = L2 { lambda, intercept };
+                    let l2 = L2 {
+                        lambda,
+                        intercept,
+                        factors: None,
+                    };
                     let (mut acc2, mut touched2) = (acc.clone(), touched.clone());
                     let (mut scalar, mut vector) = (SparseGrad::default(), SparseGrad::default());
                     extract(&mut touched, &mut acc, &weights, l2, &mut scalar);

@@ -6,11 +6,13 @@
 //! multiclass softmax regression ([`softmax`]), whose model has one weight per feature and class.
 
 pub mod file;
+pub mod fm;
 pub mod gradient;
 pub mod linear;
 pub mod metrics;
 pub mod softmax;
 
+pub use fm::Fm;
 pub use gradient::{Accumulator, Batch, GradientWorkspace, SparseGrad};
 pub use linear::Linear;
 pub use metrics::{auc, EvalPart, EvalSummary, PartialEval, ScoreBins};
@@ -29,12 +31,23 @@ use serde::{Deserialize, Serialize};
 /// [`Linear`] is the built-in model; a program plugs in its own through
 /// [`crate::dataflow::Training::set_model`] (`jobs/own_model.rs`).
 pub trait Model: Send + Sync + std::fmt::Debug {
-    /// The name the model file records.
+    /// The model's name.
     fn name(&self) -> &str;
+    /// What the model file records to rebuild it: the name, then `:` and its parameters, if
+    /// any (`fm:8`).
+    fn spec(&self) -> String {
+        self.name().to_string()
+    }
     /// Outputs per row: the margins the loss reads.
     fn outputs(&self) -> u32;
     /// Weights per input feature.
     fn width(&self) -> u32;
+    /// Sets the initial weights of a fresh model (all zero before), from the job's `seed`:
+    /// each weight's value may depend on the seed and its key only, so that every worker
+    /// starts from the same model. The linear model starts at zero.
+    fn init(&self, seed: u64, weights: &mut [f32]) {
+        let _ = (seed, weights);
+    }
     /// Row `(keys, vals)`'s outputs under `weights`, into `outputs` (`outputs()` of them);
     /// `scratch` is room the model may use, reused from row to row.
     fn forward(

@@ -1,0 +1,260 @@
+//! Factorization machines (Rendle, "Factorization Machines", ICDM 2010): one output,
+//! `ŷ = Σᵢ wᵢxᵢ + ½ Σ_f [(Σᵢ v_{i,f} xᵢ)² − Σᵢ v²_{i,f} xᵢ²]` (eq. 1, rewritten as in Lemma 3.1:
+//! O(nnz·k) per row), whose gradient is `∂ŷ/∂wᵢ = xᵢ` and
+//! `∂ŷ/∂v_{i,f} = xᵢ (Σⱼ v_{j,f} xⱼ − v_{i,f} xᵢ)` (eq. 4). Feature `i` owns `1 + k` keys:
+//! `wᵢ`, then `v_{i,1..k}`. The intercept feature is the bias `w₀`: its factors take no part.
+
+use super::gradient::{Accumulator, Batch};
+use super::Model;
+
+/// A factorization machine of `factors` factors per feature.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fm {
+    factors: u32,
+    /// Standard deviation of the factors' initial values.
+    init_std: f32,
+    /// The intercept's feature, whose factors are left out.
+    intercept: Option<u32>,
+}
+
+impl Fm {
+    /// A factorization machine of `factors` factors (at least 1), initialised N(0, `init_std`);
+    /// `intercept` is the intercept's feature, if the model has one.
+    pub fn new(factors: u32, init_std: f32, intercept: Option<u32>) -> Fm {
+        Fm {
+            factors: factors.max(1),
+            init_std,
+            intercept,
+        }
+    }
+
+    /// Row `(keys, vals)`'s output, with the factor sums `Σᵢ v_{i,f} xᵢ` left in `sums`.
+    #[inline]
+    fn output(&self, weights: &[f32], keys: &[u32], vals: &[f32], sums: &mut [f32]) -> f32 {
+        let width = 1 + self.factors as usize;
+        sums.fill(0.0);
+        let (mut linear, mut squares) = (0.0f32, 0.0f32);
+        for (&i, &x) in keys.iter().zip(vals) {
+            let base = i as usize * width;
+            linear += weights[base] * x;
+            if Some(i) == self.intercept {
+                continue;
+            }
+            for (s, &v) in sums.iter_mut().zip(&weights[base + 1..base + width]) {
+                let vx = v * x;
+                *s += vx;
+                squares += vx * vx;
+            }
+        }
+        let pairs: f32 = sums.iter().map(|s| s * s).sum();
+        linear + 0.5 * (pairs - squares)
+    }
+}
+
+/// A standard normal number for `(seed, key)`: Box-Muller on two uniforms from a SplitMix64
+/// hash, so that every worker draws the same value for a key without sharing a generator.
+fn normal(seed: u64, key: u64) -> f32 {
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let a = mix(seed ^ mix(key));
+    let b = mix(a);
+    let u1 = ((a >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // in (0, 1]
+    let u2 = (b >> 11) as f64 / (1u64 << 53) as f64;
+    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+}
+
+impl Model for Fm {
+    fn name(&self) -> &str {
+        "fm"
+    }
+
+    fn spec(&self) -> String {
+        format!("fm:{}", self.factors)
+    }
+
+    fn outputs(&self) -> u32 {
+        1
+    }
+
+    fn width(&self) -> u32 {
+        1 + self.factors
+    }
+
+    fn init(&self, seed: u64, weights: &mut [f32]) {
+        let width = self.width() as usize;
+        for (i, feature) in weights.chunks_exact_mut(width).enumerate() {
+            if Some(i as u32) == self.intercept {
+                continue;
+            }
+            for (f, v) in feature[1..].iter_mut().enumerate() {
+                *v = self.init_std * normal(seed, (i * width + 1 + f) as u64);
+            }
+        }
+    }
+
+    fn forward(
+        &self,
+        weights: &[f32],
+        keys: &[u32],
+        vals: &[f32],
+        outputs: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) {
+        scratch.resize(self.factors as usize, 0.0);
+        outputs[0] = self.output(weights, keys, vals, scratch);
+    }
+
+    fn accumulate(&self, batch: &Batch, sums: &mut Accumulator) -> f64 {
+        let width = 1 + self.factors as usize;
+        let mut factor_sums = std::mem::take(&mut sums.scratch);
+        factor_sums.resize(self.factors as usize, 0.0);
+        let (mut loss_sum, mut d) = (0.0, [0.0f32]);
+        for &r in batch.rows {
+            let r = r as usize;
+            let (keys, vals) = batch.data.row(r);
+            let y = self.output(batch.weights, keys, vals, &mut factor_sums);
+            loss_sum += batch.loss.row(&[y], batch.data.labels[r], &mut d);
+            let g = d[0] * batch.scale;
+            for (&i, &x) in keys.iter().zip(vals) {
+                let base = i as usize * width;
+                let gx = g * x;
+                sums.add(base, gx);
+                if Some(i) == self.intercept {
+                    continue;
+                }
+                let v = &batch.weights[base + 1..base + width];
+                for (f, (&s, &v)) in factor_sums.iter().zip(v).enumerate() {
+                    sums.add(base + 1 + f, gx * (s - v * x));
+                }
+            }
+        }
+        sums.scratch = factor_sums;
+        loss_sum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Dataset;
+    use crate::model::gradient::{GradientWorkspace, L2};
+    use crate::model::{Loss, ModelLoss, SparseGrad};
+
+    /// The output by the definition (eq. 1): every pair of the row's features.
+    fn by_pairs(fm: &Fm, w: &[f32], keys: &[u32], vals: &[f32]) -> f64 {
+        let width = fm.width() as usize;
+        let v = |i: u32, f: usize| w[i as usize * width + 1 + f] as f64;
+        let mut y: f64 = keys
+            .iter()
+            .zip(vals)
+            .map(|(&i, &x)| w[i as usize * width] as f64 * x as f64)
+            .sum();
+        for a in 0..keys.len() {
+            for b in a + 1..keys.len() {
+                let (i, j) = (keys[a], keys[b]);
+                if Some(i) == fm.intercept || Some(j) == fm.intercept {
+                    continue;
+                }
+                let dot: f64 = (0..fm.factors as usize).map(|f| v(i, f) * v(j, f)).sum();
+                y += dot * vals[a] as f64 * vals[b] as f64;
+            }
+        }
+        y
+    }
+
+    fn toy() -> Dataset {
+        let mut d = Dataset::new(5);
+        d.push_row(&[0, 2, 4], &[1.0, -0.5, 1.0], 1.0);
+        d.push_row(&[1, 2, 3, 4], &[0.3, 1.5, 2.0, 1.0], -1.0);
+        d.push_row(&[0, 1, 3, 4], &[0.7, 1.0, -1.2, 1.0], 1.0);
+        d
+    }
+
+    #[test]
+    fn the_output_is_the_sum_over_pairs_and_the_gradient_its_finite_differences() {
+        let fm = Fm::new(3, 0.5, Some(4));
+        let mut w = vec![0.0f32; 5 * 4];
+        fm.init(7, &mut w);
+        for (i, x) in w.iter_mut().enumerate().step_by(4) {
+            *x = 0.1 * i as f32 - 0.5; // the linear weights
+        }
+        assert!(
+            w[16 + 1..20].iter().all(|v| *v == 0.0),
+            "the bias has no factors"
+        );
+        let d = toy();
+        let mut scratch = Vec::new();
+        for r in 0..d.rows() {
+            let (k, v) = d.row(r);
+            let mut y = [0.0f32];
+            fm.forward(&w, k, v, &mut y, &mut scratch);
+            let exact = by_pairs(&fm, &w, k, v);
+            assert!(
+                (y[0] as f64 - exact).abs() < 1e-5,
+                "row {r}: {} vs {exact}",
+                y[0]
+            );
+        }
+        let rows = [0u32, 1, 2];
+        let loss = Loss::Logistic;
+        let objective = |w: &[f32]| -> f64 {
+            let mut out = [0.0f32; 1];
+            let mut scratch = Vec::new();
+            rows.iter()
+                .map(|&r| {
+                    let (k, v) = d.row(r as usize);
+                    fm.forward(w, k, v, &mut out, &mut scratch);
+                    loss.row(&out, d.labels[r as usize], &mut [0.0])
+                })
+                .sum::<f64>()
+                / rows.len() as f64
+        };
+        let mut ws = GradientWorkspace::new(w.len() as u32);
+        let mut g = SparseGrad::default();
+        ws.minibatch(&d, &rows, &w, &fm, &loss, L2::default(), &mut g);
+        // Every key of every feature the rows hold, but the bias's factors.
+        assert_eq!(g.len(), 4 * 4 + 1);
+        for (&k, &value) in g.keys.iter().zip(&g.values) {
+            let h = 1e-3f32;
+            let (mut up, mut down) = (w.clone(), w.clone());
+            up[k as usize] += h;
+            down[k as usize] -= h;
+            let numeric = (objective(&up) - objective(&down)) / (2.0 * h as f64);
+            assert!(
+                (numeric - value as f64).abs() < 2e-3,
+                "key {k}: {numeric} vs {value}"
+            );
+        }
+    }
+
+    #[test]
+    fn initial_factors_are_seeded_normal_and_the_same_for_a_key_everywhere() {
+        let fm = Fm::new(8, 0.1, None);
+        let (mut a, mut b) = (vec![0.0f32; 9 * 2000], vec![0.0f32; 9 * 2000]);
+        fm.init(42, &mut a);
+        fm.init(42, &mut b);
+        assert_eq!(a, b);
+        let factors: Vec<f64> = (0..a.len())
+            .filter(|k| k % 9 != 0)
+            .map(|k| a[k] as f64)
+            .collect();
+        assert!(
+            (0..a.len()).step_by(9).all(|k| a[k] == 0.0),
+            "linear weights start at 0"
+        );
+        let n = factors.len() as f64;
+        let mean = factors.iter().sum::<f64>() / n;
+        let std = (factors.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+        assert!(
+            mean.abs() < 0.005 && (std - 0.1).abs() < 0.005,
+            "{mean} {std}"
+        );
+        let mut c = vec![0.0f32; 9 * 2000];
+        fm.init(43, &mut c);
+        assert_ne!(a, c, "another seed, other factors");
+    }
+}

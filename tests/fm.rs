@@ -1,0 +1,177 @@
+//! Factorization machines end to end: pairwise interactions a linear model cannot learn, the
+//! same model from 2 processes as from 2 threads, `predict` through the model file, bad fields.
+
+use std::path::Path;
+
+mod common;
+
+use common::{gradflow, gradflow_ok, gradflow_outputs};
+use gradflow::model::file::ModelFile;
+
+/// Rows of two categorical columns whose label is their parity: positive when `a + b` is even
+/// (each column alone says nothing), 5% of labels flipped.
+fn write_parity(path: &Path, rows: usize, seed: u64) -> Vec<bool> {
+    let mut x = seed;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut t = String::from("a,b,y\n");
+    let mut labels = Vec::new();
+    for _ in 0..rows {
+        let (a, b) = (next() % 10, next() % 10);
+        let y = ((a + b) % 2 == 0) != (next() % 20 == 0);
+        t += &format!("a{a},b{b},{}\n", y as u8);
+        labels.push(y);
+    }
+    std::fs::write(path, t).unwrap();
+    labels
+}
+
+fn last_auc(out: &str) -> f64 {
+    let mut lines = out.lines().map(|l| l.trim_start_matches("[p0] "));
+    let last = lines.rfind(|l| l.starts_with("epoch")).unwrap();
+    last.split("auc ").nth(1).unwrap()[..6].parse().unwrap()
+}
+
+/// The flags of a run on `train` and `test`, with `extra`.
+fn args<'a>(train: &'a Path, test: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "--data",
+        train.to_str().unwrap(),
+        "--test-file",
+        test.to_str().unwrap(),
+        "--label",
+        "y=1",
+        "--categorical",
+        "a,b",
+        "--epochs",
+        "10",
+        "--lr",
+        "0.05",
+        "--lambda",
+        "0",
+    ];
+    v.extend(extra);
+    v
+}
+
+#[test]
+fn a_factorization_machine_learns_pairs_a_linear_model_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = (dir.path().join("train.csv"), dir.path().join("test.csv"));
+    write_parity(&train, 4000, 3);
+    write_parity(&test, 1000, 11);
+    let run = |extra: &[&str]| {
+        let mut a = vec!["train"];
+        a.extend(args(&train, &test, extra));
+        a.extend(["-w", "2"]);
+        gradflow_ok(a)
+    };
+    let linear = last_auc(&run(&[]));
+    assert!(linear < 0.6, "linear: AUC {linear}");
+    let fm_flags = ["--model", "fm", "--factors", "4"];
+    let threads = run(&fm_flags);
+    let fm = last_auc(&threads);
+    assert!(fm > 0.9, "fm: AUC {fm}");
+
+    // Two processes train the model two threads train, bit for bit.
+    let model = |name: &str| dir.path().join(format!("{name}.txt"));
+    let (m2, m3) = (model("threads"), model("processes"));
+    let mut a = vec!["train"];
+    a.extend(args(&train, &test, &fm_flags));
+    a.extend(["-w", "2", "--model-out", m2.to_str().unwrap()]);
+    let threads = gradflow_ok(&a);
+    let mut c = vec!["cluster"];
+    c.extend(args(&train, &test, &fm_flags));
+    c.extend(["-n", "2", "--model-out", m3.to_str().unwrap()]);
+    let (processes, _) = gradflow_outputs(&c);
+    let epochs = |out: &str| -> Vec<String> {
+        out.lines()
+            .map(|l| l.trim_start_matches("[p0] "))
+            .filter(|l| l.starts_with("epoch"))
+            .map(|l| {
+                l.split("sent")
+                    .next()
+                    .unwrap()
+                    .split_once("s  ")
+                    .unwrap()
+                    .1
+                    .into()
+            })
+            .collect()
+    };
+    assert_eq!(epochs(&threads), epochs(&processes));
+    let (a, b) = (ModelFile::load(&m2).unwrap(), ModelFile::load(&m3).unwrap());
+    assert_eq!(a.weights, b.weights);
+    assert_eq!(a.model.as_deref(), Some("fm:4"));
+    assert_eq!(a.weights.len(), (10 + 10 + 1) * 5);
+
+    // Lossy exchanges carry the factors too (the sketch exchange's default k, 1% of 105
+    // weights, would update one weight a round: 20 here).
+    for lossy in [
+        &["--exchange", "allgather", "--compressor", "sketchml"][..],
+        &["--compressor", "topk:ratio=0.1", "--memory", "residual"],
+        &["--exchange", "sketch", "--set", "train.sketch.k=20"],
+    ] {
+        let mut c = vec!["cluster"];
+        c.extend(args(&train, &test, &fm_flags));
+        c.extend(["-n", "2"]);
+        c.extend(lossy);
+        let (out, _) = gradflow_outputs(&c);
+        let auc = last_auc(&out);
+        assert!(auc > 0.9, "{lossy:?}: AUC {auc}");
+    }
+
+    // `predict` scores the test file through the model file as training evaluated it.
+    let (_, said) = gradflow_outputs(["predict", m2.to_str().unwrap(), test.to_str().unwrap()]);
+    let auc: f64 = said.split("auc ").nth(1).unwrap()[..6].parse().unwrap();
+    assert!(
+        (auc - fm).abs() < 1e-3,
+        "predict {auc}, training {fm}: {said}"
+    );
+}
+
+#[test]
+fn bad_fm_fields_are_errors_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = (dir.path().join("train.csv"), dir.path().join("test.csv"));
+    write_parity(&train, 100, 3);
+    write_parity(&test, 100, 11);
+    for (sets, expected) in [
+        (
+            vec!["model.kind=\"fm\"", "model.factors=0"],
+            "model.factors: must be 1 to 256",
+        ),
+        (
+            vec!["model.kind=\"fm\"", "model.init_std=0"],
+            "model.init_std: must be",
+        ),
+        (
+            vec!["model.lambda_factors=0.1"],
+            "model.lambda_factors: for model.kind = \"fm\"",
+        ),
+        (
+            vec![
+                "model.kind=\"fm\"",
+                "model.loss=\"softmax\"",
+                "model.classes=3",
+            ],
+            "fm has one output",
+        ),
+    ] {
+        let mut a = vec!["train"];
+        a.extend(args(&train, &test, &[]));
+        for s in &sets {
+            a.extend(["--set", s]);
+        }
+        let out = gradflow(&a);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && e.contains(expected),
+            "{sets:?}: {e}"
+        );
+    }
+}
