@@ -88,22 +88,10 @@ fn a_factorization_machine_learns_pairs_a_linear_model_cannot() {
     c.extend(args(&train, &test, &fm_flags));
     c.extend(["-n", "2", "--model-out", m3.to_str().unwrap()]);
     let (processes, _) = gradflow_outputs(&c);
-    let epochs = |out: &str| -> Vec<String> {
-        out.lines()
-            .map(|l| l.trim_start_matches("[p0] "))
-            .filter(|l| l.starts_with("epoch"))
-            .map(|l| {
-                l.split("sent")
-                    .next()
-                    .unwrap()
-                    .split_once("s  ")
-                    .unwrap()
-                    .1
-                    .into()
-            })
-            .collect()
-    };
-    assert_eq!(epochs(&threads), epochs(&processes));
+    assert_eq!(
+        common::epoch_fields(&threads),
+        common::epoch_fields(&processes)
+    );
     let (a, b) = (ModelFile::load(&m2).unwrap(), ModelFile::load(&m3).unwrap());
     assert_eq!(a.weights, b.weights);
     assert_eq!(a.model.as_deref(), Some("fm:4"));

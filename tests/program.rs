@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use gradflow::model::file::ModelFile;
 
+mod common;
+
+use common::epoch_fields;
+
 const QUICKSTART: &str = "jobs/quickstart.toml";
 
 /// An example program's executable (`jobs/NAME.rs`), which `cargo test` builds beside the test
@@ -626,21 +630,6 @@ fn a_programs_own_model_trains_through_the_standard_loop_and_its_name_is_recorde
     };
     let gradflow = Path::new(env!("CARGO_BIN_EXE_gradflow"));
     let model = |name: &str| dir.path().join(format!("{name}-model.txt"));
-    let epochs = |out: &str| -> Vec<String> {
-        let lines = out.lines().map(|l| l.trim_start_matches("[p0] "));
-        lines
-            .filter(|l| l.starts_with("epoch"))
-            .map(|l| {
-                l.split("sent")
-                    .next()
-                    .unwrap()
-                    .split_once("s  ")
-                    .unwrap()
-                    .1
-                    .to_string()
-            })
-            .collect()
-    };
     // Two processes train the model one process of two workers trains, bit for bit.
     let (clustered, _) = ok(&own, &cluster_args(QUICKSTART, dir.path(), "own"));
     let mut train = cluster_args(QUICKSTART, dir.path(), "own-threads");
@@ -648,9 +637,9 @@ fn a_programs_own_model_trains_through_the_standard_loop_and_its_name_is_recorde
     let at = train.iter().position(|a| a == "-n").unwrap();
     train[at] = "-w".into();
     let (threaded, _) = ok(&own, &train);
-    assert_eq!(epochs(&clustered), epochs(&threaded));
-    assert_eq!(epochs(&clustered).len(), 1, "{clustered}");
-    let auc: f64 = epochs(&clustered)[0].split("auc ").nth(1).unwrap()[..6]
+    assert_eq!(epoch_fields(&clustered), epoch_fields(&threaded));
+    assert_eq!(epoch_fields(&clustered).len(), 1, "{clustered}");
+    let auc: f64 = epoch_fields(&clustered)[0].split("auc ").nth(1).unwrap()[..6]
         .parse()
         .unwrap();
     // One epoch: well above chance (a gradient that does not reach the weights stays at 0.5).

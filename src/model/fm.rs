@@ -218,17 +218,7 @@ mod tests {
         ws.minibatch(&d, &rows, &w, &fm, &loss, L2::default(), &mut g);
         // Every key of every feature the rows hold, but the bias's factors.
         assert_eq!(g.len(), 4 * 4 + 1);
-        for (&k, &value) in g.keys.iter().zip(&g.values) {
-            let h = 1e-3f32;
-            let (mut up, mut down) = (w.clone(), w.clone());
-            up[k as usize] += h;
-            down[k as usize] -= h;
-            let numeric = (objective(&up) - objective(&down)) / (2.0 * h as f64);
-            assert!(
-                (numeric - value as f64).abs() < 2e-3,
-                "key {k}: {numeric} vs {value}"
-            );
-        }
+        crate::model::gradient::assert_finite_differences(&g, &w, objective);
     }
 
     #[test]

@@ -281,6 +281,27 @@ pub fn prefetch<T>(x: &T) {
     let _ = x;
 }
 
+/// Asserts that every value of gradient `g` of weights `w` is, within 2e-3, the central
+/// difference (step 1e-3) of `objective` at its key.
+#[cfg(test)]
+pub(crate) fn assert_finite_differences(
+    g: &SparseGrad,
+    w: &[f32],
+    objective: impl Fn(&[f32]) -> f64,
+) {
+    for (&k, &value) in g.keys.iter().zip(&g.values) {
+        let h = 1e-3f32;
+        let (mut up, mut down) = (w.to_vec(), w.to_vec());
+        up[k as usize] += h;
+        down[k as usize] -= h;
+        let numeric = (objective(&up) - objective(&down)) / (2.0 * h as f64);
+        assert!(
+            (numeric - value as f64).abs() < 2e-3,
+            "key {k}: {numeric} vs {value}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,17 +414,7 @@ mod tests {
             (0..12).collect::<Vec<u32>>(),
             "every feature × class"
         );
-        for (&k, &value) in g.keys.iter().zip(&g.values) {
-            let h = 1e-3f32;
-            let (mut up, mut down) = (w.clone(), w.clone());
-            up[k as usize] += h;
-            down[k as usize] -= h;
-            let numeric = (objective(&up) - objective(&down)) / (2.0 * h as f64);
-            assert!(
-                (numeric - value as f64).abs() < 2e-3,
-                "key {k}: {numeric} vs {value}"
-            );
-        }
+        assert_finite_differences(&g, &w, objective);
         // One row touches only its features' K keys each.
         ws.minibatch(&d, &[1], &w, &Linear::new(K as u32), &loss, l2, &mut g);
         assert_eq!(g.keys, vec![3, 4, 5, 9, 10, 11]);

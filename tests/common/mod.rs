@@ -138,3 +138,16 @@ pub fn row_list(data: &gradflow::data::Dataset) -> Vec<(u32, Vec<(u32, u32)>)> {
     rows.sort();
     rows
 }
+
+/// The epoch lines of a `train` or `cluster` output (process 0's), each from the train loss to
+/// before the traffic: what two runs of one model must print alike, whatever their timing.
+pub fn epoch_fields(out: &str) -> Vec<String> {
+    let lines = out.lines().map(|l| l.trim_start_matches("[p0] "));
+    lines
+        .filter(|l| l.starts_with("epoch"))
+        .map(|l| {
+            let fields = l.split("sent").next().unwrap();
+            fields.split_once("s  ").unwrap().1.to_string()
+        })
+        .collect()
+}
