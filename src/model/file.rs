@@ -73,7 +73,7 @@ impl ModelFile {
         }
     }
 
-    /// The built-in model the weights belong to (the linear one); an error for a program's
+    /// The built-in model the weights belong to (linear, or `fm:K`); an error for a program's
     /// own model, whose outputs only that program can compute.
     pub fn builtin_model(&self) -> Result<ModelFn, String> {
         let spec = self.model.as_deref().unwrap_or("linear");

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Feature `f` owns the `width()` consecutive keys from `f·width()`: the model has
 /// `features · width()` weights, the intercept (when the job has one) being the last feature.
-/// [`Linear`] is the built-in model; a program plugs in its own through
+/// [`Linear`] and [`Fm`] are the built-in models; a program plugs in its own through
 /// [`crate::dataflow::Training::set_model`] (`jobs/own_model.rs`).
 pub trait Model: Send + Sync + std::fmt::Debug {
     /// The model's name.
