@@ -122,6 +122,45 @@ fn a_factorization_machine_learns_pairs_a_linear_model_cannot() {
     );
 }
 
+/// On the generated set with planted pairs (`data.synth.kind = "pairs"`), FM beats logistic
+/// regression by 0.1 AUC at the same epoch; plain SGD with a fixed step too, where Adam's
+/// per-key scaling cannot hide a gradient off by a factor.
+#[test]
+fn on_planted_pairs_fm_beats_logistic_regression() {
+    let run = |extra: &[&str]| {
+        let mut a = vec![
+            "train",
+            "--set",
+            "data.synth={kind=\"pairs\",rows=40000,dim=1000,nnz=10}",
+            "-w",
+            "2",
+            "--epochs",
+            "10",
+            "--lambda",
+            "1e-4",
+        ];
+        a.extend(extra);
+        last_auc(&gradflow_ok(a))
+    };
+    let fm = ["--model", "fm", "--factors", "8"];
+    let sgd = [
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "1",
+        "--batch-fraction",
+        "0.002",
+    ];
+    for opt in [&["--optimizer", "adam", "--lr", "0.01"][..], &sgd] {
+        let linear = run(opt);
+        let fm = run(&[opt, &fm[..]].concat());
+        assert!(
+            linear < 0.6 && fm > linear + 0.1,
+            "{opt:?}: linear {linear}, fm {fm}"
+        );
+    }
+}
+
 #[test]
 fn bad_fm_fields_are_errors_naming_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -162,4 +201,19 @@ fn bad_fm_fields_are_errors_naming_them() {
             "{sets:?}: {e}"
         );
     }
+    // The generated set of planted pairs needs two fields, in the job and on `data synth`.
+    let job = gradflow(["train", "--set", "data.synth={kind=\"pairs\",nnz=1}"]);
+    let e = String::from_utf8_lossy(&job.stderr);
+    assert!(
+        e.contains("data.synth: kind \"pairs\" needs 2 <= nnz"),
+        "{e}"
+    );
+    let out = dir.path().join("p.svm");
+    let synth = [
+        "data", "synth", "--kind", "pairs", "--dim", "5", "--nnz", "6", "-o",
+    ];
+    let cli = gradflow([&synth[..], &[out.to_str().unwrap()]].concat());
+    let e = String::from_utf8_lossy(&cli.stderr);
+    assert!(e.contains("needs 2 <= --nnz (its fields) <= --dim"), "{e}");
+    assert!(!out.exists());
 }

@@ -81,6 +81,7 @@ enum Command {
         after_help = "Examples:
   gradflow data synth --kind ctr --rows 600000 --dim 100000 --nnz 15 --out train.svm
   gradflow data synth --kind fields --rows 200000 -o fields.svm
+  gradflow data synth --kind pairs --rows 100000 --dim 10000 --nnz 10 -o pairs.svm
   gradflow data prepare jobs/quickstart.toml --out out/prepared -w 2"
     )]
     Data(DataCommand),
@@ -273,6 +274,9 @@ enum SynthKindArg {
     /// A real CTR table's structure: one value of each of 14 categorical fields plus two
     /// hashed crosses (105,060 features, 16 a row; --dim and --nnz do not apply).
     Fields,
+    /// Planted pairwise interactions: --nnz fields of --dim/--nnz values, one value of each a
+    /// row; a hidden factorization machine's pairwise term decides most labels.
+    Pairs,
 }
 
 #[derive(Args, Debug)]
@@ -286,7 +290,7 @@ struct SynthArgs {
     /// Features.
     #[arg(long, default_value_t = 100_000)]
     dim: u32,
-    /// Mean active features per row (ctr).
+    /// Mean active features per row (ctr); fields (pairs).
     #[arg(long, default_value_t = 40)]
     nnz: usize,
     /// Shrink factor C1 for small magnitudes (gspar).
@@ -738,13 +742,11 @@ fn data_prepare(a: PrepareArgs) -> Result<(), String> {
 }
 
 fn data_synth(a: SynthArgs) -> Result<(), String> {
-    if a.rows == 0 || a.dim == 0 || a.nnz == 0 {
-        return Err("--rows, --dim and --nnz must be positive".into());
-    }
     let kind = match a.kind {
         SynthKindArg::Ctr => SynthKind::Ctr,
         SynthKindArg::Gspar => SynthKind::Gspar,
         SynthKindArg::Fields => SynthKind::Fields,
+        SynthKindArg::Pairs => SynthKind::Pairs,
     };
     let section = SynthSection {
         kind,
@@ -755,6 +757,12 @@ fn data_synth(a: SynthArgs) -> Result<(), String> {
         c2: a.c2,
         seed: a.seed,
     };
+    section.validate().map_err(|e| {
+        e.replace("data.synth: ", "")
+            .replace("nnz", "--nnz")
+            .replace("dim", "--dim")
+            .replace("rows", "--rows")
+    })?;
     let data = section.generate();
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

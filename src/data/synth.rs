@@ -13,6 +13,10 @@
 //!   of 14 categorical fields (7 to 40,000 values, laid out smallest field first, values in
 //!   popularity order, so low indices are the popular ones, as in a vocabulary-encoded table),
 //!   plus two hashed crosses of field pairs; 16 nonzeros per row, ~20% positives.
+//! * [`pairs`]: planted pairwise interactions. Each row takes one value from each of a few
+//!   equal fields, and a factorization machine of low rank with hidden weights decides the
+//!   click probability, its pairwise term dominating: a linear model sees little of it, a
+//!   factorization machine can learn it (Rendle, ICDM 2010, eq. 1).
 //!
 //! Same parameters and seed, same bytes.
 
@@ -104,10 +108,15 @@ fn hidden_weight(p: &CtrParams, j: u32) -> f64 {
     if unit_hash(p.seed ^ 0xA5A5, j as u64) >= p.weight_density {
         return 0.0;
     }
-    // Box-Muller on two independent hashes.
-    let u1 = unit_hash(p.seed ^ 0x1111, j as u64).max(1e-12);
-    let u2 = unit_hash(p.seed ^ 0x2222, j as u64);
-    p.weight_scale * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    p.weight_scale * hashed_normal(p.seed ^ 0x1111, p.seed ^ 0x2222, j as u64)
+}
+
+/// A standard normal drawn from two hashes of `key` (Box-Muller), so a hidden weight is a
+/// function of its key and needs no table.
+fn hashed_normal(seed_a: u64, seed_b: u64, key: u64) -> f64 {
+    let u1 = unit_hash(seed_a, key).max(1e-12);
+    let u2 = unit_hash(seed_b, key);
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
 /// A bijection of `[0, dim)` that spreads popular (small) Zipf ranks over the key space, as hashed
@@ -260,11 +269,8 @@ pub fn fields(p: &FieldsParams) -> Dataset {
         offsets.push(next);
         next += n;
     }
-    let weight = |key: u32| {
-        let u1 = unit_hash(p.seed ^ 0x3333, key as u64).max(1e-12);
-        let u2 = unit_hash(p.seed ^ 0x4444, key as u64);
-        p.weight_scale * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    };
+    let weight =
+        |key: u32| p.weight_scale * hashed_normal(p.seed ^ 0x3333, p.seed ^ 0x4444, key as u64);
     let width = FIELD_SIZES.len() + CROSSES.len();
     let mut keys = Vec::with_capacity(p.rows * width);
     let mut margins = Vec::with_capacity(p.rows);
@@ -283,24 +289,7 @@ pub fn fields(p: &FieldsParams) -> Dataset {
         let row = &keys[keys.len() - width..];
         margins.push(row.iter().map(|&k| weight(k)).sum::<f64>());
     }
-    // The bias that makes the mean click probability `positive_rate` (bisection).
-    let mean_prob = |b: f64| {
-        margins
-            .iter()
-            .map(|m| 1.0 / (1.0 + (b - m).exp()))
-            .sum::<f64>()
-            / margins.len().max(1) as f64
-    };
-    let (mut lo, mut hi) = (-50.0, 50.0);
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if mean_prob(mid) > p.positive_rate {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let bias = 0.5 * (lo + hi);
+    let bias = bias_for_rate(&margins, p.positive_rate);
     let mut data = Dataset::new(fields_dim());
     let ones = vec![1f32; width];
     for (row, m) in keys.chunks_exact_mut(width).zip(&margins) {
@@ -314,6 +303,150 @@ pub fn fields(p: &FieldsParams) -> Dataset {
         data.push_row(row, &ones, label);
     }
     data
+}
+
+/// The bias `b` that makes the mean of sigmoid(margin − b) equal `rate` (bisection).
+fn bias_for_rate(margins: &[f64], rate: f64) -> f64 {
+    let mean_prob = |b: f64| {
+        margins
+            .iter()
+            .map(|m| 1.0 / (1.0 + (b - m).exp()))
+            .sum::<f64>()
+            / margins.len().max(1) as f64
+    };
+    let (mut lo, mut hi) = (-50.0, 50.0);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if mean_prob(mid) > rate {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// Parameters of the planted-interactions generator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairsParams {
+    /// Number of rows.
+    pub rows: usize,
+    /// Number of fields: each row takes one value of each.
+    pub fields: u32,
+    /// Values per field, drawn uniformly; the dimension is `fields × values`.
+    pub values: u32,
+    /// Rank of the hidden factors.
+    pub rank: usize,
+    /// Standard deviation of the margin's pairwise term.
+    pub pair_std: f64,
+    /// Standard deviation of the margin's linear term.
+    pub linear_std: f64,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for PairsParams {
+    fn default() -> Self {
+        PairsParams {
+            rows: 100_000,
+            fields: 10,
+            values: 1_000,
+            rank: 4,
+            pair_std: 2.0,
+            linear_std: 0.5,
+            seed: 1,
+        }
+    }
+}
+
+/// Splits `dim` features into `fields` fields of equal size, for [`PairsParams`].
+pub fn pairs_layout(dim: u32, fields: u32) -> Option<(u32, u32)> {
+    (fields >= 2 && dim / fields >= 1).then(|| (fields, dim / fields))
+}
+
+/// Generates rows with planted pairwise interactions (see the module docs). Value `j` of field
+/// `f` is feature `f·values + j`; it has a hidden weight `wᵢ` and hidden factors `vᵢ` (normal,
+/// from hashes of the key), and a row's margin is `Σ wᵢ + Σ_{i<j} ⟨vᵢ, vⱼ⟩`, scaled so that the
+/// two terms have standard deviations `linear_std` and `pair_std`. Labels are
+/// Bernoulli(sigmoid(margin − b)) with `b` giving half positives.
+pub fn pairs(p: &PairsParams) -> Dataset {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(p.seed);
+    let planted = PlantedPairs::draw(p, &mut rng);
+    let margins: Vec<f64> = planted
+        .linear
+        .iter()
+        .zip(&planted.pair)
+        .map(|(l, q)| l + q)
+        .collect();
+    let bias = bias_for_rate(&margins, 0.5);
+    let mut data = Dataset::new(p.fields * p.values);
+    let ones = vec![1f32; p.fields as usize];
+    for (row, m) in planted.keys.chunks_exact(p.fields as usize).zip(&margins) {
+        let prob = 1.0 / (1.0 + (bias - m).exp());
+        let label = if rng.random::<f64>() < prob {
+            1.0
+        } else {
+            -1.0
+        };
+        data.push_row(row, &ones, label);
+    }
+    data
+}
+
+/// The rows of [`pairs`] and the two terms of their hidden margins.
+struct PlantedPairs {
+    keys: Vec<u32>,
+    linear: Vec<f64>,
+    pair: Vec<f64>,
+}
+
+impl PlantedPairs {
+    fn draw(p: &PairsParams, rng: &mut Xoshiro256PlusPlus) -> Self {
+        assert!(
+            p.fields >= 2 && p.values >= 1 && p.rank >= 1,
+            "pairs needs 2 fields, 1 value, rank 1"
+        );
+        let f = p.fields as usize;
+        // Var ⟨vᵢ, vⱼ⟩ = rank·s⁴ for independent N(0, s) entries, summed over f(f−1)/2 pairs.
+        let pair_count = (f * (f - 1) / 2) as f64;
+        let factor_std = (p.pair_std.powi(2) / (pair_count * p.rank as f64)).powf(0.25);
+        let weight_std = p.linear_std / (f as f64).sqrt();
+        let weight = |key: u64| weight_std * hashed_normal(p.seed ^ 0x5555, p.seed ^ 0x6666, key);
+        let factor = |key: u64, r: usize| {
+            let salt = (r as u64 + 1) << 40;
+            factor_std * hashed_normal(p.seed ^ 0x7777 ^ salt, p.seed ^ 0x8888 ^ salt, key)
+        };
+        let mut out = PlantedPairs {
+            keys: Vec::with_capacity(p.rows * f),
+            linear: Vec::with_capacity(p.rows),
+            pair: Vec::with_capacity(p.rows),
+        };
+        let (mut sums, mut squares) = (vec![0f64; p.rank], vec![0f64; p.rank]);
+        for _ in 0..p.rows {
+            sums.fill(0.0);
+            squares.fill(0.0);
+            let mut linear = 0.0;
+            for field in 0..p.fields {
+                let key = field * p.values + rng.random_range(0..p.values);
+                out.keys.push(key);
+                linear += weight(key as u64);
+                for r in 0..p.rank {
+                    let v = factor(key as u64, r);
+                    sums[r] += v;
+                    squares[r] += v * v;
+                }
+            }
+            // Σ_{i<j} ⟨vᵢ, vⱼ⟩ = ½ Σ_r [(Σᵢ v_{i,r})² − Σᵢ v²_{i,r}] (Rendle 2010, Lemma 3.1).
+            let pair = sums
+                .iter()
+                .zip(&squares)
+                .map(|(s, q)| s * s - q)
+                .sum::<f64>();
+            out.linear.push(linear);
+            out.pair.push(0.5 * pair);
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -406,5 +539,48 @@ mod tests {
                 ..Default::default()
             })
         );
+    }
+
+    /// The planted pairs decide the labels: the hidden margin ranks them well, its linear term
+    /// alone barely. So a linear model cannot do well here and a factorization machine can.
+    #[test]
+    fn pairs_plant_interactions_a_linear_term_cannot_see() {
+        let p = PairsParams {
+            rows: 20_000,
+            ..Default::default()
+        };
+        let d = pairs(&p);
+        assert_eq!(d, pairs(&p));
+        assert_eq!((d.dim, d.nnz()), (10_000, 200_000));
+        for r in 0..d.rows() {
+            let keys = d.row(r).0;
+            let fields: Vec<u32> = keys.iter().map(|k| k / 1_000).collect();
+            assert_eq!(fields, (0..10).collect::<Vec<_>>(), "one value per field");
+        }
+        let positives = d.labels.iter().filter(|&&y| y > 0.0).count();
+        assert!((9_000..11_000).contains(&positives), "{positives}");
+        // Score the rows by each term of the hidden margin, drawn as `pairs` drew it.
+        let planted = PlantedPairs::draw(&p, &mut Xoshiro256PlusPlus::seed_from_u64(p.seed));
+        let auc_of = |term: &[f64]| {
+            let scores: Vec<(f32, f32)> = term
+                .iter()
+                .zip(&d.labels)
+                .map(|(&t, &y)| (t as f32, y))
+                .collect();
+            crate::model::metrics::auc(&scores)
+        };
+        let (lin, pair) = (auc_of(&planted.linear), auc_of(&planted.pair));
+        let both: Vec<f64> = planted
+            .linear
+            .iter()
+            .zip(&planted.pair)
+            .map(|(l, q)| l + q)
+            .collect();
+        let all = auc_of(&both);
+        assert!(
+            all > 0.8 && pair > lin + 0.2 && lin < 0.65,
+            "both {all} pairs {pair} linear {lin}"
+        );
+        assert!(pair > lin + 0.1, "pairs {pair} linear {lin}");
     }
 }

@@ -192,6 +192,9 @@ pub enum SynthKind {
     /// values at low indices) plus two hashed crosses; `dim` and `nnz` are fixed by the layout
     /// (105,060 features, 16 per row).
     Fields,
+    /// Planted pairwise interactions: `nnz` fields of `dim / nnz` values each, one value per
+    /// row, and labels decided mostly by a hidden rank-4 factorization machine's pairwise term.
+    Pairs,
 }
 
 /// `[data.synth]`: parameters of the generated dataset (defaults: the embedded quickstart set).
@@ -204,7 +207,7 @@ pub struct SynthSection {
     pub rows: usize,
     /// Features.
     pub dim: u32,
-    /// Mean active features per row (ctr).
+    /// Mean active features per row (ctr); fields (pairs).
     pub nnz: usize,
     /// Shrink factor for small magnitudes (gspar).
     pub c1: f64,
@@ -231,6 +234,20 @@ impl Default for SynthSection {
 }
 
 impl SynthSection {
+    /// Checks the parameters, naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.rows == 0 || self.dim == 0 || (self.kind == SynthKind::Ctr && self.nnz == 0) {
+            return Err("data.synth: rows, dim and nnz must be positive".into());
+        }
+        if self.kind == SynthKind::Pairs && (self.nnz < 2 || self.nnz > self.dim as usize) {
+            return Err(format!(
+                "data.synth: kind \"pairs\" needs 2 <= nnz (its fields) <= dim, got nnz = {}, dim = {}",
+                self.nnz, self.dim
+            ));
+        }
+        Ok(())
+    }
+
     /// Generates the whole dataset.
     pub fn generate(&self) -> Dataset {
         match self.kind {
@@ -243,6 +260,13 @@ impl SynthSection {
             }),
             SynthKind::Fields => synth::fields(&synth::FieldsParams {
                 rows: self.rows,
+                seed: self.seed,
+                ..Default::default()
+            }),
+            SynthKind::Pairs => synth::pairs(&synth::PairsParams {
+                rows: self.rows,
+                fields: self.nnz as u32,
+                values: self.dim / self.nnz as u32,
                 seed: self.seed,
                 ..Default::default()
             }),
@@ -818,10 +842,7 @@ impl Job {
             );
         }
         if d.train.is_none() {
-            let s = &d.synth;
-            if s.rows == 0 || s.dim == 0 || (s.kind == SynthKind::Ctr && s.nnz == 0) {
-                return Err("data.synth: rows, dim and nnz must be positive".into());
-            }
+            d.synth.validate()?;
         } else if d.test.is_some()
             && d.test_fraction != DataSection::default().test_fraction
             && d.test_fraction != 0.0
