@@ -30,24 +30,29 @@ impl Fm {
 
     /// Row `(keys, vals)`'s output, with the factor sums `Σᵢ v_{i,f} xᵢ` left in `sums`.
     #[inline]
-    fn output(&self, weights: &[f32], keys: &[u32], vals: &[f32], sums: &mut [f32]) -> f32 {
-        let width = 1 + self.factors as usize;
+    fn output(&self, weights: &[f32], keys: &[u32], vals: &[f32], scratch: &mut [f32]) -> f32 {
+        let (width, k) = (1 + self.factors as usize, self.factors as usize);
+        // Per factor: Σᵢ v_{i,f} xᵢ and Σᵢ v²_{i,f} xᵢ², element-wise so that the loop vectorises
+        // over f (one running sum of squares would be a serial float reduction).
+        let (sums, squares) = scratch[..2 * k].split_at_mut(k);
         sums.fill(0.0);
-        let (mut linear, mut squares) = (0.0f32, 0.0f32);
+        squares.fill(0.0);
+        let mut linear = 0.0f32;
         for (&i, &x) in keys.iter().zip(vals) {
             let base = i as usize * width;
             linear += weights[base] * x;
             if Some(i) == self.intercept {
                 continue;
             }
-            for (s, &v) in sums.iter_mut().zip(&weights[base + 1..base + width]) {
+            let v = &weights[base + 1..base + width];
+            for ((s, q), &v) in sums.iter_mut().zip(squares.iter_mut()).zip(v) {
                 let vx = v * x;
                 *s += vx;
-                squares += vx * vx;
+                *q += vx * vx;
             }
         }
-        let pairs: f32 = sums.iter().map(|s| s * s).sum();
-        linear + 0.5 * (pairs - squares)
+        let pairs: f32 = sums.iter().zip(&*squares).map(|(s, q)| s * s - q).sum();
+        linear + 0.5 * pairs
     }
 }
 
@@ -104,19 +109,20 @@ impl Model for Fm {
         outputs: &mut [f32],
         scratch: &mut Vec<f32>,
     ) {
-        scratch.resize(self.factors as usize, 0.0);
+        scratch.resize(2 * self.factors as usize, 0.0);
         outputs[0] = self.output(weights, keys, vals, scratch);
     }
 
     fn accumulate(&self, batch: &Batch, sums: &mut Accumulator) -> f64 {
         let width = 1 + self.factors as usize;
-        let mut factor_sums = std::mem::take(&mut sums.scratch);
-        factor_sums.resize(self.factors as usize, 0.0);
+        let mut scratch = std::mem::take(&mut sums.scratch);
+        scratch.resize(2 * self.factors as usize, 0.0);
         let (mut loss_sum, mut d) = (0.0, [0.0f32]);
         for &r in batch.rows {
             let r = r as usize;
             let (keys, vals) = batch.data.row(r);
-            let y = self.output(batch.weights, keys, vals, &mut factor_sums);
+            let y = self.output(batch.weights, keys, vals, &mut scratch);
+            let factor_sums = &scratch[..width - 1];
             loss_sum += batch.loss.row(&[y], batch.data.labels[r], &mut d);
             let g = d[0] * batch.scale;
             for (&i, &x) in keys.iter().zip(vals) {
@@ -126,13 +132,15 @@ impl Model for Fm {
                 if Some(i) == self.intercept {
                     continue;
                 }
+                // ∂ŷ/∂v_{i,f} = xᵢ Σⱼ v_{j,f} xⱼ − v_{i,f} xᵢ² (eq. 4), a run of adjacent keys.
                 let v = &batch.weights[base + 1..base + width];
-                for (f, (&s, &v)) in factor_sums.iter().zip(v).enumerate() {
-                    sums.add(base + 1 + f, gx * (s - v * x));
+                let run = sums.run(base + 1, width - 1);
+                for ((a, &s), &v) in run.iter_mut().zip(factor_sums).zip(v) {
+                    *a += gx * (s - v * x);
                 }
             }
         }
-        sums.scratch = factor_sums;
+        sums.scratch = scratch;
         loss_sum
     }
 }
