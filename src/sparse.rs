@@ -592,6 +592,20 @@ fn opaque(x: u32) -> u32 {
     std::hint::black_box(x)
 }
 
+/// Sets bits `start .. start + len` of a bitset of 64-bit words (a run of keys marked in one
+/// pass: a feature's `width` keys, a model's dense block).
+#[inline(always)]
+pub fn set_bits(words: &mut [u64], start: usize, len: usize) {
+    let end = start + len;
+    let mut k = start;
+    while k < end {
+        let (word, low) = (k >> 6, k & 63);
+        let high = (end - (word << 6)).min(64);
+        words[word] |= (u64::MAX >> (64 - (high - low))) << low;
+        k = (word + 1) << 6;
+    }
+}
+
 /// Walks the union of two strictly increasing key lists in order, calling `f(key, i, j)` with
 /// the key's position in `a` and in `b` (`None` where absent): a sorted merge, no hashing.
 pub fn merge_keys(a: &[u32], b: &[u32], mut f: impl FnMut(u32, Option<usize>, Option<usize>)) {

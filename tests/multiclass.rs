@@ -203,6 +203,20 @@ fn every_codec_and_exchange_trains_softmax_within_tolerance_of_uncompressed() {
     assert!(!failed, "{report}");
 }
 
+/// `train.pull` asks the owners for all `K` weights of each feature of its next batch: the
+/// pulled softmax model is the pushed one, bit for bit.
+#[test]
+fn pulling_trains_the_softmax_model_pushing_does() {
+    let dir = tempfile::tempdir().unwrap();
+    write_images(dir.path());
+    let text = job_text(dir.path());
+    let run = |pull: &str| {
+        let out = run_local(&job_from(&text, "multiclass.toml", &[pull]), 2);
+        (out.weights.unwrap(), epoch_losses(&out.rows))
+    };
+    assert_eq!(run("train.pull=false"), run("train.pull=true"));
+}
+
 /// How far above uncompressed training a codec's test log loss may be at any epoch, under Adam
 /// or plain SGD: about 1.5 times the worst measured of both exchanges (2026-11-23), and at
 /// least 1.2 times the worst over eight training seeds (42 and 1-7, 2026-11-25: only randomk

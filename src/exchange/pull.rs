@@ -80,10 +80,12 @@ impl Request {
     }
 }
 
-/// The sorted distinct keys of `rows` of a dataset, split by owner (own keys dropped: a
-/// worker's replica of its own keys is always current). `seen` is a reusable bitset.
+/// The sorted distinct keys the features of `rows` of a dataset reach, split by owner (own keys
+/// dropped: a worker's replica of its own keys is always current): feature `f` reaches the
+/// `width` keys from `f·width` (a model's weights per feature). `seen` is a reusable bitset.
 pub fn keys_by_owner<'a>(
     rows: impl Iterator<Item = &'a [u32]>,
+    width: u32,
     owners: &Owners,
     me: u32,
     seen: &mut Vec<u64>,
@@ -91,9 +93,10 @@ pub fn keys_by_owner<'a>(
 ) {
     seen.clear();
     seen.resize((owners.dim as usize).div_ceil(64), 0);
+    let width = width as usize;
     for row in rows {
-        for &k in row {
-            seen[k as usize / 64] |= 1 << (k % 64);
+        for &f in row {
+            crate::sparse::set_bits(seen, f as usize * width, width);
         }
     }
     out.resize_with(owners.parts as usize, Vec::new);
@@ -152,6 +155,7 @@ mod tests {
         let (mut seen, mut out) = (Vec::new(), Vec::new());
         keys_by_owner(
             rows.iter().map(Vec::as_slice),
+            1,
             &owners,
             1,
             &mut seen,
@@ -162,6 +166,19 @@ mod tests {
         let expected: Vec<u32> = [0, 1, 5, 9, 50, 99]
             .into_iter()
             .filter(|&k| owners.owner(k) != 1)
+            .collect();
+        assert_eq!(all, expected);
+        // Two weights per feature: feature f reaches keys 2f and 2f + 1.
+        let wide = Owners::new(Ownership::Hashed, 200, 3, 1);
+        let (mut seen2, mut out2) = (Vec::new(), Vec::new());
+        let rows = rows.iter().map(Vec::as_slice);
+        keys_by_owner(rows, 2, &wide, 1, &mut seen2, &mut out2);
+        let mut all: Vec<u32> = out2.concat();
+        all.sort_unstable();
+        let expected: Vec<u32> = [0, 1, 5, 9, 50, 99]
+            .into_iter()
+            .flat_map(|f| [2 * f, 2 * f + 1])
+            .filter(|&k| wide.owner(k) != 1)
             .collect();
         assert_eq!(all, expected);
         assert!(out[1].is_empty());

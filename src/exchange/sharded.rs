@@ -36,7 +36,8 @@ impl Exchange for Sharded {
             let (mut seen, mut test_keys) = (Vec::new(), Vec::new());
             let test = &data.test;
             let rows = (0..test.rows()).map(|i| test.row(i).0);
-            keys_by_owner(rows, &owners, at.me, &mut seen, &mut test_keys);
+            let width = plan.model.width();
+            keys_by_owner(rows, width, &owners, at.me, &mut seen, &mut test_keys);
             Pull {
                 asked: vec![None; at.peers as usize],
                 test_keys,
@@ -189,7 +190,8 @@ impl Endpoint for ShardedEndpoint {
         let Some(p) = self.pull.as_mut() else {
             return;
         };
-        keys_by_owner(next.batch, &self.owners, me, &mut p.seen, &mut p.next);
+        let width = self.plan.model.width();
+        keys_by_owner(next.batch, width, &self.owners, me, &mut p.seen, &mut p.next);
         for owner in (0..peers).filter(|&o| o != me) {
             let o = owner as usize;
             let request = if next.last && me == 0 {

@@ -40,15 +40,8 @@ impl Accumulator {
     /// keys (a feature's factors) in one loop the compiler can vectorise.
     #[inline(always)]
     pub fn run(&mut self, start: usize, len: usize) -> &mut [f32] {
-        let end = start + len;
-        let mut k = start;
-        while k < end {
-            let (word, low) = (k >> 6, k & 63);
-            let high = (end - (word << 6)).min(64);
-            self.touched[word] |= (u64::MAX >> (64 - (high - low))) << low;
-            k = (word + 1) << 6;
-        }
-        &mut self.acc[start..end]
+        crate::sparse::set_bits(&mut self.touched, start, len);
+        &mut self.acc[start..start + len]
     }
 
     /// Hints the CPU to load key `k`'s sum (a gradient loop's prefetch of a later row).
