@@ -417,14 +417,13 @@ pub fn run_program(
                 data.train.rows(),
                 data.test.rows()
             );
-            let dim = plan.dim;
             let mut notes = data_notes;
             if data.ignored_test_features > 0 {
                 notes.push(format!(
                     "the test file has {} features beyond the training data's dimension {}; \
                      they have no weight and were ignored",
                     data.ignored_test_features,
-                    plan.intercept.unwrap_or(dim) / plan.model.width()
+                    plan.data_dim()
                 ));
             }
             let observer = if index == 0 {

@@ -2,62 +2,13 @@
 //! same model from 2 processes as from 2 threads, every codec and exchange against
 //! uncompressed training at the same epoch, `predict` through the model file, bad fields.
 
-use std::path::Path;
-
 mod common;
 
+use common::models::{
+    last_auc, parity_args as args, randomk_half_under_sgd, write_parity, CodecSweep,
+};
 use common::{epoch_losses, gradflow, gradflow_ok, gradflow_outputs, job_from, run_local};
 use gradflow::model::file::ModelFile;
-
-/// Rows of two categorical columns whose label is their parity: positive when `a + b` is even
-/// (each column alone says nothing), 5% of labels flipped.
-fn write_parity(path: &Path, rows: usize, seed: u64) -> Vec<bool> {
-    let mut x = seed;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let mut t = String::from("a,b,y\n");
-    let mut labels = Vec::new();
-    for _ in 0..rows {
-        let (a, b) = (next() % 10, next() % 10);
-        let y = ((a + b) % 2 == 0) != (next() % 20 == 0);
-        t += &format!("a{a},b{b},{}\n", y as u8);
-        labels.push(y);
-    }
-    std::fs::write(path, t).unwrap();
-    labels
-}
-
-fn last_auc(out: &str) -> f64 {
-    let mut lines = out.lines().map(|l| l.trim_start_matches("[p0] "));
-    let last = lines.rfind(|l| l.starts_with("epoch")).unwrap();
-    last.split("auc ").nth(1).unwrap()[..6].parse().unwrap()
-}
-
-/// The flags of a run on `train` and `test`, with `extra`.
-fn args<'a>(train: &'a Path, test: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec![
-        "--data",
-        train.to_str().unwrap(),
-        "--test-file",
-        test.to_str().unwrap(),
-        "--label",
-        "y=1",
-        "--categorical",
-        "a,b",
-        "--epochs",
-        "10",
-        "--lr",
-        "0.05",
-        "--lambda",
-        "0",
-    ];
-    v.extend(extra);
-    v
-}
 
 #[test]
 fn a_factorization_machine_learns_pairs_a_linear_model_cannot() {
@@ -195,82 +146,15 @@ seed = 42
 /// under Adam and plain SGD: the factors' keys go through every codec as the linear weights do.
 #[test]
 fn every_codec_and_exchange_trains_fm_within_tolerance_of_uncompressed() {
-    let run = |overrides: &[String]| {
-        let o: Vec<&str> = overrides.iter().map(String::as_str).collect();
-        epoch_losses(&run_local(&job_from(PAIRS_JOB, "pairs.toml", &o), 2).rows)
+    // Planted pairs: the trained FM's test loss falls well below chance's 0.693.
+    let sweep = CodecSweep {
+        job: PAIRS_JOB,
+        optimizers: &[("adam", "0.01"), ("sgd", "4")],
+        trained_below: 0.6,
+        sketch_k: 1000,
+        tolerance,
     };
-    let excess = |losses: &[f64], reference: &[f64]| {
-        let worst = losses
-            .iter()
-            .zip(reference)
-            .map(|(l, r)| l / r - 1.0)
-            .fold(f64::MIN, f64::max);
-        let broken = losses.len() != reference.len() || losses.iter().any(|l| !l.is_finite());
-        if broken {
-            f64::INFINITY
-        } else {
-            worst
-        }
-    };
-    let (mut report, mut failed) = (String::new(), false);
-    for (optimizer, lr) in [("adam", "0.01"), ("sgd", "4")] {
-        let with = |extra: &[String]| {
-            let mut o = vec![
-                format!("optimizer.kind=\"{optimizer}\""),
-                format!("optimizer.lr={lr}"),
-            ];
-            o.extend_from_slice(extra);
-            o
-        };
-        let mut line = |name: &str, exchange: &str, excess: f64, allowed: f64| {
-            failed |= excess.is_nan() || excess > allowed;
-            report += &format!(
-                "{name:>10} {exchange:>9} {optimizer:<5} worst epoch {:+.2}% (allowed {:.0}%)\n",
-                100.0 * excess,
-                100.0 * allowed
-            );
-        };
-        for exchange in ["sharded", "allgather"] {
-            let exchange_set = format!("train.exchange=\"{exchange}\"");
-            let reference = run(&with(std::slice::from_ref(&exchange_set)));
-            let first = reference[0];
-            // Planted pairs: the trained FM's test loss falls well below chance's 0.693.
-            assert!(
-                *reference.last().unwrap() < 0.6 && first < 0.693,
-                "{optimizer} {exchange}: uncompressed test losses {reference:?}"
-            );
-            for &codec in gradflow::codec::CODEC_NAMES {
-                // randomk's unbiased steps are 1/ratio times a kept value: at its default 0.1,
-                // plain SGD's tenfold steps make the factors grow without bound (FM's pairwise
-                // term feeds them back); Adam's per-key scaling absorbs them.
-                let ratio = if codec == "randomk" && optimizer == "sgd" {
-                    ",ratio=0.5"
-                } else {
-                    ""
-                };
-                let losses = run(&with(&[
-                    exchange_set.clone(),
-                    format!("train.compressor={{name=\"{codec}\"{ratio}}}"),
-                ]));
-                let allowed = tolerance(codec, optimizer == "adam");
-                line(codec, exchange, excess(&losses, &reference), allowed);
-            }
-        }
-        // The sketch exchange updates k of the 4,500 keys a round (its default, 1%, is 45).
-        let sharded = run(&with(&[]));
-        let sketch = run(&with(&[
-            "train.exchange=\"sketch\"".to_string(),
-            "train.sketch.k=1000".to_string(),
-        ]));
-        line(
-            "-",
-            "sketch",
-            excess(&sketch, &sharded),
-            tolerance("sketch", optimizer == "adam"),
-        );
-    }
-    println!("{report}");
-    assert!(!failed, "{report}");
+    sweep.run(randomk_half_under_sgd);
 }
 
 /// `train.pull` asks the owners for every key its next batch's features reach, a factor's as

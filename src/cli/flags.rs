@@ -83,12 +83,21 @@ pub struct DataFlags {
 pub struct Overrides {
     #[command(flatten)]
     data: DataFlags,
-    /// The model (model.kind): linear, or fm (a factorization machine, with --factors).
+    /// The model (model.kind): linear, fm (a factorization machine, with --factors) or mlp
+    /// (a neural network, with --hidden).
     #[arg(long, value_name = "KIND", help_heading = "Model and optimizer")]
     model: Option<String>,
     /// A factorization machine's factors per feature (model.factors).
     #[arg(long, help_heading = "Model and optimizer")]
     factors: Option<u32>,
+    /// A network's hidden layers, one or two sizes (model.hidden): 128 or 128,64.
+    #[arg(
+        long,
+        value_name = "UNITS",
+        value_delimiter = ',',
+        help_heading = "Model and optimizer"
+    )]
+    hidden: Option<Vec<u32>>,
     /// The loss (model.loss): logistic, hinge, squared or softmax (with --classes).
     #[arg(long, help_heading = "Model and optimizer")]
     loss: Option<String>,
@@ -235,6 +244,7 @@ impl Overrides {
         let fields = named_fields([
             ("model.kind", self.model.as_deref().map(toml_text)),
             ("model.factors", self.factors.map(toml_text)),
+            ("model.hidden", self.hidden.clone().map(toml_text)),
             ("model.loss", self.loss.as_deref().map(toml_text)),
             ("model.classes", self.classes.map(toml_text)),
             // f32 in decimal as written (as f64 it would be 0.009999999776482582).

@@ -67,9 +67,9 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
         .builtin_model()
         .map_err(|e| format!("{}: {e}", a.model.display()))?;
     let dim = model.weights.len() as u32;
-    // The data's own features lie below the intercept's (the model's last); a softmax model
-    // has `classes` keys per feature.
-    let data_dim = model.intercept.unwrap_or(dim) / model_fn.width();
+    // The data's own features lie below the intercept's (the last feature); a softmax model
+    // has `classes` keys per feature, a network its dense weights after the features'.
+    let data_dim = model.intercept.unwrap_or(dim - model_fn.dense()) / model_fn.width();
     if a.labels.is_some() && model.features.is_some() {
         return Err(format!(
             "--labels: for IDX images; {} reads CSV tables through its feature map",

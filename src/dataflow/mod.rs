@@ -203,15 +203,19 @@ impl Training {
     /// or softmax's `model.classes`), which sized the weights: others are an error.
     pub fn set_model(&mut self, model: impl Model + 'static) {
         let job = &self.plan.model;
-        if (model.width(), model.outputs()) != (job.width(), job.outputs()) {
+        let shape = |m: &dyn Model| (m.width(), m.outputs(), m.dense());
+        if shape(&model) != shape(&**job) {
             self.supervisor.fail(format!(
-                "set_model: the model '{}' has {} weights per feature and {} outputs per row, \
-                 the job's {} and {} (model.loss, model.classes)",
+                "set_model: the model '{}' has {} weights per feature, {} outputs per row and \
+                 {} dense weights, the job's {}, {} and {} (model.kind, model.loss, \
+                 model.classes)",
                 model.name(),
                 model.width(),
                 model.outputs(),
+                model.dense(),
                 job.width(),
-                job.outputs()
+                job.outputs(),
+                job.dense()
             ));
             return;
         }

@@ -244,15 +244,21 @@ impl TrainPlan {
     pub fn l2(&self) -> crate::model::gradient::L2 {
         crate::model::gradient::L2 {
             lambda: self.lambda,
-            intercept: self.intercept,
+            intercept: self.intercept.map(|i| (i, i + self.model.width())),
             factors: (self.lambda_factors).map(|l| (l, self.model.width())),
         }
     }
 
+    /// The keys of the model's dense weights (a network's dense layers), after the features'.
+    pub fn dense_keys(&self) -> std::ops::Range<u32> {
+        self.dim - self.model.dense()..self.dim
+    }
+
     /// Features per row before the intercept (the model has [`Self::dim`] =
-    /// (features + intercept) · width weights).
+    /// (features + intercept) · width + dense weights).
     pub fn data_dim(&self) -> u32 {
-        self.intercept.unwrap_or(self.dim) / self.model.width()
+        let features_end = self.dim - self.model.dense();
+        self.intercept.unwrap_or(features_end) / self.model.width()
     }
 }
 

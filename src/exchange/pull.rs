@@ -82,10 +82,12 @@ impl Request {
 
 /// The sorted distinct keys the features of `rows` of a dataset reach, split by owner (own keys
 /// dropped: a worker's replica of its own keys is always current): feature `f` reaches the
-/// `width` keys from `f·width` (a model's weights per feature). `seen` is a reusable bitset.
+/// `width` keys from `f·width` (a model's weights per feature), and every row the `dense` keys
+/// (a network's dense layers; none if there are no rows). `seen` is a reusable bitset.
 pub fn keys_by_owner<'a>(
     rows: impl Iterator<Item = &'a [u32]>,
     width: u32,
+    dense: std::ops::Range<u32>,
     owners: &Owners,
     me: u32,
     seen: &mut Vec<u64>,
@@ -94,10 +96,15 @@ pub fn keys_by_owner<'a>(
     seen.clear();
     seen.resize((owners.dim as usize).div_ceil(64), 0);
     let width = width as usize;
+    let mut any = false;
     for row in rows {
+        any = true;
         for &f in row {
             crate::sparse::set_bits(seen, f as usize * width, width);
         }
+    }
+    if any {
+        crate::sparse::set_bits(seen, dense.start as usize, dense.len());
     }
     out.resize_with(owners.parts as usize, Vec::new);
     out.iter_mut().for_each(Vec::clear);
@@ -156,6 +163,7 @@ mod tests {
         keys_by_owner(
             rows.iter().map(Vec::as_slice),
             1,
+            0..0,
             &owners,
             1,
             &mut seen,
@@ -168,19 +176,30 @@ mod tests {
             .filter(|&k| owners.owner(k) != 1)
             .collect();
         assert_eq!(all, expected);
-        // Two weights per feature: feature f reaches keys 2f and 2f + 1.
-        let wide = Owners::new(Ownership::Hashed, 200, 3, 1);
+        // Two weights per feature: feature f reaches keys 2f and 2f + 1; and dense keys 200-209.
+        let wide = Owners::new(Ownership::Hashed, 210, 3, 1);
         let (mut seen2, mut out2) = (Vec::new(), Vec::new());
         let rows = rows.iter().map(Vec::as_slice);
-        keys_by_owner(rows, 2, &wide, 1, &mut seen2, &mut out2);
+        keys_by_owner(rows, 2, 200..210, &wide, 1, &mut seen2, &mut out2);
         let mut all: Vec<u32> = out2.concat();
         all.sort_unstable();
         let expected: Vec<u32> = [0, 1, 5, 9, 50, 99]
             .into_iter()
             .flat_map(|f| [2 * f, 2 * f + 1])
+            .chain(200..210)
             .filter(|&k| wide.owner(k) != 1)
             .collect();
         assert_eq!(all, expected);
+        keys_by_owner(
+            std::iter::empty(),
+            2,
+            200..210,
+            &wide,
+            1,
+            &mut seen2,
+            &mut out2,
+        );
+        assert!(out2.iter().all(Vec::is_empty), "no rows, no keys");
         assert!(out[1].is_empty());
         for (o, keys) in out.iter().enumerate() {
             assert!(keys.windows(2).all(|w| w[0] < w[1]));

@@ -36,8 +36,16 @@ impl Exchange for Sharded {
             let (mut seen, mut test_keys) = (Vec::new(), Vec::new());
             let test = &data.test;
             let rows = (0..test.rows()).map(|i| test.row(i).0);
-            let width = plan.model.width();
-            keys_by_owner(rows, width, &owners, at.me, &mut seen, &mut test_keys);
+            let (width, dense) = (plan.model.width(), plan.dense_keys());
+            keys_by_owner(
+                rows,
+                width,
+                dense,
+                &owners,
+                at.me,
+                &mut seen,
+                &mut test_keys,
+            );
             Pull {
                 asked: vec![None; at.peers as usize],
                 test_keys,
@@ -190,8 +198,17 @@ impl Endpoint for ShardedEndpoint {
         let Some(p) = self.pull.as_mut() else {
             return;
         };
-        let width = self.plan.model.width();
-        keys_by_owner(next.batch, width, &self.owners, me, &mut p.seen, &mut p.next);
+        let (width, dense) = (self.plan.model.width(), self.plan.dense_keys());
+        let batch = next.batch;
+        keys_by_owner(
+            batch,
+            width,
+            dense,
+            &self.owners,
+            me,
+            &mut p.seen,
+            &mut p.next,
+        );
         for owner in (0..peers).filter(|&o| o != me) {
             let o = owner as usize;
             let request = if next.last && me == 0 {

@@ -21,7 +21,7 @@ use crate::dataflow::{ProgramInputs, ReplicaMode, TrainPlan, WorkerData};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
-use crate::model::{Fm, Linear, LossFn, LossName, ModelFn, Task};
+use crate::model::{Fm, Linear, LossFn, LossName, Mlp, ModelFn, Task};
 use crate::optim::OptimizerConfig;
 
 /// What a worker loads: its rows, the model's number of features, the feature map of a table
@@ -307,17 +307,26 @@ pub enum ModelKind {
     Linear,
     /// A factorization machine of `factors` factors per feature ([`crate::model::Fm`]).
     Fm,
+    /// A neural network of `hidden` ReLU layers over an embedding bag
+    /// ([`crate::model::Mlp`]).
+    Mlp,
 }
+
+/// The most units `model.hidden` allows in a layer.
+pub const MAX_HIDDEN: u32 = 4096;
 
 /// `[model]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// `linear` or `fm`.
+    /// `linear`, `fm` or `mlp`.
     pub kind: ModelKind,
     /// `fm`: factors per feature.
     pub factors: u32,
-    /// `fm`: standard deviation of the factors' initial values (normal, from `train.seed`).
+    /// `mlp`: the units of its one or two hidden layers; the first is each feature's vector.
+    pub hidden: Vec<u32>,
+    /// `fm`, `mlp`: standard deviation of the factors' (the features' vectors') initial values
+    /// (normal, from `train.seed`).
     pub init_std: f32,
     /// `fm`: λ of the factors (default: `lambda`).
     pub lambda_factors: Option<f32>,
@@ -337,6 +346,7 @@ impl Default for ModelSection {
         ModelSection {
             kind: ModelKind::Linear,
             factors: 8,
+            hidden: vec![64],
             init_std: 0.01,
             lambda_factors: None,
             loss: LossName::Logistic,
@@ -911,6 +921,24 @@ impl Job {
         } else if m.lambda_factors.is_some() {
             return Err("model.lambda_factors: for model.kind = \"fm\"".into());
         }
+        if m.kind == ModelKind::Mlp {
+            let sizes = (1..=2).contains(&m.hidden.len())
+                && m.hidden.iter().all(|h| (1..=MAX_HIDDEN).contains(h));
+            if !sizes {
+                return Err(format!(
+                    "model.hidden: one or two layers of 1 to {MAX_HIDDEN} units, got {:?}",
+                    m.hidden
+                ));
+            }
+            if !(m.init_std.is_finite() && m.init_std > 0.0) {
+                return Err(format!(
+                    "model.init_std: must be a finite number > 0, got {}",
+                    m.init_std
+                ));
+            }
+        } else if m.hidden != ModelSection::default().hidden {
+            return Err("model.hidden: for model.kind = \"mlp\"".into());
+        }
         crate::codec::build_codec(&self.train.compressor)
             .map_err(|e| format!("train.compressor: {e}"))?;
         crate::codec::build_codec(&self.train.downlink)
@@ -1090,11 +1118,13 @@ impl Job {
             ));
         }
         let width = self.width() as u64;
-        let keys = (dim as u64 + self.model.intercept as u64) * width;
+        let dense = self.model_fn(dim + 1).dense() as u64;
+        let keys = (dim as u64 + self.model.intercept as u64) * width + dense;
         if width > 1 && keys > self.data.max_dim as u64 + width {
             let per = match self.model.kind {
                 ModelKind::Linear => format!("model.classes = {width}"),
                 ModelKind::Fm => format!("model.factors = {}", self.model.factors),
+                ModelKind::Mlp => format!("model.hidden = {:?}", self.model.hidden),
             };
             return Err(format!(
                 "the data has {dim} features: with {per} the model has {keys} weights, more \
@@ -1458,6 +1488,7 @@ impl Job {
                 let intercept = m.intercept.then(|| features - 1);
                 ModelFn::new(Fm::new(m.factors, m.init_std, intercept))
             }
+            ModelKind::Mlp => ModelFn::new(Mlp::new(&m.hidden, self.outputs(), m.init_std)),
         }
     }
 
@@ -1466,6 +1497,7 @@ impl Job {
         match self.model.kind {
             ModelKind::Linear => self.outputs(),
             ModelKind::Fm => 1 + self.model.factors,
+            ModelKind::Mlp => self.model.hidden[0],
         }
     }
 
@@ -1659,7 +1691,7 @@ impl Job {
     pub fn plan(&self, dim: u32, threads_per_process: usize) -> TrainPlan {
         let model = self.model_fn(dim);
         TrainPlan {
-            dim: dim * model.width(),
+            dim: dim * model.width() + model.dense(),
             model,
             loss: self.loss(),
             lambda: self.model.lambda,

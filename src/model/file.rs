@@ -23,7 +23,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{Fm, Linear, LossFn, LossName, ModelFn};
+use super::{Fm, Linear, LossFn, LossName, Mlp, Model, ModelFn};
+use crate::job::MAX_HIDDEN;
 
 /// A trained linear model.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,7 +80,17 @@ impl ModelFile {
         let spec = self.model.as_deref().unwrap_or("linear");
         let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
         match (name, params.parse::<u32>()) {
-            ("linear", _) => Ok(ModelFn::new(Linear::new(self.outputs()))),
+            ("linear", _) => {
+                let (k, dim) = (self.outputs(), self.weights.len() as u32);
+                if !dim.is_multiple_of(k) || self.intercept.is_some_and(|i| i % k != 0) {
+                    return Err(format!(
+                        "model {spec}: {dim} weights and intercept key {:?} are not features of \
+                         {k} weights (classes {k})",
+                        self.intercept
+                    ));
+                }
+                Ok(ModelFn::new(Linear::new(k)))
+            }
             ("fm", Ok(k)) if (1..=crate::job::MAX_FACTORS).contains(&k) => {
                 let width = 1 + k;
                 let dim = self.weights.len() as u32;
@@ -94,9 +105,37 @@ impl ModelFile {
                 let intercept = self.intercept.map(|i| i / width);
                 Ok(ModelFn::new(Fm::new(k, 1.0, intercept)))
             }
+            ("mlp", _) => {
+                let hidden: Vec<u32> = params
+                    .split(',')
+                    .map(|h| {
+                        h.parse::<u32>()
+                            .ok()
+                            .filter(|h| (1..=MAX_HIDDEN).contains(h))
+                    })
+                    .collect::<Option<_>>()
+                    .filter(|h: &Vec<u32>| (1..=2).contains(&h.len()))
+                    .ok_or_else(|| {
+                        format!(
+                            "model {spec}: an mlp has one or two layers of 1 to {MAX_HIDDEN} units"
+                        )
+                    })?;
+                // The initial spread does not matter to scoring.
+                let mlp = Mlp::new(&hidden, self.outputs(), 1.0);
+                let (dim, width, dense) = (self.weights.len() as u32, mlp.width(), mlp.dense());
+                let features = dim.checked_sub(dense).filter(|f| f.is_multiple_of(width));
+                if features.is_none() || self.intercept.is_some_and(|i| i % width != 0) {
+                    return Err(format!(
+                        "model {spec}: {dim} weights and intercept key {:?} are not features of \
+                         {width} weights and {dense} dense ones",
+                        self.intercept
+                    ));
+                }
+                Ok(ModelFn::new(mlp))
+            }
             _ => Err(format!(
-                "the model is '{spec}', which is not one of gradflow's (linear, fm:K): score \
-                 it with the program that trained it"
+                "the model is '{spec}', which is not one of gradflow's (linear, fm:K, \
+                 mlp:H[,H]): score it with the program that trained it"
             )),
         }
     }
@@ -250,18 +289,9 @@ impl ModelFile {
             if let Some(k) = line.strip_prefix("classes ") {
                 let k = k.trim();
                 classes = match k.parse::<u32>() {
-                    Ok(k)
-                        if k >= 2
-                            && dim.is_multiple_of(k)
-                            && intercept.is_none_or(|i| i % k == 0) =>
-                    {
-                        Some(k)
-                    }
+                    Ok(k) if (2..=crate::job::MAX_CLASSES).contains(&k) => Some(k),
                     _ => {
-                        let m = format!(
-                            "bad classes '{k}' for dim {dim} (at least 2, dividing the dim and \
-                             the intercept key)"
-                        );
+                        let m = format!("bad classes '{k}' (2 to {})", crate::job::MAX_CLASSES);
                         return Err(err(i, &m));
                     }
                 };
@@ -270,9 +300,12 @@ impl ModelFile {
             if let Some(name) = line.strip_prefix("model ") {
                 let name = name.trim();
                 let (base, params) = name.split_once(':').unwrap_or((name, "0"));
-                if !is_loss_name(base) || !params.bytes().all(|b| b.is_ascii_digit()) {
-                    let m = "expected 'model NAME' or 'model NAME:N' (1-64 letters, digits, _ \
-                             or -)";
+                let numbers = params
+                    .split(',')
+                    .all(|n| (1..=10).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()));
+                if !is_loss_name(base) || !numbers {
+                    let m = "expected 'model NAME' or 'model NAME:N[,N]' (1-64 letters, \
+                             digits, _ or -; numbers of 1-10 digits)";
                     return Err(err(i, m));
                 }
                 model = Some(name.to_string());
@@ -415,6 +448,11 @@ mod tests {
         m.save(&p).unwrap();
         assert_eq!(ModelFile::load(&p).unwrap(), m);
         assert!(m.builtin_model().unwrap_err().contains("'unit-length'"));
+        // The linear model needs `classes` weights a feature: 7 weights are not features of 3.
+        let mut seven = m.clone();
+        seven.model = None;
+        seven.weights.push(1.0);
+        assert!(seven.builtin_model().unwrap_err().contains("not features of 3 weights"));
         // (As a version 2 file, without the checksum that would catch the change first.)
         let v2 = m.to_text().replace(MAGIC, MAGIC_V2);
         let v2 = &v2[..v2.find("end ").unwrap()];
@@ -465,7 +503,7 @@ mod tests {
                 ":0:",
             ),
             (
-                "# gradflow model v2\nloss softmax\ndim 6\nintercept 3\nclasses 4\nweights\n",
+                "# gradflow model v2\nloss softmax\ndim 6\nintercept 3\nclasses 99999999\nweights\n",
                 ":5:",
             ),
             (

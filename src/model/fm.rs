@@ -56,22 +56,6 @@ impl Fm {
     }
 }
 
-/// A standard normal number for `(seed, key)`: Box-Muller on two uniforms from a SplitMix64
-/// hash, so that every worker draws the same value for a key without sharing a generator.
-fn normal(seed: u64, key: u64) -> f32 {
-    let mix = |mut z: u64| {
-        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let a = mix(seed ^ mix(key));
-    let b = mix(a);
-    let u1 = ((a >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // in (0, 1]
-    let u2 = (b >> 11) as f64 / (1u64 << 53) as f64;
-    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
-}
-
 impl Model for Fm {
     fn name(&self) -> &str {
         "fm"
@@ -96,7 +80,7 @@ impl Model for Fm {
                 continue;
             }
             for (f, v) in feature[1..].iter_mut().enumerate() {
-                *v = self.init_std * normal(seed, (i * width + 1 + f) as u64);
+                *v = self.init_std * super::seeded_normal(seed, (i * width + 1 + f) as u64);
             }
         }
     }

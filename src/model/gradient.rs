@@ -162,9 +162,12 @@ unsafe fn extract_avx512(
     let mut n = out.keys.len();
     let vector_end = acc.len().min(weights.len());
     let lambda = _mm512_set1_ps(l2.lambda);
-    // Keys from the intercept's on are not penalised (none without an intercept: every key
-    // is below u32::MAX).
-    let unpenalised = _mm512_set1_epi32(l2.intercept.unwrap_or(u32::MAX) as i32);
+    // The intercept's keys are not penalised (none without an intercept: an empty range).
+    let (free_start, free_end) = l2.intercept.unwrap_or((u32::MAX, u32::MAX));
+    let (free_start, free_end) = (
+        _mm512_set1_epi32(free_start as i32),
+        _mm512_set1_epi32(free_end as i32),
+    );
     let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (w, word) in touched.iter_mut().enumerate() {
         let bits = std::mem::take(word);
@@ -201,7 +204,8 @@ unsafe fn extract_avx512(
                 let sums = _mm512_loadu_ps(cells);
                 let w = _mm512_loadu_ps(weights.as_ptr().add(base));
                 let keys = _mm512_add_epi32(_mm512_set1_epi32(base as i32), lanes);
-                let penalised = _mm512_cmplt_epu32_mask(keys, unpenalised);
+                let penalised = _mm512_cmplt_epu32_mask(keys, free_start)
+                    | _mm512_cmpge_epu32_mask(keys, free_end);
                 let values = _mm512_add_ps(sums, _mm512_maskz_mul_ps(penalised, lambda, w));
                 _mm512_storeu_si512(
                     keys_out.add(n).cast(),
@@ -242,9 +246,10 @@ pub struct Batch<'a> {
 pub struct L2 {
     /// λ.
     pub lambda: f32,
-    /// The intercept's first key, exempt from the penalty with every key after it: the
-    /// intercept is the model's last feature, with one key per output.
-    pub intercept: Option<u32>,
+    /// The intercept's keys `start .. end`, exempt from the penalty: the intercept is the
+    /// model's last feature, with `width` keys (a network's dense weights after it are not
+    /// exempt).
+    pub intercept: Option<(u32, u32)>,
     /// `(λ_v, width)`: keys that are not a multiple of `width` (a factorization machine's
     /// factors) take `λ_v` instead of `λ`.
     pub factors: Option<(f32, u32)>,
@@ -254,7 +259,10 @@ impl L2 {
     /// The penalty's derivative at weight `w` of key `k`.
     #[inline]
     pub fn derivative(self, k: usize, w: f32) -> f32 {
-        if self.intercept.is_some_and(|i| k as u32 >= i) {
+        if self
+            .intercept
+            .is_some_and(|(a, b)| (a..b).contains(&(k as u32)))
+        {
             0.0
         } else if let Some((lambda, _)) = self.factors.filter(|f| !(k as u32).is_multiple_of(f.1)) {
             lambda * w
@@ -361,7 +369,7 @@ mod tests {
             / rows.len() as f64;
         data + touched
             .iter()
-            .filter(|&&k| l2.intercept != Some(k))
+            .filter(|&&k| !l2.intercept.is_some_and(|(a, b)| (a..b).contains(&k)))
             .map(|&k| 0.5 * l2.lambda as f64 * (w[k as usize] as f64).powi(2))
             .sum::<f64>()
     }
@@ -373,7 +381,7 @@ mod tests {
         let w = [0.1f32, -0.2, 0.3, 0.05, -0.4, 0.25];
         // The intercept (the last key, 5) is exempt from λ: a penalty on it would move its
         // derivative by λ·w_5 = 0.025, far above the tolerance.
-        let l2s = [None, Some(5)].map(|intercept| L2 {
+        let l2s = [None, Some((5, 6))].map(|intercept| L2 {
             lambda: 0.1,
             intercept,
             factors: None,
@@ -417,7 +425,7 @@ mod tests {
         // Feature 3 is the intercept: keys 9, 10, 11 are exempt from λ.
         let l2 = L2 {
             lambda: 0.1,
-            intercept: Some(9),
+            intercept: Some((9, 12)),
             factors: None,
         };
         let w: Vec<f32> = (0..4 * K)
@@ -458,7 +466,7 @@ mod tests {
         // Features of width 3 (w, v1, v2); the intercept is feature 2 (keys 6..9).
         let l2 = L2 {
             lambda: 0.5,
-            intercept: Some(6),
+            intercept: Some((6, 9)),
             factors: Some((0.25, 3)),
         };
         let d: Vec<f32> = (0..9).map(|k| l2.derivative(k, 2.0)).collect();
@@ -509,7 +517,9 @@ mod tests {
         }
         let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(11);
         for dim in [1usize, 15, 16, 17, 63, 64, 65, 100, 1000, 1037] {
-            for intercept in [None, Some(dim as u32 - 1), Some((dim / 2) as u32)] {
+            let (last, middle) = (dim as u32 - 1, (dim / 2) as u32);
+            let intercepts = [None, Some((last, last + 1)), Some((middle, middle + 3))];
+            for intercept in intercepts {
                 for (lambda, density) in [(0.0f32, 0.5), (1e-3, 0.3), (0.5, 1.0), (0.1, 0.02)] {
                     let weights: Vec<f32> = (0..dim).map(|_| rng.random_range(-2.0..2.0)).collect();
                     let mut acc = vec![0.0f32; dim];

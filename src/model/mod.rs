@@ -10,12 +10,14 @@ pub mod fm;
 pub mod gradient;
 pub mod linear;
 pub mod metrics;
+pub mod mlp;
 pub mod softmax;
 
 pub use fm::Fm;
 pub use gradient::{Accumulator, Batch, GradientWorkspace, SparseGrad};
 pub use linear::Linear;
 pub use metrics::{auc, EvalPart, EvalSummary, PartialEval, ScoreBins};
+pub use mlp::Mlp;
 pub use softmax::Softmax;
 
 use std::sync::Arc;
@@ -26,9 +28,10 @@ use serde::{Deserialize, Serialize};
 /// mini-batch's gradient (forward and backward through the loss's derivatives). The loss
 /// ([`ModelLoss`]) reads the outputs; the model does not know which loss it serves.
 ///
-/// Feature `f` owns the `width()` consecutive keys from `f·width()`: the model has
-/// `features · width()` weights, the intercept (when the job has one) being the last feature.
-/// [`Linear`] and [`Fm`] are the built-in models; a program plugs in its own through
+/// Feature `f` owns the `width()` consecutive keys from `f·width()`, the intercept (when the
+/// job has one) being the last feature; a network's `dense()` weights follow: the model has
+/// `features · width() + dense()` weights.
+/// [`Linear`], [`Fm`] and [`Mlp`] are the built-in models; a program plugs in its own through
 /// [`crate::dataflow::Training::set_model`] (`jobs/own_model.rs`).
 pub trait Model: Send + Sync + std::fmt::Debug {
     /// The model's name.
@@ -42,6 +45,11 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn outputs(&self) -> u32;
     /// Weights per input feature.
     fn width(&self) -> u32;
+    /// Weights after the features' (`features · width()` of them): a network's dense layers,
+    /// which every row reaches. None for a linear model or a factorization machine.
+    fn dense(&self) -> u32 {
+        0
+    }
     /// Sets the initial weights of a fresh model (all zero before), from the job's `seed`:
     /// each weight's value may depend on the seed and its key only, so that every worker
     /// starts from the same model. The linear model starts at zero.
@@ -65,6 +73,22 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn accumulate(&self, batch: &Batch, sums: &mut Accumulator) -> f64;
 }
 
+/// A standard normal number for `(seed, key)`: Box-Muller on two uniforms from a SplitMix64
+/// hash, so that every worker draws the same value for a key without sharing a generator.
+pub(crate) fn seeded_normal(seed: u64, key: u64) -> f32 {
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let a = mix(seed ^ mix(key));
+    let b = mix(a);
+    let u1 = ((a >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // in (0, 1]
+    let u2 = (b >> 11) as f64 / (1u64 << 53) as f64;
+    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+}
+
 /// A model as a plan holds it: shared by every worker's operators, compared by name, outputs
 /// and width.
 #[derive(Clone, Debug)]
@@ -86,8 +110,8 @@ impl std::ops::Deref for ModelFn {
 
 impl PartialEq for ModelFn {
     fn eq(&self, other: &ModelFn) -> bool {
-        (self.name(), self.outputs(), self.width())
-            == (other.name(), other.outputs(), other.width())
+        (self.name(), self.outputs(), self.width(), self.dense())
+            == (other.name(), other.outputs(), other.width(), other.dense())
     }
 }
 

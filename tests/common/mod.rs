@@ -2,6 +2,8 @@
 //! processes connected over loopback TCP, run from threads of the test.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod models;
+
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output};
