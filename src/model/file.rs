@@ -452,7 +452,10 @@ mod tests {
         let mut seven = m.clone();
         seven.model = None;
         seven.weights.push(1.0);
-        assert!(seven.builtin_model().unwrap_err().contains("not features of 3 weights"));
+        assert!(seven
+            .builtin_model()
+            .unwrap_err()
+            .contains("not features of 3 weights"));
         // (As a version 2 file, without the checksum that would catch the change first.)
         let v2 = m.to_text().replace(MAGIC, MAGIC_V2);
         let v2 = &v2[..v2.find("end ").unwrap()];
