@@ -5,9 +5,10 @@
 mod common;
 
 use common::models::{
-    last_auc, parity_args as args, randomk_half_under_sgd, write_parity, CodecSweep,
+    assert_exchanges_learn_alike_on_processes, assert_pull_equals_push, last_auc, pairs_job,
+    parity_args as args, randomk_half_under_sgd, write_parity, CodecSweep,
 };
-use common::{epoch_losses, gradflow, gradflow_ok, gradflow_outputs, job_from, run_local};
+use common::{gradflow, gradflow_ok, gradflow_outputs};
 use gradflow::model::file::ModelFile;
 
 #[test]
@@ -51,29 +52,16 @@ fn a_factorization_machine_learns_pairs_a_linear_model_cannot() {
 
     // Lossy exchanges carry the factors too (the sketch exchange's default k, 1% of 105
     // weights, would update one weight a round: 20 here).
-    for lossy in [
-        &["--exchange", "allgather", "--compressor", "sketchml"][..],
-        &["--compressor", "topk:ratio=0.1", "--memory", "residual"],
-        &["--exchange", "sketch", "--set", "train.sketch.k=20"],
-    ] {
-        let mut c = vec!["cluster"];
-        c.extend(args(&train, &test, &fm_flags));
-        c.extend(["-n", "2"]);
-        c.extend(lossy);
-        let (out, _) = gradflow_outputs(&c);
-        let auc = last_auc(&out);
-        assert!(auc > 0.9, "{lossy:?}: AUC {auc}");
-        let mut t = vec!["train"];
-        t.extend(args(&train, &test, &fm_flags));
-        t.extend(["-w", "2"]);
-        t.extend(lossy);
-        let threads = gradflow_ok(&t);
-        assert_eq!(
-            common::epoch_fields(&threads),
-            common::epoch_fields(&out),
-            "{lossy:?}: 2 processes and 2 threads differ"
-        );
-    }
+    assert_exchanges_learn_alike_on_processes(
+        &train,
+        &test,
+        &fm_flags,
+        &[
+            &["--exchange", "allgather", "--compressor", "sketchml"],
+            &["--compressor", "topk:ratio=0.1", "--memory", "residual"],
+            &["--exchange", "sketch", "--set", "train.sketch.k=20"],
+        ],
+    );
 
     // `predict` scores the test file through the model file as training evaluated it.
     let (_, said) = gradflow_outputs(["predict", m2.to_str().unwrap(), test.to_str().unwrap()]);
@@ -123,24 +111,6 @@ fn on_planted_pairs_fm_beats_logistic_regression() {
     }
 }
 
-/// A factorization machine of 8 factors on 40,000 generated rows of planted pairs (10 fields of
-/// 50 values; 4,500 weights), 4 epochs of 1% batches.
-const PAIRS_JOB: &str = r#"
-[data.synth]
-kind = "pairs"
-rows = 50000
-dim = 500
-nnz = 10
-[model]
-kind = "fm"
-factors = 8
-lambda = 1e-4
-[train]
-epochs = 4
-batch_fraction = 0.01
-seed = 42
-"#;
-
 /// Every codec under both codec exchanges, and the sketch exchange, trains the factorization
 /// machine within a stated tolerance of uncompressed training's test loss at every epoch,
 /// under Adam and plain SGD: the factors' keys go through every codec as the linear weights do.
@@ -148,7 +118,7 @@ seed = 42
 fn every_codec_and_exchange_trains_fm_within_tolerance_of_uncompressed() {
     // Planted pairs: the trained FM's test loss falls well below chance's 0.693.
     let sweep = CodecSweep {
-        job: PAIRS_JOB,
+        job: pairs_job("kind = \"fm\"\nfactors = 8"),
         optimizers: &[("adam", "0.01"), ("sgd", "4")],
         trained_below: 0.6,
         sketch_k: 1000,
@@ -161,14 +131,7 @@ fn every_codec_and_exchange_trains_fm_within_tolerance_of_uncompressed() {
 /// well as a linear weight's: the pulled model is the pushed one, bit for bit.
 #[test]
 fn pulling_the_factors_trains_the_model_pushing_them_does() {
-    let run = |pull: &str| {
-        let job = job_from(PAIRS_JOB, "pairs.toml", &[pull, "train.epochs=2"]);
-        let out = run_local(&job, 2);
-        (out.weights.unwrap(), epoch_losses(&out.rows))
-    };
-    let (pushed, pulled) = (run("train.pull=false"), run("train.pull=true"));
-    assert!(pushed.1.iter().all(|l| *l < 0.69), "{:?}", pushed.1);
-    assert_eq!(pushed, pulled);
+    assert_pull_equals_push(&pairs_job("kind = \"fm\"\nfactors = 8"));
 }
 
 /// How far above uncompressed training a codec's (or the sketch exchange's, k = 1000) test log

@@ -6,9 +6,10 @@
 mod common;
 
 use common::models::{
-    last_auc, parity_args as args, randomk_half_under_sgd, write_parity, CodecSweep,
+    assert_exchanges_learn_alike_on_processes, assert_pull_equals_push, last_auc, pairs_job,
+    parity_args as args, randomk_half_under_sgd, write_parity, CodecSweep,
 };
-use common::{epoch_fields, gradflow, gradflow_ok, gradflow_outputs, job_from, run_local};
+use common::{epoch_fields, gradflow, gradflow_ok, gradflow_outputs};
 use gradflow::model::file::ModelFile;
 
 #[test]
@@ -70,61 +71,25 @@ fn an_mlp_learns_pairs_a_linear_model_cannot() {
         );
     }
 
-    // Lossy exchanges carry the network too, 2 processes as 2 threads.
-    let mlp = ["--model", "mlp", "--hidden", "16"];
-    for lossy in [
-        &["--exchange", "allgather", "--compressor", "sketchml"][..],
-        &["--compressor", "topk:ratio=0.1", "--memory", "residual"],
-        &["--exchange", "sketch", "--set", "train.sketch.k=200"],
-        &["--set", "train.pull=true"],
-    ] {
-        let mut c = vec!["cluster", "-n", "2"];
-        c.extend(args(&train, &test, &mlp));
-        c.extend(lossy);
-        let (out, _) = gradflow_outputs(&c);
-        let auc = last_auc(&out);
-        assert!(auc > 0.9, "{lossy:?}: AUC {auc}");
-        let mut t = vec!["train", "-w", "2"];
-        t.extend(args(&train, &test, &mlp));
-        t.extend(lossy);
-        assert_eq!(
-            epoch_fields(&gradflow_ok(&t)),
-            epoch_fields(&out),
-            "{lossy:?}"
-        );
-    }
+    // Lossy exchanges and pulls carry the network too, 2 processes as 2 threads.
+    assert_exchanges_learn_alike_on_processes(
+        &train,
+        &test,
+        &["--model", "mlp", "--hidden", "16"],
+        &[
+            &["--exchange", "allgather", "--compressor", "sketchml"],
+            &["--compressor", "topk:ratio=0.1", "--memory", "residual"],
+            &["--exchange", "sketch", "--set", "train.sketch.k=200"],
+            &["--set", "train.pull=true"],
+        ],
+    );
 }
-
-/// A network of 16 hidden units on 40,000 generated rows of planted pairs (10 fields of 50
-/// values; 8,000 embedding weights and 33 dense ones), 4 epochs of 1% batches.
-const PAIRS_JOB: &str = r#"
-[data.synth]
-kind = "pairs"
-rows = 50000
-dim = 500
-nnz = 10
-[model]
-kind = "mlp"
-hidden = [16]
-lambda = 1e-4
-[train]
-epochs = 4
-batch_fraction = 0.01
-seed = 42
-"#;
 
 /// `train.pull` asks the owners for the dense weights as well as the rows' features' vectors:
 /// the pulled network is the pushed one, bit for bit.
 #[test]
 fn pulling_the_network_trains_the_model_pushing_it_does() {
-    let run = |pull: &str| {
-        let job = job_from(PAIRS_JOB, "pairs.toml", &[pull, "train.epochs=2"]);
-        let out = run_local(&job, 2);
-        (out.weights.unwrap(), common::epoch_losses(&out.rows))
-    };
-    let (pushed, pulled) = (run("train.pull=false"), run("train.pull=true"));
-    assert!(pushed.1.iter().all(|l| *l < 0.69), "{:?}", pushed.1);
-    assert_eq!(pushed, pulled);
+    assert_pull_equals_push(&pairs_job(MLP));
 }
 
 /// Every codec under both codec exchanges, and the sketch exchange, trains the network within a
@@ -132,7 +97,7 @@ fn pulling_the_network_trains_the_model_pushing_it_does() {
 #[test]
 fn every_codec_and_exchange_trains_the_mlp_within_tolerance_of_uncompressed() {
     let sweep = CodecSweep {
-        job: PAIRS_JOB,
+        job: pairs_job(MLP),
         optimizers: &[("adam", "0.01"), ("sgd", "2")],
         trained_below: 0.665,
         sketch_k: 2000,
@@ -161,6 +126,9 @@ fn tolerance(codec: &str) -> (f64, f64) {
         _ => (0.01, 0.01),
     }
 }
+
+/// A network of 16 hidden units on the planted pairs: 8,000 embedding weights and 33 dense ones.
+const MLP: &str = "kind = \"mlp\"\nhidden = [16]";
 
 #[test]
 fn bad_mlp_fields_are_errors_naming_them() {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{epoch_losses, job_from, run_local};
+use super::{epoch_fields, epoch_losses, gradflow_ok, gradflow_outputs, job_from, run_local};
 
 /// Rows of two categorical columns whose label is their parity: positive when `a + b` is even
 /// (each column alone says nothing), 5% of labels flipped.
@@ -60,7 +60,7 @@ pub fn parity_args<'a>(train: &'a Path, test: &'a Path, extra: &[&'a str]) -> Ve
 /// training of `job` on 2 workers at every epoch, under each optimizer and learning rate.
 pub struct CodecSweep {
     /// The job's text.
-    pub job: &'static str,
+    pub job: String,
     /// `(optimizer.kind, optimizer.lr)` pairs.
     pub optimizers: &'static [(&'static str, &'static str)],
     /// The uncompressed run's last test loss must be below this (it trained).
@@ -87,7 +87,7 @@ impl CodecSweep {
     pub fn run(&self, params: impl Fn(&str, &str) -> &'static str) {
         let run = |overrides: &[String]| {
             let o: Vec<&str> = overrides.iter().map(String::as_str).collect();
-            epoch_losses(&run_local(&job_from(self.job, "sweep.toml", &o), 2).rows)
+            epoch_losses(&run_local(&job_from(&self.job, "sweep.toml", &o), 2).rows)
         };
         let excess = |losses: &[f64], reference: &[f64]| {
             let worst = losses
@@ -160,5 +160,65 @@ pub fn randomk_half_under_sgd(codec: &str, optimizer: &str) -> &'static str {
         ",ratio=0.5"
     } else {
         ""
+    }
+}
+
+/// 40,000 generated rows of planted pairs (10 fields of 50 values; 10,000 more test), 4 epochs
+/// of 1% batches, λ 1e-4, under the `[model]` fields `model`.
+pub fn pairs_job(model: &str) -> String {
+    format!(
+        r#"
+[data.synth]
+kind = "pairs"
+rows = 50000
+dim = 500
+nnz = 10
+[model]
+{model}
+lambda = 1e-4
+[train]
+epochs = 4
+batch_fraction = 0.01
+seed = 42
+"#
+    )
+}
+
+/// `train.pull` asks the owners for every key its next batch reaches: 2 epochs of `job` pulled
+/// give the pushed model and test losses, bit for bit, and the model learned.
+pub fn assert_pull_equals_push(job: &str) {
+    let run = |pull: &str| {
+        let out = run_local(&job_from(job, "pull.toml", &[pull, "train.epochs=2"]), 2);
+        (out.weights.unwrap(), epoch_losses(&out.rows))
+    };
+    let (pushed, pulled) = (run("train.pull=false"), run("train.pull=true"));
+    assert!(pushed.1.iter().all(|l| *l < 0.69), "{:?}", pushed.1);
+    assert_eq!(pushed, pulled);
+}
+
+/// Each of `exchanges` (flags) on `model` flags over the parity files learns (test AUC > 0.9)
+/// as a 2-process cluster and gives the epoch lines of 2 threads in one process.
+pub fn assert_exchanges_learn_alike_on_processes(
+    train: &Path,
+    test: &Path,
+    model: &[&str],
+    exchanges: &[&[&str]],
+) {
+    for &exchange in exchanges {
+        let mut c = vec!["cluster", "-n", "2"];
+        c.extend(parity_args(train, test, model));
+        c.extend(exchange);
+        let (processes, _) = gradflow_outputs(&c);
+        let auc = last_auc(&processes);
+        assert!(auc > 0.9, "{model:?} {exchange:?}: AUC {auc}");
+        let mut t = vec!["train", "-w", "2"];
+        t.extend(parity_args(train, test, model));
+        t.extend(exchange);
+        let threads = gradflow_ok(&t);
+        assert_eq!(
+            epoch_fields(&threads),
+            epoch_fields(&processes),
+            "{model:?} {exchange:?}: 2 processes and 2 threads differ"
+        );
     }
 }
