@@ -241,9 +241,14 @@ pub fn model_file(data: &[u8]) {
     // 256 MiB allocation limit the reader's limit is 2^25 features.
     if let Ok(m) = ModelFile::parse_limited(text, MODEL_MAX_DIM) {
         assert!(m.intercept.is_none_or(|k| (k as usize) < m.weights.len()));
-        // Softmax's classes divide the weights and the intercept's first key.
-        if let Some(k) = m.classes {
-            assert!(m.weights.len() % k as usize == 0 && m.intercept.is_none_or(|i| i % k == 0));
+        // A built-in model the file names fits its weights: features of `width` weights (the
+        // linear model's `classes`), the intercept's first key one of a feature's, then the
+        // dense ones.
+        if let Ok(model) = m.builtin_model() {
+            let (width, dense) = (model.width() as usize, model.dense() as usize);
+            let features = m.weights.len().checked_sub(dense);
+            assert!(features.is_some_and(|f| f % width == 0));
+            assert!(m.intercept.is_none_or(|i| i as usize % width == 0));
         }
         let _ = m.builtin_loss();
         if let Some(f) = &m.features {

@@ -199,8 +199,9 @@ fn main() {
     for (i, text) in tables.iter().enumerate() {
         write(&root.join("table"), &format!("t{i}"), text.as_bytes());
     }
-    // Model files: without an intercept, with one, with the fuzz map as its features, and of
-    // a program's own model.
+    // Model files: without an intercept, with one, with the fuzz map as its features, of a
+    // program's own model, of a factorization machine (2 features of 2 weights) and of a
+    // network (1 feature of 1 weight and 3 dense ones).
     let dir = tempfile::tempdir().unwrap();
     let map: FeatureMap = toml::from_str(gradflow_fuzz::TABLE_MAP).unwrap();
     let own = Some("unit-length".to_string());
@@ -209,6 +210,8 @@ fn main() {
         (Some(2), None, None),
         (Some(3), Some(map), None),
         (Some(3), None, own),
+        (Some(2), None, Some("fm:1".to_string())),
+        (Some(0), None, Some("mlp:1".to_string())),
     ]
     .into_iter()
     .enumerate()
@@ -299,7 +302,7 @@ fn main() {
     connector.extend_from_slice(&[5; TAG_LEN + 1]);
     write(&root.join("handshake"), "connector", &connector);
     checkpoint_seeds(&root.join("checkpoint"));
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 5 model files, 1 rows file, 1 cache file, 1 IDX pair, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 7 model files, 1 rows file, 1 cache file, 1 IDX pair, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
 }
 
 /// A worker file of the checkpoint target's job (its state, unsealed: the target seals it)
