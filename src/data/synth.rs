@@ -359,11 +359,6 @@ impl Default for PairsParams {
     }
 }
 
-/// Splits `dim` features into `fields` fields of equal size, for [`PairsParams`].
-pub fn pairs_layout(dim: u32, fields: u32) -> Option<(u32, u32)> {
-    (fields >= 2 && dim / fields >= 1).then(|| (fields, dim / fields))
-}
-
 /// Generates rows with planted pairwise interactions (see the module docs). Value `j` of field
 /// `f` is feature `f·values + j`; it has a hidden weight `wᵢ` and hidden factors `vᵢ` (normal,
 /// from hashes of the key), and a row's margin is `Σ wᵢ + Σ_{i<j} ⟨vᵢ, vⱼ⟩`, scaled so that the

@@ -21,6 +21,8 @@ pub struct Mlp {
     hidden: Vec<u32>,
     outputs: u32,
     init_std: f32,
+    /// The dense layers after the first hidden one, in order (laid out once, read every row).
+    layers: Vec<Layer>,
 }
 
 /// Where a dense layer's weights lie in the dense block: `inputs` columns of `outputs` weights
@@ -108,19 +110,10 @@ impl Mlp {
             matches!(hidden.len(), 1 | 2) && hidden.iter().all(|&h| h > 0) && outputs > 0,
             "an mlp has one or two hidden layers of at least one unit"
         );
-        Mlp {
-            hidden: hidden.to_vec(),
-            outputs,
-            init_std,
-        }
-    }
-
-    /// The dense layers after the first hidden one, in order, and the size of `b₁` before them.
-    fn layers(&self) -> (usize, Vec<Layer>) {
-        let h1 = self.hidden[0] as usize;
-        let mut sizes: Vec<usize> = self.hidden.iter().map(|&h| h as usize).collect();
-        sizes.push(self.outputs as usize);
-        let mut at = h1;
+        // The dense block starts with b₁ (`hidden[0]` biases); each layer's weights follow.
+        let mut sizes: Vec<usize> = hidden.iter().map(|&h| h as usize).collect();
+        sizes.push(outputs as usize);
+        let mut at = sizes[0];
         let layers = sizes
             .windows(2)
             .map(|w| {
@@ -133,7 +126,12 @@ impl Mlp {
                 l
             })
             .collect();
-        (h1, layers)
+        Mlp {
+            hidden: hidden.to_vec(),
+            outputs,
+            init_std,
+            layers,
+        }
     }
 
     /// The units of every layer, the outputs last: where [`Self::activations`] puts them.
@@ -144,7 +142,7 @@ impl Mlp {
     /// Every layer's outputs for a row, into `acts` (`units()` of them: the hidden layers
     /// after ReLU, then the margins).
     fn activations(&self, weights: &[f32], keys: &[u32], vals: &[f32], acts: &mut [f32]) {
-        let (h1, layers) = self.layers();
+        let (h1, layers) = (self.hidden[0] as usize, &self.layers);
         let dense = &weights[weights.len() - self.dense() as usize..];
         let (z1, mut rest) = acts.split_at_mut(h1);
         z1.copy_from_slice(&dense[..h1]);
@@ -186,7 +184,7 @@ impl Model for Mlp {
     }
 
     fn dense(&self) -> u32 {
-        self.layers().1.last().map_or(0, |l| l.end()) as u32
+        self.layers.last().map_or(0, |l| l.end()) as u32
     }
 
     fn init(&self, seed: u64, weights: &mut [f32]) {
@@ -195,7 +193,7 @@ impl Model for Mlp {
         for (k, w) in features.iter_mut().enumerate() {
             *w = self.init_std * super::seeded_normal(seed, k as u64);
         }
-        for layer in self.layers().1 {
+        for layer in &self.layers {
             let std = (2.0 / layer.inputs as f32).sqrt();
             let matrix = &mut dense[layer.weights..layer.biases()];
             for (k, w) in (layer.weights..).zip(matrix) {
@@ -218,7 +216,7 @@ impl Model for Mlp {
     }
 
     fn accumulate(&self, batch: &Batch, sums: &mut Accumulator) -> f64 {
-        let (h1, layers) = self.layers();
+        let (h1, layers) = (self.hidden[0] as usize, &self.layers);
         let (units, k, dense_len) = (self.units(), self.outputs as usize, self.dense() as usize);
         let dense_start = batch.weights.len() - dense_len;
         let dense = &batch.weights[dense_start..];
