@@ -114,6 +114,7 @@ fn on_planted_pairs_fm_beats_logistic_regression() {
 /// Every codec under both codec exchanges, and the sketch exchange, trains the factorization
 /// machine within a stated tolerance of uncompressed training's test loss at every epoch,
 /// under Adam and plain SGD: the factors' keys go through every codec as the linear weights do.
+/// Under Adam each also runs as a 2-process cluster, which trains the 2 threads' model bit for bit.
 #[test]
 fn every_codec_and_exchange_trains_fm_within_tolerance_of_uncompressed() {
     // Planted pairs: the trained FM's test loss falls well below chance's 0.693.

@@ -94,6 +94,7 @@ fn pulling_the_network_trains_the_model_pushing_it_does() {
 
 /// Every codec under both codec exchanges, and the sketch exchange, trains the network within a
 /// stated tolerance of uncompressed training's test loss at every epoch, under Adam and SGD.
+/// Under Adam each also runs as a 2-process cluster, which trains the 2 threads' model bit for bit.
 #[test]
 fn every_codec_and_exchange_trains_the_mlp_within_tolerance_of_uncompressed() {
     let sweep = CodecSweep {

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use gradflow::model::file::ModelFile;
+
 use super::{epoch_fields, epoch_losses, gradflow_ok, gradflow_outputs, job_from, run_local};
 
 /// Rows of two categorical columns whose label is their parity: positive when `a + b` is even
@@ -57,7 +59,9 @@ pub fn parity_args<'a>(train: &'a Path, test: &'a Path, extra: &[&'a str]) -> Ve
 }
 
 /// Every codec under both codec exchanges, and the sketch exchange, against uncompressed
-/// training of `job` on 2 workers at every epoch, under each optimizer and learning rate.
+/// training of `job` on 2 workers at every epoch, under each optimizer and learning rate; under
+/// Adam every configuration also runs as a 2-process cluster, which must train the model the 2
+/// threads trained, bit for bit.
 pub struct CodecSweep {
     /// The job's text.
     pub job: String,
@@ -85,10 +89,31 @@ impl CodecSweep {
     /// Runs the sweep, `params(codec, optimizer)` adding to each codec's spec (`,ratio=0.5`),
     /// prints the report and fails if any run is beyond its tolerance.
     pub fn run(&self, params: impl Fn(&str, &str) -> &'static str) {
-        let run = |overrides: &[String]| {
+        let dir = tempfile::tempdir().unwrap();
+        let job_path = dir.path().join("sweep.toml");
+        std::fs::write(&job_path, &self.job).unwrap();
+        let run_on = |overrides: &[String], processes: bool| {
             let o: Vec<&str> = overrides.iter().map(String::as_str).collect();
-            epoch_losses(&run_local(&job_from(&self.job, "sweep.toml", &o), 2).rows)
+            let out = run_local(&job_from(&self.job, "sweep.toml", &o), 2);
+            if processes {
+                let model = dir.path().join("cluster.txt");
+                let mut c = vec![
+                    "cluster".to_string(),
+                    job_path.display().to_string(),
+                    "-n=2".into(),
+                    format!("--model-out={}", model.display()),
+                ];
+                c.extend(overrides.iter().map(|o| format!("--set={o}")));
+                gradflow_ok(&c);
+                let weights = ModelFile::load(&model).unwrap().weights;
+                assert!(
+                    out.weights.as_ref() == Some(&weights),
+                    "{overrides:?}: 2 processes and 2 threads trained different models"
+                );
+            }
+            epoch_losses(&out.rows)
         };
+        let run = |overrides: &[String]| run_on(overrides, false);
         let excess = |losses: &[f64], reference: &[f64]| {
             let worst = losses
                 .iter()
@@ -130,19 +155,25 @@ impl CodecSweep {
                 );
                 for &codec in gradflow::codec::CODEC_NAMES {
                     let extra = params(codec, optimizer);
-                    let losses = run(&with(&[
-                        exchange_set.clone(),
-                        format!("train.compressor={{name=\"{codec}\"{extra}}}"),
-                    ]));
+                    let losses = run_on(
+                        &with(&[
+                            exchange_set.clone(),
+                            format!("train.compressor={{name=\"{codec}\"{extra}}}"),
+                        ]),
+                        adam,
+                    );
                     let allowed = self.allowed(codec, adam);
                     line(codec, exchange, excess(&losses, &reference), allowed);
                 }
             }
             let sharded = run(&with(&[]));
-            let sketch = run(&with(&[
-                "train.exchange=\"sketch\"".to_string(),
-                format!("train.sketch.k={}", self.sketch_k),
-            ]));
+            let sketch = run_on(
+                &with(&[
+                    "train.exchange=\"sketch\"".to_string(),
+                    format!("train.sketch.k={}", self.sketch_k),
+                ]),
+                adam,
+            );
             let allowed = self.allowed("sketch", adam);
             line("-", "sketch", excess(&sketch, &sharded), allowed);
         }
