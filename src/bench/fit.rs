@@ -224,6 +224,7 @@ mod tests {
             job: "missing.toml".into(),
             repeats: 3,
             target: 0.01,
+            target_of: super::super::TargetOf::Final,
             processes: vec![4],
             workers: 1,
             links: vec![Link {

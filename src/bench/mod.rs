@@ -13,6 +13,7 @@
 //! links = ["loopback", { name = "100mbit", rate = "100mbit" }]
 //! repeats = 1
 //! target = 0.01                    # time to within 1% of the baseline's final test loss
+//! target_of = "final"              # or "lowest": of its lowest (noisy or overfitting curves)
 //! baseline = { exchange = "sharded", compressor = "none" }
 //!
 //! [set]                            # any job field, in every cell
@@ -67,6 +68,8 @@ struct SuiteFile {
     repeats: usize,
     #[serde(default = "default_target")]
     target: f64,
+    #[serde(default)]
+    target_of: TargetOf,
     #[serde(default = "default_processes")]
     processes: Vec<usize>,
     #[serde(default = "one")]
@@ -165,6 +168,28 @@ pub struct AxisValue {
     pub sets: Vec<(String, toml::Value)>,
 }
 
+/// The baseline's test loss a suite's target is relative to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetOf {
+    /// Its last evaluation: the loss a run of the baseline ends at.
+    #[default]
+    Final,
+    /// Its lowest evaluation: for curves that are noisy from one evaluation to the next or
+    /// rise again (overfitting), where the final loss is an accident of where the run stopped.
+    Lowest,
+}
+
+impl TargetOf {
+    /// The word for it in reports.
+    pub fn word(self) -> &'static str {
+        match self {
+            TargetOf::Final => "final",
+            TargetOf::Lowest => "lowest",
+        }
+    }
+}
+
 /// A parsed, validated suite.
 #[derive(Clone, Debug)]
 pub struct Suite {
@@ -174,8 +199,10 @@ pub struct Suite {
     pub job: PathBuf,
     /// Times each cell runs.
     pub repeats: usize,
-    /// Relative tolerance on the baseline's final test loss for time-to-target.
+    /// Relative tolerance on the baseline's test loss for time-to-target.
     pub target: f64,
+    /// Which of the baseline's test losses the target is relative to.
+    pub target_of: TargetOf,
     /// Process counts.
     pub processes: Vec<usize>,
     /// Worker threads per process.
@@ -407,6 +434,7 @@ impl Suite {
             job: dir.join(&f.job),
             repeats: f.repeats,
             target: f.target,
+            target_of: f.target_of,
             processes: f.processes,
             workers: f.workers,
             links,
@@ -803,6 +831,7 @@ loss = "squared"
             ),
             ("job = \"base.toml\"\n[set]\n\"train.epochz\" = 2\n", "epochz"),
             ("job = \"base.toml\"\nrepeat = 2\n", "repeat"),
+            ("job = \"base.toml\"\ntarget_of = \"best\"\n", "target_of"),
             (
                 "job = \"base.toml\"\nprocesses = [2, 65]\n",
                 "processes: 65 is above the limit, 64",
@@ -824,6 +853,8 @@ loss = "squared"
         // The limits themselves are allowed.
         let at_limits = "job = \"base.toml\"\nprocesses = [64]\nworkers = 64\nrepeats = 1000\n";
         assert_eq!(suite(at_limits).unwrap().0.cells().len(), 1000);
+        let lowest = suite("job = \"base.toml\"\ntarget_of = \"lowest\"\n").unwrap();
+        assert_eq!(lowest.0.target_of, TargetOf::Lowest);
     }
 
     #[test]

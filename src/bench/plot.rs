@@ -13,7 +13,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::report::{median, result_rows, CellRun, ResultRow, Summary};
-use super::Suite;
+use super::{Cell, Suite};
 use crate::metrics::StageTimes;
 
 /// A line: its label and points.
@@ -198,26 +198,34 @@ pub fn plots(
     let mut charts: Vec<(String, Chart)> = Vec::new();
     let results: Vec<(&CellRun, Vec<ResultRow>)> =
         runs.iter().map(|r| (r, result_rows(r))).collect();
-    let label = |r: &CellRun| {
-        let c = &r.cell;
-        let mut l = format!("{} {}", c.exchange, c.compressor);
-        if suite.processes.len() > 1 {
-            l = format!("W{} {l}", c.processes);
-        }
-        if suite.models.len() > 1 {
-            l = format!("{} {l}", c.model);
-        }
-        l
+    let label = |r: &CellRun| cell_label(suite, &r.cell, suite.processes.len() > 1);
+    // With several models, each model's curves get their own charts (each its own target).
+    let models: Vec<Option<&str>> = match suite.models.len() {
+        1 => vec![None],
+        _ => suite
+            .models
+            .iter()
+            .map(|m| Some(m.label.as_str()))
+            .collect(),
     };
-    for link in &suite.links {
+    for (link, model) in suite
+        .links
+        .iter()
+        .flat_map(|l| models.iter().map(move |m| (l, *m)))
+    {
         // Curves of the first repeat (repeats differ in timing only).
         let of_link: Vec<&(&CellRun, Vec<ResultRow>)> = results
             .iter()
             .filter(|(r, _)| r.cell.link.name == link.name && r.cell.repeat == 0)
+            .filter(|(r, _)| model.is_none_or(|m| r.cell.model == m))
             .collect();
         if of_link.is_empty() {
             continue;
         }
+        let (of, suffix) = match model {
+            Some(m) => (format!(", model {m}"), format!("-{m}")),
+            None => (String::new(), String::new()),
+        };
         let curve = |f: fn(&ResultRow) -> f64| -> Vec<Series> {
             of_link
                 .iter()
@@ -234,6 +242,7 @@ pub fn plots(
         let mut targets: Vec<u64> = summaries
             .iter()
             .filter(|s| s.cell.link.name == link.name && s.cell.repeat == 0)
+            .filter(|s| model.is_none_or(|m| s.cell.model == m))
             .filter_map(|s| s.target_loss.map(f64::to_bits))
             .collect();
         targets.sort_unstable();
@@ -246,19 +255,19 @@ pub fn plots(
             _ => None,
         };
         let mut by_time = Chart::new(
-            format!("test loss against wall time, link {}", link.name),
+            format!("test loss against wall time, link {}{of}", link.name),
             "seconds",
             "test loss",
             curve(|r| r.seconds),
             false,
         );
         by_time.reference = target;
-        charts.push((format!("loss-vs-time-{}", link.name), by_time));
+        charts.push((format!("loss-vs-time-{}{suffix}", link.name), by_time));
         charts.push((
-            format!("loss-vs-bytes-{}", link.name),
+            format!("loss-vs-bytes-{}{suffix}", link.name),
             Chart::new(
                 format!(
-                    "test loss against bytes sent per process, link {}",
+                    "test loss against bytes sent per process, link {}{of}",
                     link.name
                 ),
                 "MB per process (both directions)",
@@ -349,10 +358,7 @@ fn speedup_chart(suite: &Suite, summaries: &[Summary]) -> Option<Chart> {
     let mut at: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
     let mut at_any = std::collections::BTreeSet::new();
     for (mbit, s) in &rated {
-        let key = format!(
-            "W{} {} {}",
-            s.cell.processes, s.cell.exchange, s.cell.compressor
-        );
+        let key = cell_label(suite, &s.cell, true);
         if let Some(x) = s.speedup {
             at.entry((key.clone(), mbit.to_bits())).or_default().push(x);
         }
@@ -379,10 +385,11 @@ fn speedup_chart(suite: &Suite, summaries: &[Summary]) -> Option<Chart> {
     );
     chart.notes.push(format!(
         "baseline: {} + {} on the same link; target: a test loss within {}% of the \
-         baseline's final one; median over repeats",
+         baseline's {} one; median over repeats",
         suite.baseline.0,
         suite.baseline.1,
-        suite.target * 100.0
+        suite.target * 100.0,
+        suite.target_of.word()
     ));
     if !never.is_empty() {
         chart
@@ -391,6 +398,36 @@ fn speedup_chart(suite: &Suite, summaries: &[Summary]) -> Option<Chart> {
     }
     chart.reference = Some((1.0, "1x: as fast as the baseline".into()));
     Some(chart)
+}
+
+/// A cell's name in a chart's key: its exchange and compressor, after its process count (when
+/// `processes`) and its model (when the suite has several): what tells its line from the others.
+fn cell_label(suite: &Suite, c: &Cell, processes: bool) -> String {
+    let mut l = format!("{} {}", c.exchange, c.compressor);
+    if processes {
+        l = format!("W{} {l}", c.processes);
+    }
+    if suite.models.len() > 1 {
+        l = format!("{} {l}", c.model);
+    }
+    l
+}
+
+/// A log axis's tick label: 1, 2 and 5 times a power of ten are written, the ticks between
+/// them left blank (plotters labels every tick, and near the top of a decade they overlap).
+fn log_tick(x: f64) -> String {
+    if x <= 0.0 {
+        return String::new();
+    }
+    let decade = 10f64.powf(x.log10().floor());
+    let m = x / decade;
+    match [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .find(|&&t| (m - t).abs() < 0.01 * t)
+    {
+        Some(t) => format!("{}", t * decade),
+        None => String::new(),
+    }
 }
 
 /// Draws a chart as `name.svg` and `name.png`.
@@ -438,12 +475,13 @@ where
     macro_rules! body {
         ($chart:expr, $x0:expr, $x1:expr) => {{
             let mut chart = $chart;
-            chart
-                .configure_mesh()
-                .x_desc(c.x.as_str())
-                .y_desc(c.y.as_str())
-                .draw()
-                .map_err(err)?;
+            let mut mesh = chart.configure_mesh();
+            mesh.x_desc(c.x.as_str()).y_desc(c.y.as_str());
+            let ticks = |x: &f64| log_tick(*x);
+            if c.log_x {
+                mesh.x_label_formatter(&ticks);
+            }
+            mesh.draw().map_err(err)?;
             if let Some((r, _)) = &c.reference {
                 let dashes = DashedLineSeries::new([($x0, *r), ($x1, *r)], 6, 4, BLACK.into());
                 chart.draw_series(dashes).map_err(err)?;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Cell, Suite};
+use super::{Cell, Suite, TargetOf};
 use crate::metrics::StageTimes;
 
 /// The columns of a metrics CSV the report reads. (The stage-time columns are listed again
@@ -242,6 +242,13 @@ pub struct Summary {
 pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
     let results: Vec<Vec<ResultRow>> = runs.iter().map(result_rows).collect();
     let final_loss = |i: usize| results[i].last().and_then(|r| r.test_loss);
+    let base_loss = |i: usize| match suite.target_of {
+        TargetOf::Final => final_loss(i),
+        TargetOf::Lowest => results[i]
+            .iter()
+            .filter_map(|r| r.test_loss)
+            .reduce(f64::min),
+    };
     let reached = |i: usize, loss: f64| {
         results[i]
             .iter()
@@ -259,7 +266,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                     && (&bc.link.name, bc.processes, &bc.model, bc.repeat)
                         == (&c.link.name, c.processes, &c.model, c.repeat)
             });
-            let target_loss = base.and_then(final_loss).map(|l| l * (1.0 + suite.target));
+            let target_loss = base.and_then(base_loss).map(|l| l * (1.0 + suite.target));
             let time_to_target = target_loss.and_then(|t| time_to(i, t));
             let base_time = base.zip(target_loss).and_then(|(b, t)| time_to(b, t));
             // The same cell on the unshaped link, to the same target loss, and its evaluation
@@ -319,11 +326,12 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
     let (be, bc) = &suite.baseline;
     let _ = writeln!(
         md,
-        "\nTime to target: first evaluation within {:.1}% of the final test loss of `{be}` / \
+        "\nTime to target: first evaluation within {:.1}% of the {} test loss of `{be}` / \
          `{bc}` on the same link, processes, model and repeat; speed-up: its time over the \
          cell's. Bytes are payload sent to other processes, per process, both directions; \
          eval: round statistics and test evaluations sent to process 0, per process.",
-        100.0 * suite.target
+        100.0 * suite.target,
+        suite.target_of.word()
     );
     if let Some(free) = suite.unshaped_link() {
         let _ = writeln!(
@@ -447,6 +455,7 @@ mod tests {
             job: "j.toml".into(),
             repeats: 1,
             target: 0.01,
+            target_of: TargetOf::Final,
             processes: vec![2],
             workers: 1,
             links: vec![Link::loopback()],
@@ -508,6 +517,49 @@ mod tests {
             rows,
             wall_seconds: 3.0,
         }
+    }
+
+    /// With `target_of = "lowest"` the target is relative to the baseline's lowest loss: a
+    /// baseline whose curve dips and rises again (0.40, then 0.45 at the end) sets 0.404, which
+    /// a cell that only gets to 0.43 never reaches; relative to the final loss it would have.
+    #[test]
+    fn the_target_of_the_lowest_loss_ignores_where_the_baseline_ended() {
+        let curves = |s: &Suite| {
+            let cells = s.cells();
+            let runs = vec![
+                run(
+                    cells[0].clone(),
+                    &[(4, 1.0, 0.50), (9, 2.0, 0.40), (14, 3.0, 0.45)],
+                    1000,
+                ),
+                run(
+                    cells[1].clone(),
+                    &[(4, 0.5, 0.43), (9, 1.0, 0.44), (14, 1.5, 0.46)],
+                    100,
+                ),
+            ];
+            summarize(s, &runs)
+        };
+        let final_ = curves(&suite());
+        assert!((final_[0].target_loss.unwrap() - 0.4545).abs() < 1e-12);
+        assert_eq!(final_[1].time_to_target, Some(0.5));
+        assert!((final_[1].speedup.unwrap() - 4.0).abs() < 1e-9);
+        let lowest = curves(&Suite {
+            target_of: TargetOf::Lowest,
+            ..suite()
+        });
+        assert!((lowest[0].target_loss.unwrap() - 0.404).abs() < 1e-12);
+        assert_eq!(lowest[0].time_to_target, Some(2.0));
+        assert_eq!((lowest[1].time_to_target, lowest[1].speedup), (None, None));
+        let md = summary_markdown(
+            &Suite {
+                target_of: TargetOf::Lowest,
+                ..suite()
+            },
+            &lowest,
+            &[],
+        );
+        assert!(md.contains("within 1.0% of the lowest test loss"), "{md}");
     }
 
     #[test]
