@@ -12,8 +12,13 @@ use crate::data::partition::mix64;
 /// The most rows a sketch may have (estimates are taken on the stack).
 pub const MAX_ROWS: usize = 16;
 
-/// The median of a few values (the mean of the middle two for an even count).
+/// The median of a few values (the mean of the middle two for an even count). Five rows (the
+/// paper's and the default) take a branch-free sorting network: a round's estimate of every
+/// coordinate is a median per coordinate, and a general sort of five was a sixth of a round.
 fn median(v: &mut [f32]) -> f32 {
+    if let [a, b, c, d, e] = *v {
+        return median5([a, b, c, d, e]);
+    }
     v.sort_unstable_by(f32::total_cmp);
     let m = v.len() / 2;
     if v.len() % 2 == 1 {
@@ -23,13 +28,46 @@ fn median(v: &mut [f32]) -> f32 {
     }
 }
 
+/// The middle of five finite values, by an optimal sorting network of nine compare-exchanges.
+fn median5(mut v: [f32; 5]) -> f32 {
+    for (i, j) in [
+        (0, 1),
+        (3, 4),
+        (2, 4),
+        (2, 3),
+        (0, 3),
+        (0, 2),
+        (1, 4),
+        (1, 3),
+        (1, 2),
+    ] {
+        let (lo, hi) = (v[i].min(v[j]), v[i].max(v[j]));
+        (v[i], v[j]) = (lo, hi);
+    }
+    v[2]
+}
+
+/// The most `(key, row)` slots a sketch keeps in a table (16 MB), instead of hashing them anew.
+pub const MAX_SLOT_TABLE: usize = 1 << 22;
+
 /// A count sketch.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct CountSketch {
     rows: usize,
     cols: usize,
     seed: u64,
     cells: Vec<f32>,
+    /// Optional: each key's cell per row, key by key, sign in the low bit
+    /// ([`CountSketch::with_slot_table`]); keys past it are hashed.
+    slots: Vec<u32>,
+}
+
+/// Sketches are equal when their shape, seed and cells are (a slot table only saves hashing).
+impl PartialEq for CountSketch {
+    fn eq(&self, other: &Self) -> bool {
+        (self.rows, self.cols, self.seed) == (other.rows, other.cols, other.seed)
+            && self.cells == other.cells
+    }
 }
 
 impl CountSketch {
@@ -44,11 +82,37 @@ impl CountSketch {
             cols,
             seed,
             cells: vec![0.0; rows * cols],
+            slots: Vec::new(),
         }
+    }
+
+    /// The sketch with the slots of keys `0..dim` computed once, for a sketch that inserts or
+    /// estimates most of them every round (the sketch exchange of a dense gradient: hashing
+    /// was a third of its round). Without effect when the table would pass [`MAX_SLOT_TABLE`].
+    pub fn with_slot_table(mut self, dim: u32) -> Self {
+        let entries = dim as usize * self.rows;
+        if entries <= MAX_SLOT_TABLE && self.cells.len() < 1 << 31 {
+            let slots = (0..dim).flat_map(|k| (0..self.rows).map(move |r| (k, r)));
+            self.slots = slots
+                .map(|(k, r)| {
+                    let (i, sign) = self.hashed_slot(k, r);
+                    (i as u32) << 1 | u32::from(sign < 0.0)
+                })
+                .collect();
+        }
+        self
     }
 
     #[inline]
     fn slot(&self, key: u32, row: usize) -> (usize, f32) {
+        match self.slots.get(key as usize * self.rows + row) {
+            Some(&s) => ((s >> 1) as usize, if s & 1 == 0 { 1.0 } else { -1.0 }),
+            None => self.hashed_slot(key, row),
+        }
+    }
+
+    #[inline]
+    fn hashed_slot(&self, key: u32, row: usize) -> (usize, f32) {
         let h = mix64(self.seed ^ row as u64, key as u64);
         let col = (((h >> 32) * self.cols as u64) >> 32) as usize;
         let sign = if h & 1 == 0 { 1.0 } else { -1.0 };
@@ -165,6 +229,7 @@ impl CountSketch {
             cols,
             seed,
             cells,
+            slots: Vec::new(),
         })
     }
 }
@@ -173,6 +238,53 @@ impl CountSketch {
 mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
+
+    /// The network's middle is the sorted middle for every order of five values, with ties.
+    #[test]
+    fn the_median_of_five_is_the_sorted_middle() {
+        let sets = [
+            [1.0, 2.0, 3.0, 4.0, 5.0],
+            [-2.0, 7.5, 7.5, 0.0, -9.0],
+            [3.0; 5],
+        ];
+        for set in sets {
+            let mut sorted = set;
+            sorted.sort_unstable_by(f32::total_cmp);
+            // Every permutation, by index: 5^5 choices, those that use each index once.
+            for n in 0..5usize.pow(5) {
+                let idx: Vec<usize> = (0..5).map(|p| n / 5usize.pow(p) % 5).collect();
+                if (0..5).any(|i| !idx.contains(&i)) {
+                    continue;
+                }
+                let mut v: Vec<f32> = idx.iter().map(|&i| set[i]).collect();
+                assert_eq!(median(&mut v), sorted[2], "{v:?}");
+            }
+        }
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    /// A sketch with a slot table inserts and estimates exactly as one that hashes, for keys
+    /// inside the table and past it.
+    #[test]
+    fn the_slot_table_changes_no_cell_and_no_estimate() {
+        let (mut hashed, mut tabled) = (
+            CountSketch::new(5, 64, 7),
+            CountSketch::new(5, 64, 7).with_slot_table(300),
+        );
+        assert_eq!(tabled.slots.len(), 1500);
+        for k in (0..600).step_by(3) {
+            hashed.insert(k, k as f32 - 250.0);
+            tabled.insert(k, k as f32 - 250.0);
+        }
+        assert_eq!(hashed.cells, tabled.cells);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        hashed.estimate_all(600, &mut a);
+        tabled.estimate_all(600, &mut b);
+        assert_eq!(a, b);
+        // Too large a table is not built.
+        let big = CountSketch::new(5, 64, 7).with_slot_table(MAX_SLOT_TABLE as u32);
+        assert!(big.slots.is_empty());
+    }
 
     #[test]
     fn sketches_are_linear() {

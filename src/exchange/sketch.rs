@@ -220,7 +220,10 @@ pub fn values_at(v_keys: &[u32], v_values: &[f32], keys: &[u32], out: &mut Vec<f
     out.clear();
     let mut j = 0;
     for &k in keys {
-        j += v_keys[j..].partition_point(|&x| x < k);
+        // A linear merge: both sides are sorted, and the candidates are a good part of `v`.
+        while v_keys.get(j).is_some_and(|&x| x < k) {
+            j += 1;
+        }
         out.push(if v_keys.get(j) == Some(&k) {
             v_values[j]
         } else {
@@ -247,7 +250,8 @@ impl Exchange for Sketch {
         Ok(Box::new(SketchEndpoint {
             me: at.me,
             peers: at.peers,
-            sketch: CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed)),
+            sketch: CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed))
+                .with_slot_table(plan.dim),
             shape,
             sent: VecDeque::new(),
             spare: Vec::new(),
@@ -282,7 +286,8 @@ impl Exchange for Sketch {
                 seed: plan.seed,
                 dim: plan.dim,
                 shape,
-                sketch: CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed)),
+                sketch: CountSketch::new(shape.rows, shape.columns, sketch_seed(plan.seed))
+                    .with_slot_table(plan.dim),
                 estimates: Vec::new(),
                 mine: Vec::new(),
                 buf: Vec::new(),
