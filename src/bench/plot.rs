@@ -681,6 +681,61 @@ mod tests {
             .all(|c| COLORS.iter().filter(|d| *d == c).count() == 1));
     }
 
+    /// Each model of a suite gets its own speed-up line per configuration (two models' 2x and
+    /// 4x are not pooled into one median of 3x), labelled with the model; a log axis labels
+    /// 1, 2 and 5 times a power of ten and leaves the ticks between blank.
+    #[test]
+    fn the_speedup_chart_keeps_models_apart_and_its_log_axis_readable() {
+        let (suite, _dir) = crate::bench::tests::suite(
+            r#"
+job = "base.toml"
+processes = [4]
+links = [{ name = "slow", rate = "100mbit" }, { name = "fast", rate = "1gbit" }]
+[[model]]
+label = "small"
+[[model]]
+label = "large"
+factors = 8
+kind = "fm"
+"#,
+        )
+        .unwrap();
+        let summaries: Vec<Summary> = suite
+            .cells()
+            .into_iter()
+            .map(|cell| Summary {
+                speedup: Some(if cell.model == "large" { 4.0 } else { 2.0 }),
+                cell,
+                seconds_per_epoch: 1.0,
+                up_bytes: 0.0,
+                down_bytes: 0.0,
+                eval_bytes: 0.0,
+                final_loss: None,
+                final_accuracy: None,
+                final_auc: None,
+                min_loss: None,
+                target_loss: None,
+                time_to_target: None,
+                free_link_bound: None,
+            })
+            .collect();
+        let chart = speedup_chart(&suite, &summaries).unwrap();
+        let lines: Vec<(&str, f64)> = chart
+            .series
+            .iter()
+            .map(|(name, points)| (name.as_str(), points[0].1))
+            .collect();
+        assert_eq!(
+            lines,
+            [("large W4 job job", 4.0), ("small W4 job job", 2.0)]
+        );
+        let ticks: Vec<String> = [100.0, 200.0, 300.0, 500.0, 800.0, 1000.0, 0.05]
+            .into_iter()
+            .map(log_tick)
+            .collect();
+        assert_eq!(ticks, ["100", "200", "", "500", "", "1000", "0.05"]);
+    }
+
     /// The speed-up chart names its baseline and target, draws one line per configuration
     /// that reached the target, and lists the configurations that never did.
     #[test]
