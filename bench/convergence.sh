@@ -7,6 +7,7 @@
 #
 #   bash bench/convergence.sh [job] [workers]     (default: bench/convergence.toml, 2)
 #   ROWS="none none+staleness=1 none+staleness=2" bash bench/convergence.sh
+#   COLS="logistic|adam|0.01 logistic|sgd|0.5" bash bench/convergence.sh bench/convergence_fm.toml
 #
 # A row is a codec with its parameters after commas (`signsgd,vote=true`), and optionally
 # `+field=value` for a [train] field (`+staleness=1`: pipelined rounds). The first row is the
@@ -28,6 +29,7 @@ columns=("logistic|adam|0.01" "logistic|sgd|2.0" "hinge|adam|0.01" "hinge|sgd|0.
 codecs=(none none64 zipml sketchml skcompress fastsgd gspar topk randomk threshold qsgd terngrad
   signsgd signsgd,vote=true logquant none+staleness=1 none+staleness=2)
 [ -n "${ROWS:-}" ] && read -r -a codecs <<< "$ROWS"
+[ -n "${COLS:-}" ] && read -r -a columns <<< "$COLS"
 
 
 header="| codec |"; rule="|---|"

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use gradflow::codec::CodecSpec;
 use gradflow::dataflow::calibrate::{measure_alone, Candidate};
-use gradflow::exchange::cost::{choose, predict, LinkCost, Strategy, KEEPS_THE_LOSS};
+use gradflow::exchange::cost::{choose, keeps_the_loss, predict, LinkCost, Strategy};
 use gradflow::job::Job;
 use plotters::prelude::*;
 
@@ -63,7 +63,7 @@ fn main() -> Result<(), String> {
             || PathBuf::from("bench/results/scaling_model"),
             PathBuf::from,
         );
-    let codecs: Vec<Candidate> = KEEPS_THE_LOSS
+    let codecs: Vec<Candidate> = keeps_the_loss("linear")
         .iter()
         .map(|&n| {
             let spec = CodecSpec::with_defaults(n).expect("a codec");

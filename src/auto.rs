@@ -13,7 +13,7 @@ use crate::codec::CodecSpec;
 use crate::dataflow::calibrate::{agree, calibrate, median, Candidate as Measured};
 use crate::dataflow::trial::trial;
 use crate::dataflow::{Supervisor, TrainPlan, WorkerData};
-use crate::exchange::cost::{choose as rank, least, Candidate, Strategy, KEEPS_THE_LOSS};
+use crate::exchange::cost::{choose as rank, keeps_the_loss, least, Candidate, Strategy};
 use crate::exchange::ExchangeKind;
 use crate::job::{codec_name, Auto, Job};
 
@@ -33,7 +33,7 @@ pub fn choose(
         (false, _) => vec![Strategy::Sharded],
     };
     let specs: Vec<(String, CodecSpec)> = match t.auto.compressor {
-        true => KEEPS_THE_LOSS
+        true => keeps_the_loss(plan.model.name())
             .iter()
             .map(|&n| (n.to_string(), CodecSpec::with_defaults(n).expect("a codec")))
             .collect(),

@@ -681,6 +681,25 @@ mod tests {
             .all(|c| COLORS.iter().filter(|d| *d == c).count() == 1));
     }
 
+    /// A cell's summary with only its speed-up: what the speed-up chart reads.
+    fn with_speedup(cell: Cell, speedup: Option<f64>) -> Summary {
+        Summary {
+            speedup,
+            cell,
+            seconds_per_epoch: 1.0,
+            up_bytes: 0.0,
+            down_bytes: 0.0,
+            eval_bytes: 0.0,
+            final_loss: None,
+            final_accuracy: None,
+            final_auc: None,
+            min_loss: None,
+            target_loss: None,
+            time_to_target: None,
+            free_link_bound: None,
+        }
+    }
+
     /// Each model of a suite gets its own speed-up line per configuration (two models' 2x and
     /// 4x are not pooled into one median of 3x), labelled with the model; a log axis labels
     /// 1, 2 and 5 times a power of ten and leaves the ticks between blank.
@@ -703,20 +722,9 @@ kind = "fm"
         let summaries: Vec<Summary> = suite
             .cells()
             .into_iter()
-            .map(|cell| Summary {
-                speedup: Some(if cell.model == "large" { 4.0 } else { 2.0 }),
-                cell,
-                seconds_per_epoch: 1.0,
-                up_bytes: 0.0,
-                down_bytes: 0.0,
-                eval_bytes: 0.0,
-                final_loss: None,
-                final_accuracy: None,
-                final_auc: None,
-                min_loss: None,
-                target_loss: None,
-                time_to_target: None,
-                free_link_bound: None,
+            .map(|cell| {
+                let x = if cell.model == "large" { 4.0 } else { 2.0 };
+                with_speedup(cell, Some(x))
             })
             .collect();
         let chart = speedup_chart(&suite, &summaries).unwrap();
@@ -763,21 +771,7 @@ ratio = 0.01
                 // slow link.
                 let never = cell.exchange == "allgather" && cell.compressor.starts_with("topk");
                 let slow = cell.link.name == "slow";
-                Summary {
-                    speedup: (!never).then_some(if slow { 2.0 } else { 1.1 }),
-                    cell,
-                    seconds_per_epoch: 1.0,
-                    up_bytes: 0.0,
-                    down_bytes: 0.0,
-                    eval_bytes: 0.0,
-                    final_loss: None,
-                    final_accuracy: None,
-                    final_auc: None,
-                    min_loss: None,
-                    target_loss: None,
-                    time_to_target: None,
-                    free_link_bound: None,
-                }
+                with_speedup(cell, (!never).then_some(if slow { 2.0 } else { 1.1 }))
             })
             .collect();
         let chart = speedup_chart(&suite, &summaries).unwrap();

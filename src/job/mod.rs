@@ -362,8 +362,8 @@ impl Default for ModelSection {
 pub struct Auto {
     /// The exchange: `sharded` or `allgather`.
     pub exchange: bool,
-    /// The compressor, among those that keep the loss
-    /// ([`crate::exchange::cost::KEEPS_THE_LOSS`]), each with its paper's memory.
+    /// The compressor, among those that keep the model's loss
+    /// ([`crate::exchange::cost::keeps_the_loss`]), each with its paper's memory.
     pub compressor: bool,
 }
 
