@@ -6,18 +6,24 @@
 //! processes on one machine):
 //!
 //! ```text
-//! round ≈ o · cpu + hops · hop + sent / rate
+//! round ≈ a · cpu + hops · hop + link,   link = max(0, sent / rate − min(bucket, a · cpu + hops · hop))
 //! ```
 //!
-//! - `cpu`: the cell's mean gradient + encode + aggregate + update per round (its stage times,
-//!   worker 0's);
-//! - `o = max(1, P·T / C)`: workers share the cores, and a round waits for the slowest;
+//! - `cpu`: the cell's mean gradient + encode + aggregate + update + evaluation per round (its
+//!   stage times, the mean of its workers');
+//! - `a`, between 1 and `o = max(1, P·T / C)`: how much of the other processes' CPU a round
+//!   waits for when they share the cores. Stage times are wall times, so they already hold some
+//!   of it, and a process waiting on the link leaves its core to the others;
 //! - `hops`: 1 for `allgather`, 2 for `sharded` (other exchanges and `auto` are not predicted);
 //! - `sent`: payload bytes per process and round, both directions; `rate`: the link's shaped
 //!   rate (an unshaped link has no rate: the term is left out) — `sent / rate` is the cell's
 //!   link-time floor;
-//! - `hop`: the one number fit, per link: the median over the link's cells of what the rest
-//!   leaves of the measured round, per hop (at least 0).
+//! - `bucket`: the shaped link's token bucket at its rate ([`super::Link::bucket_bytes`]), which
+//!   refills while the link idles and then lets its bytes through at once
+//!   ([`bucket_link_ms`]);
+//! - `a` and `hop` are fit per link and number of processes, by least squares on the relative
+//!   error over the runs without rounds in flight; with fewer than [`MIN_RUNS_FOR_SHARE`] runs,
+//!   `a = o` and `hop` is the median of what the rest leaves of each measured round.
 //!
 //! The CPU comes from the cell itself, so the fit tests how a round's parts add up on a link,
 //! not whether its CPU can be foreseen.
@@ -25,11 +31,15 @@
 use std::fmt::Write as _;
 
 use super::report::{median, CellRun};
-use super::Suite;
-use crate::exchange::cost::{round_ms, Strategy};
+use super::{Link, Suite};
+use crate::exchange::cost::{bucket_link_ms, round_ms, Strategy};
 
 /// Rounds at the start of a run that are not counted (caches and memories settle).
 const SKIP_ROUNDS: usize = 5;
+/// Runs of one link and number of processes needed to fit the CPU share `a` beside the hop.
+pub const MIN_RUNS_FOR_SHARE: usize = 6;
+/// Rounds of fitting (the bucket's refill depends on the fit).
+const ITERATIONS: usize = 8;
 
 /// One cell's round, measured and predicted.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,10 +58,61 @@ pub struct RoundFit {
     pub predicted_ms: Option<f64>,
 }
 
-/// The fit of every run whose rounds it can read, and each link's fitted hop (ms), on a
-/// machine of `cores` cores.
-pub fn fit(suite: &Suite, runs: &[CellRun], cores: usize) -> (Vec<RoundFit>, Vec<(String, f64)>) {
-    let mut fits: Vec<(RoundFit, Option<Strategy>, f64, u64)> = Vec::new();
+/// The numbers fit to one link's runs of one number of processes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupFit {
+    /// The link's name.
+    pub link: String,
+    /// Processes of the runs.
+    pub processes: usize,
+    /// A hop, ms.
+    pub hop_ms: f64,
+    /// The CPU share `a`.
+    pub cpu_share: f64,
+    /// Its upper bound `o` (processes × workers over cores, at least 1).
+    pub cores_shared: f64,
+}
+
+/// A run's numbers the fit works from.
+struct Sample {
+    fit: RoundFit,
+    strategy: Option<Strategy>,
+    staleness: u64,
+    bucket_ms: f64,
+}
+
+impl Sample {
+    fn hops(&self) -> f64 {
+        self.strategy.map_or(1, |s| s.hops()) as f64
+    }
+
+    /// The link's part of the round, with CPU share `a` and hop `hop`.
+    fn link_ms(&self, a: f64, hop: f64) -> f64 {
+        let floor = self.fit.floor_ms.unwrap_or(0.0);
+        bucket_link_ms(
+            floor,
+            self.bucket_ms,
+            a * self.fit.cpu_ms + self.hops() * hop,
+        )
+    }
+
+    fn predict(&self, a: f64, hop: f64) -> Option<f64> {
+        let s = self.strategy?;
+        let link = self.link_ms(a, hop);
+        Some(round_ms(
+            a * self.fit.cpu_ms,
+            s.hops(),
+            hop,
+            link,
+            self.staleness,
+        ))
+    }
+}
+
+/// The fit of every run whose rounds it can read, and the numbers fit to each link and number
+/// of processes, on a machine of `cores` cores.
+pub fn fit(suite: &Suite, runs: &[CellRun], cores: usize) -> (Vec<RoundFit>, Vec<GroupFit>) {
+    let mut samples: Vec<Sample> = Vec::new();
     for (i, run) in runs.iter().enumerate() {
         let c = &run.cell;
         let rounds: Vec<_> = run.rows.iter().filter(|r| r.kind == "round").collect();
@@ -63,7 +124,7 @@ pub fn fit(suite: &Suite, runs: &[CellRun], cores: usize) -> (Vec<RoundFit>, Vec
         let measured_ms = (counted[counted.len() - 1].seconds - counted[0].seconds) * 1e3 / n;
         let cpu_ms = counted[1..]
             .iter()
-            .map(|r| r.gradient_ms + r.encode_ms + r.aggregate_ms + r.update_ms)
+            .map(|r| r.gradient_ms + r.encode_ms + r.aggregate_ms + r.update_ms + r.eval_ms)
             .sum::<f64>()
             / n;
         let sent_bytes = counted[1..]
@@ -72,42 +133,97 @@ pub fn fit(suite: &Suite, runs: &[CellRun], cores: usize) -> (Vec<RoundFit>, Vec
             .sum::<f64>()
             / n
             / c.processes.max(1) as f64;
-        let floor_ms = match c.link.rate_bits() {
-            Some(Ok(bits)) => Some(sent_bytes * 8.0 / bits as f64 * 1e3),
-            _ => None,
-        };
-        let shared = (c.processes * c.workers) as f64 / cores.max(1) as f64;
-        let fit = RoundFit {
-            run: i,
-            measured_ms,
-            cpu_ms,
-            sent_bytes,
-            floor_ms,
-            predicted_ms: None,
+        let (floor_ms, bucket_ms) = match c.link.rate_bits() {
+            Some(Ok(bits)) => (
+                Some(sent_bytes * 8.0 / bits as f64 * 1e3),
+                Link::bucket_bytes(bits) as f64 * 8.0 / bits as f64 * 1e3,
+            ),
+            _ => (None, 0.0),
         };
         let (exchange, staleness) = settings(suite, c);
-        fits.push((fit, Strategy::named(&exchange), shared.max(1.0), staleness));
+        samples.push(Sample {
+            fit: RoundFit {
+                run: i,
+                measured_ms,
+                cpu_ms,
+                sent_bytes,
+                floor_ms,
+                predicted_ms: None,
+            },
+            strategy: Strategy::named(&exchange),
+            staleness,
+            bucket_ms,
+        });
     }
-    let mut hops = Vec::new();
+    let mut groups = Vec::new();
     for link in &suite.links {
-        let of_link = |f: &RoundFit| runs[f.run].cell.link.name == link.name;
-        let left: Vec<f64> = fits
-            .iter()
-            .filter(|(f, s, _, _)| of_link(f) && s.is_some())
-            .map(|(f, s, o, _)| {
-                let rest = f.measured_ms - o * f.cpu_ms - f.floor_ms.unwrap_or(0.0);
-                rest / s.map_or(1, |s| s.hops()) as f64
-            })
-            .collect();
-        let Some(hop) = median(left) else { continue };
-        let hop = hop.max(0.0);
-        for (f, s, o, staleness) in fits.iter_mut().filter(|(f, _, _, _)| of_link(f)) {
-            let floor = f.floor_ms.unwrap_or(0.0);
-            f.predicted_ms = s.map(|s| round_ms(*o * f.cpu_ms, s.hops(), hop, floor, *staleness));
+        for &processes in &suite.processes {
+            let of_group = |s: &Sample| {
+                let c = &runs[s.fit.run].cell;
+                c.link.name == link.name && c.processes == processes
+            };
+            let modelled: Vec<&Sample> = samples
+                .iter()
+                .filter(|s| of_group(s) && s.strategy.is_some())
+                .collect();
+            if modelled.is_empty() {
+                continue;
+            }
+            let o = ((processes * suite.workers) as f64 / cores.max(1) as f64).max(1.0);
+            let (a, hop) = fit_group(&modelled, o);
+            for s in samples.iter_mut().filter(|s| of_group(s)) {
+                s.fit.predicted_ms = s.predict(a, hop);
+            }
+            groups.push(GroupFit {
+                link: link.name.clone(),
+                processes,
+                hop_ms: hop,
+                cpu_share: a,
+                cores_shared: o,
+            });
         }
-        hops.push((link.name.clone(), hop));
     }
-    (fits.into_iter().map(|(f, _, _, _)| f).collect(), hops)
+    (samples.into_iter().map(|s| s.fit).collect(), groups)
+}
+
+/// The CPU share `a` (within 1 ..= `o`) and the hop fit to one group's modelled runs.
+fn fit_group(runs: &[&Sample], o: f64) -> (f64, f64) {
+    let plain: Vec<&&Sample> = runs.iter().filter(|s| s.staleness == 0).collect();
+    let (mut a, mut hop) = (o, 0.0);
+    for _ in 0..ITERATIONS {
+        if plain.len() < MIN_RUNS_FOR_SHARE {
+            let left = runs.iter().map(|s| {
+                let rest = s.fit.measured_ms - o * s.fit.cpu_ms - s.link_ms(o, hop);
+                rest / s.hops()
+            });
+            hop = median(left.collect()).unwrap_or(0.0).max(0.0);
+            continue;
+        }
+        // measured − link ≈ a · cpu + hop · hops, each run weighted by 1 / measured² (its
+        // relative error).
+        let (mut xx, mut xh, mut hh, mut xy, mut hy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for s in &plain {
+            let (x, h) = (s.fit.cpu_ms, s.hops());
+            let y = s.fit.measured_ms - s.link_ms(a, hop);
+            let w = 1.0 / s.fit.measured_ms.max(1e-9).powi(2);
+            (xx, xh, hh) = (xx + w * x * x, xh + w * x * h, hh + w * h * h);
+            (xy, hy) = (xy + w * x * y, hy + w * h * y);
+        }
+        let det = xx * hh - xh * xh;
+        (a, hop) = match det.abs() > 1e-12 * (xx * hh).max(1e-300) {
+            true => ((xy * hh - hy * xh) / det, (xx * hy - xh * xy) / det),
+            false => (o, 0.0),
+        };
+        if !(1.0..=o).contains(&a) {
+            a = a.clamp(1.0, o);
+            hop = (hy - a * xh) / hh.max(1e-300);
+        }
+        if hop < 0.0 {
+            hop = 0.0;
+            a = (xy / xx.max(1e-300)).clamp(1.0, o);
+        }
+    }
+    (a, hop)
 }
 
 /// A cell's `train.exchange` and `train.staleness`, from its job (the exchange's label and 0
@@ -130,23 +246,28 @@ fn settings(suite: &Suite, cell: &super::Cell) -> (String, u64) {
     )
 }
 
-/// The fit as markdown: per link, the fitted hop, how many cells the model predicts within
-/// 20%, and every cell (repeats folded into medians).
+/// The fit as markdown: per link and number of processes, the fitted numbers, how many runs
+/// the model predicts within 20%, and every cell (repeats folded into medians).
 pub fn fit_markdown(suite: &Suite, runs: &[CellRun], cores: usize) -> String {
-    let (fits, hops) = fit(suite, runs, cores);
+    let (fits, groups) = fit(suite, runs, cores);
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n## The round model\n\nPredicted: o · cpu + hops · hop + sent / rate (`src/bench/fit.rs`), \
-         with each cell's own CPU (gradient, encode, aggregate, update), o = processes × \
-         workers / {cores} cores when above 1, hops 1 for allgather and 2 for sharded, its \
-         payload per process at the link's shaped rate (the floor), and one number fit per \
-         link: the hop. Measured: the mean round after the first {SKIP_ROUNDS}."
+        "\n## The round model\n\nPredicted: a · cpu + hops · hop + link (`src/bench/fit.rs`), \
+         with each cell's own CPU (gradient, encode, aggregate, update, evaluation), hops 1 for allgather \
+         and 2 for sharded, and link its payload per process at the link's shaped rate (the \
+         floor) less what the link's token bucket refilled while idle. Fit per link and number \
+         of processes: the hop, and the share a (from 1 to o = processes × workers / {cores} \
+         cores) of the other processes' CPU a round waits for. Measured: the mean round after \
+         the first {SKIP_ROUNDS}."
     );
-    for (link, hop) in &hops {
+    for g in &groups {
         let of_link: Vec<&RoundFit> = fits
             .iter()
-            .filter(|f| &runs[f.run].cell.link.name == link)
+            .filter(|f| {
+                let c = &runs[f.run].cell;
+                c.link.name == g.link && c.processes == g.processes
+            })
             .collect();
         let predicted: Vec<f64> = of_link
             .iter()
@@ -155,7 +276,12 @@ pub fn fit_markdown(suite: &Suite, runs: &[CellRun], cores: usize) -> String {
         let within = predicted.iter().filter(|e| e.abs() <= 0.2).count();
         let _ = writeln!(
             md,
-            "\n### Link `{link}`: hop {hop:.3} ms; {within} of {} runs within 20%\n",
+            "\n### Link `{}`, {} processes: hop {:.3} ms, a = {:.2} of {:.2}; {within} of {} runs within 20%\n",
+            g.link,
+            g.processes,
+            g.hop_ms,
+            g.cpu_share,
+            g.cores_shared,
             predicted.len()
         );
         let _ = writeln!(
@@ -211,10 +337,13 @@ mod tests {
     use super::super::{AxisValue, Link};
     use super::*;
 
-    /// Runs whose rounds are exactly `o · cpu + hops · 0.5 ms + floor` on a 10 Mbit link: the
-    /// fit finds the hop, predicts every run exactly, and a run 30% slower is out of 20%.
+    /// Runs whose rounds are exactly `1.5 · cpu + hops · 0.5 ms + link` on a 10 Mbit link, where
+    /// the link's part is a 60 ms floor less the 52.43 ms its 64 KiB bucket holds (the CPU idles
+    /// the link for longer than that): the fit finds the share and the hop, predicts every run
+    /// exactly, and a run twice as slow is out of 20%. With too few runs to fit the share it takes
+    /// o = 2.
     #[test]
-    fn the_fit_finds_the_hop_and_predicts_rounds_made_by_the_model() {
+    fn the_fit_finds_the_share_and_the_hop_of_rounds_made_by_the_model() {
         let v = |l: &str| AxisValue {
             label: l.into(),
             sets: vec![],
@@ -238,10 +367,10 @@ mod tests {
             sets: vec![],
             baseline: ("sharded".into(), "none".into()),
         };
-        let (cores, cpu, up) = (2, 0.25, 1250u64);
-        // 4 processes of 1 worker on 2 cores: o = 2. 1,250 bytes a round from 4 processes is
-        // 312.5 a process: 0.25 ms at 10 Mbit/s.
-        let round = |hops: f64| 2.0 * cpu + hops * 0.5 + 0.25;
+        let (cores, cpu, up) = (2, 40.0, 300_000u64);
+        // 300,000 bytes a round from 4 processes is 75,000 a process: 60 ms at 10 Mbit/s, of
+        // which 65,536 bytes (52.4288 ms) pass at once.
+        let round = |hops: f64| 1.5 * cpu + hops * 0.5 + (60.0 - 52.4288);
         let run = |cell: &super::super::Cell, ms: f64| CellRun {
             cell: cell.clone(),
             rows: (0..30)
@@ -260,10 +389,15 @@ mod tests {
         let cells = suite.cells(); // r0: sharded, allgather, sketch; r1; r2
         let ms = |i: usize| [round(2.0), round(1.0), 9.0][i % 3];
         let mut runs: Vec<CellRun> = (0..9).map(|i| run(&cells[i], ms(i))).collect();
-        let (fits, hops) = fit(&suite, &runs, cores);
-        assert_eq!(hops.len(), 1);
-        assert!((hops[0].1 - 0.5).abs() < 1e-9, "{hops:?}");
-        assert!((fits[0].floor_ms.unwrap() - 0.25).abs() < 1e-9);
+        let (fits, groups) = fit(&suite, &runs, cores);
+        assert_eq!(groups.len(), 1);
+        let g = &groups[0];
+        assert!((g.hop_ms - 0.5).abs() < 1e-9, "{groups:?}");
+        assert!(
+            (g.cpu_share - 1.5).abs() < 1e-9 && g.cores_shared == 2.0,
+            "{groups:?}"
+        );
+        assert!((fits[0].floor_ms.unwrap() - 60.0).abs() < 1e-9);
         for (i, f) in fits.iter().enumerate() {
             assert!((f.measured_ms - ms(i)).abs() < 1e-9, "{f:?}");
             match i % 3 {
@@ -272,10 +406,16 @@ mod tests {
             }
         }
         let md = fit_markdown(&suite, &runs, cores);
-        assert!(md.contains("hop 0.500 ms; 6 of 6 runs within 20%"), "{md}");
-        // One sharded run 30% slower: the median hop stays, and that run falls out.
-        runs[3] = run(&cells[3], 1.3 * round(2.0));
+        let head =
+            "Link `slow`, 4 processes: hop 0.500 ms, a = 1.50 of 2.00; 6 of 6 runs within 20%";
+        assert!(md.contains(head), "{md}");
+        // Two modelled runs: a = o, and the hop what is left (none: the CPU alone is more).
+        let (_, groups) = fit(&suite, &runs[..3], cores);
+        assert_eq!((groups[0].cpu_share, groups[0].hop_ms), (2.0, 0.0));
+        // One sharded run twice as slow falls out (least squares moves toward it: it pulls the
+        // hop up, but not that far).
+        runs[3] = run(&cells[3], 2.0 * round(2.0));
         let md = fit_markdown(&suite, &runs, cores);
-        assert!(md.contains("hop 0.500 ms; 5 of 6 runs within 20%"), "{md}");
+        assert!(md.contains("; 5 of 6 runs within 20%"), "{md}");
     }
 }

@@ -141,6 +141,14 @@ impl Link {
         self.rate.is_some() || self.delay.is_some()
     }
 
+    /// The token bucket of a link shaped to `bits_per_second` (`tc tbf burst`): 2 ms at the
+    /// rate, at least one 64 KiB segment (a smaller bucket than a TCP segment offload caps the
+    /// rate well below the setting). After an idle spell this many bytes pass at once, so a
+    /// round's first bytes can cost less than the rate says ([`fit`]).
+    pub fn bucket_bytes(bits_per_second: u64) -> u64 {
+        (bits_per_second / 8 / 500).max(64 * 1024)
+    }
+
     /// The rate in bits per second, parsed from the `tc` form (`100mbit`, `1gbit`, `500kbit`).
     pub fn rate_bits(&self) -> Option<Result<u64, String>> {
         let rate = self.rate.as_ref()?;

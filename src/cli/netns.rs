@@ -150,7 +150,8 @@ impl Network {
                     }
                 }
                 if let Some(bits) = rate {
-                    let (rate_s, burst) = (format!("{bits}bit"), burst_bytes(bits).to_string());
+                    let (rate_s, burst) =
+                        (format!("{bits}bit"), Link::bucket_bytes(bits).to_string());
                     let parent = if link.delay.is_some() && delay_note.is_none() {
                         vec!["parent", "1:1", "handle", "10:"]
                     } else {
@@ -200,12 +201,6 @@ fn take_lock() -> Result<std::fs::File, String> {
         ));
     }
     Ok(f)
-}
-
-/// Token bucket size: 2 ms at the rate, at least one 64 KiB segment (a smaller bucket than a
-/// TCP segment offload caps the rate well below the setting).
-fn burst_bytes(bits_per_second: u64) -> u64 {
-    (bits_per_second / 8 / 500).max(64 * 1024)
 }
 
 /// Removes every namespace named `gfbench*` (which takes its veth pair), any `gfbench*` link

@@ -179,6 +179,14 @@ pub fn round_ms(cpu_ms: f64, hops: u32, hop_ms: f64, wire_ms: f64, staleness: u6
     }
 }
 
+/// The time a link shaped by a token bucket (`tc tbf`) spends sending `wire_ms` worth of bytes
+/// at its rate, when its bucket holds `bucket_ms` worth and refills while the link is idle for
+/// `idle_ms` of the round: the bytes the refilled bucket covers pass at once (a link without
+/// a bucket, `bucket_ms` = 0, takes the whole `wire_ms`).
+pub fn bucket_link_ms(wire_ms: f64, bucket_ms: f64, idle_ms: f64) -> f64 {
+    (wire_ms - bucket_ms.min(idle_ms).max(0.0)).max(0.0)
+}
+
 /// A configuration `auto` may choose, with its prediction.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Candidate {
@@ -316,6 +324,15 @@ mod tests {
         assert_eq!(sh.hops, 2);
         let cpu = 2.0 + 0.1 + 3.0 * 0.0125 + 0.01 + 0.03 + 0.01 + 3.0 * 0.02 + 0.03;
         assert!((sh.cpu_ms - cpu).abs() < 1e-9, "{}", sh.cpu_ms);
+    }
+
+    /// A refilled bucket covers its size or the idle time's worth of bytes, whichever is less.
+    #[test]
+    fn a_token_bucket_lets_what_refilled_while_idle_through_at_once() {
+        assert_eq!(bucket_link_ms(8.0, 0.0, 3.0), 8.0);
+        assert_eq!(bucket_link_ms(8.0, 5.0, 3.0), 5.0);
+        assert_eq!(bucket_link_ms(8.0, 5.0, 10.0), 3.0);
+        assert_eq!(bucket_link_ms(4.0, 5.0, 10.0), 0.0);
     }
 
     #[test]
