@@ -10,7 +10,7 @@
 use timely::worker::Worker;
 
 use crate::codec::CodecSpec;
-use crate::dataflow::calibrate::{agree, calibrate, median, Candidate as Measured};
+use crate::dataflow::calibrate::{agree, calibrate, median, warmed_memory, Candidate as Measured};
 use crate::dataflow::trial::trial;
 use crate::dataflow::{Supervisor, TrainPlan, WorkerData};
 use crate::exchange::cost::{choose as rank, keeps_the_loss, least, Candidate, Strategy};
@@ -82,10 +82,18 @@ pub fn choose(
     // In turns, so that a slow spell of the machine falls on every candidate alike; in each,
     // the model's first last, so that training follows the lightest traffic (on a shaped link,
     // training that followed uncompressed trials ran slower: docs/auto.md).
+    // Each memory warmed as a run's first rounds warm it, so that the trials time the codec on
+    // training's messages.
+    let (me, workers) = (worker.index() as u32, worker.peers());
+    let warm = WARM_ROUNDS.min(plan.rounds());
+    let memories: Vec<Option<Vec<u8>>> = plans
+        .iter()
+        .map(|p| warmed_memory(data, p, me, workers, warm))
+        .collect::<Result<_, _>>()?;
     let mut timed = vec![Vec::new(); plans.len()];
     for _ in 0..TRIAL_TURNS {
-        for (plan, timed) in plans.iter().zip(&mut timed).rev() {
-            let times = trial(worker, plan, data, rounds, supervisor)?;
+        for ((plan, timed), memory) in plans.iter().zip(&mut timed).zip(&memories).rev() {
+            let times = trial(worker, plan, data, rounds, memory.as_deref(), supervisor)?;
             timed.extend(typical_rounds(&times));
         }
     }
@@ -112,7 +120,8 @@ pub fn choose(
     }
     report.push_str(&table(&ranked, &measured_ms, chosen));
     report.push_str(&format!(
-        "auto: predicted all, tried {} in {TRIAL_TURNS} turns of {rounds} rounds ({:.2} s in all)\n",
+        "auto: predicted all, tried {} in {TRIAL_TURNS} turns of {rounds} rounds, each memory \
+         warmed for {warm} rounds ({:.2} s in all)\n",
         tried.len(),
         started.elapsed().as_secs_f64()
     ));
@@ -137,25 +146,33 @@ fn rate(bytes_per_s: f64, measured: bool) -> String {
 
 /// Real rounds of each turn of a trial (fewer when the job has fewer).
 const TRIAL_ROUNDS: u64 = 16;
+/// Rounds of a worker's own gradients each candidate's error-feedback memory runs before its
+/// trials (fewer when the job has fewer): a residual grows over a run's first rounds, and with
+/// it the messages and the codec's work.
+const WARM_ROUNDS: u64 = 64;
 /// Turns each configuration of the shortlist is tried in.
 const TRIAL_TURNS: usize = 3;
-/// A trial's first rounds, not timed: the memory's residual and the caches settle.
+/// A trial's first rounds, not timed: the caches settle.
 const TRIAL_WARMUP: usize = 4;
-/// The cost model's first this many candidates are tried, with the best uncompressed one of
-/// each exchange (the guard against a lossy codec that is slower than none).
+/// The cost model's first this many candidates are tried, with the first and the first
+/// uncompressed one of each exchange (the guards against a model that misjudges an exchange, and
+/// against a lossy codec that is slower than none).
 const SHORTLIST: usize = 3;
 
 /// The indices of `ranked` to try: the first [`SHORTLIST`], the model's choice, and each
-/// exchange's first uncompressed candidate, in rank order.
+/// exchange's first candidate and first uncompressed candidate, in rank order.
 fn shortlist(ranked: &[Candidate], predicted: usize) -> Vec<usize> {
+    let first_of_its_exchange = |i: usize, only_none: bool| {
+        let c = &ranked[i];
+        let like = |o: &Candidate| o.strategy == c.strategy && (!only_none || o.codec == "none");
+        like(c) && !ranked[..i].iter().any(like)
+    };
     (0..ranked.len())
         .filter(|&i| {
-            let c = &ranked[i];
-            let first_none_of_its_exchange = c.codec == "none"
-                && !ranked[..i]
-                    .iter()
-                    .any(|o| o.codec == "none" && o.strategy == c.strategy);
-            i < SHORTLIST || i == predicted || first_none_of_its_exchange
+            i < SHORTLIST
+                || i == predicted
+                || first_of_its_exchange(i, false)
+                || first_of_its_exchange(i, true)
         })
         .collect()
 }
@@ -192,4 +209,40 @@ fn table(ranked: &[Candidate], measured: &[Option<f64>], chosen: usize) -> Strin
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::cost::Prediction;
+
+    /// The model's first three, then each exchange's first candidate and first uncompressed one:
+    /// an exchange the model ranks below the first three is still tried.
+    #[test]
+    fn the_shortlist_tries_the_best_of_each_exchange_and_its_best_uncompressed() {
+        let c = |strategy, codec: &str| Candidate {
+            strategy,
+            codec: codec.into(),
+            prediction: Prediction {
+                cpu_ms: 0.0,
+                sent_bytes: 0.0,
+                wire_ms: 0.0,
+                hops: 1,
+                round_ms: 0.0,
+            },
+        };
+        let (a, s) = (Strategy::AllGather, Strategy::Sharded);
+        let ranked = [
+            c(a, "threshold"),
+            c(a, "fastsgd"),
+            c(a, "logquant"),
+            c(a, "zipml"),
+            c(s, "logquant"),
+            c(s, "threshold"),
+            c(a, "none"),
+            c(s, "none"),
+        ];
+        assert_eq!(shortlist(&ranked, 0), [0, 1, 2, 4, 6, 7]);
+        assert_eq!(shortlist(&ranked, 5), [0, 1, 2, 4, 5, 6, 7]);
+    }
 }

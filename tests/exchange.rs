@@ -580,13 +580,13 @@ fn auto_chooses_alike_on_every_process_and_its_printed_settings_replay_it() {
         1,
         "one marked:\n{out}"
     );
-    // Tried for real rounds: the model's first three and each exchange's best uncompressed,
-    // the choice among them.
+    // Tried for real rounds: the model's first three, each exchange's best and its best
+    // uncompressed, the choice among them.
     let tried: Vec<&&str> = candidates
         .iter()
         .filter(|l| !l.trim_end().ends_with('-'))
         .collect();
-    assert!((3..=5).contains(&tried.len()), "{out}");
+    assert!((3..=6).contains(&tried.len()), "{out}");
     assert!(tried.iter().any(|l| l.contains('*')), "{out}");
     for exchange in ["sharded ", "allgather "] {
         assert!(
@@ -594,6 +594,11 @@ fn auto_chooses_alike_on_every_process_and_its_printed_settings_replay_it() {
                 .iter()
                 .any(|l| l.contains(exchange) && l.contains(" none ")),
             "{exchange}none tried:\n{out}"
+        );
+        let first = candidates.iter().find(|l| l.contains(exchange)).unwrap();
+        assert!(
+            !first.trim_end().ends_with('-'),
+            "{exchange}first tried:\n{out}"
         );
     }
     let replay: Vec<String> = chose

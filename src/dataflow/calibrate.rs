@@ -27,7 +27,8 @@ use super::{Supervisor, TrainPlan, WorkerData};
 use crate::codec::{build_codec, CodecSpec, EncodeContext};
 use crate::exchange::cost::{CodecCost, LinkCost, RoundInputs};
 use crate::exchange::ownership::Owners;
-use crate::memory::MemorySpec;
+use crate::exchange::ExchangeKind;
+use crate::memory::{Memory, MemorySpec};
 use crate::model::gradient::GradientWorkspace;
 use crate::sparse::SparseGrad;
 
@@ -144,16 +145,8 @@ fn measure(
     codecs: &[Candidate],
 ) -> Result<(Vec<f64>, usize), String> {
     let dim = plan.dim;
-    let weights = match &plan.initial_weights {
-        Some(w) => w.weights.to_vec(),
-        None => {
-            let mut w = vec![0.0; dim as usize];
-            plan.model.init(plan.seed, &mut w);
-            w
-        }
-    };
+    let weights = initial_weights(plan);
     let rows = data.train.rows();
-    let batch = rows.div_ceil(plan.rounds_per_epoch.max(1) as usize).max(1);
     let l2 = plan.l2();
     let mut workspace = GradientWorkspace::new(dim);
     let (mut union, mut scratch) = (SparseGrad::default(), SparseGrad::default());
@@ -169,10 +162,7 @@ fn measure(
         ws.minibatch(&data.train, rows, &weights, model, loss, l2, grad);
     };
     for b in (0..workers.max(ROUNDS)).flat_map(|b| [b, b]) {
-        let rows: Vec<u32> = (0..batch)
-            .map(|i| ((b * batch + i) % rows.max(1)) as u32)
-            .take(rows)
-            .collect();
+        let rows = batch_rows(plan, rows, b);
         let mut grad = SparseGrad::default();
         if grads.len() == b {
             gradient(&mut workspace, &rows, &mut grad);
@@ -258,46 +248,10 @@ fn rounds_of(
     ctx: EncodeContext,
     owners: Option<&Owners>,
 ) -> Result<(f64, f64, f64), String> {
-    let mut codec = build_codec(spec).map_err(|e| format!("{name}: {e}"))?;
-    let mut memory = memory.build(dim);
-    let (mut buf, mut decoded, mut scratch) =
-        (Vec::new(), SparseGrad::default(), SparseGrad::default());
-    let (mut sent, mut pieces) = (SparseGrad::default(), Vec::new());
+    let mut rounds = CodecRounds::new(name, spec, memory.build(dim), dim, ctx, owners)?;
     let (mut encode, mut decode, mut bytes) = (Vec::new(), Vec::new(), Vec::new());
     for (r, g) in grads.iter().enumerate() {
-        let mut g = g.clone();
-        let (mut e, mut d, mut b) = (0.0, 0.0, 0);
-        let started = Instant::now();
-        memory.compensate(&mut g, &mut scratch);
-        e += super::ms(started);
-        match owners {
-            Some(o) => o.split(&g, &mut pieces),
-            None => pieces = vec![g.clone()],
-        }
-        sent.clear();
-        for (i, piece) in pieces.iter().enumerate() {
-            let ctx = EncodeContext {
-                round: r as u64,
-                piece: i as u32 * owners.is_some() as u32,
-                ..ctx
-            };
-            buf.clear();
-            let started = Instant::now();
-            codec
-                .encode(&piece.keys, &piece.values, dim, ctx, &mut buf)
-                .map_err(|e| format!("{name}: {e}"))?;
-            e += super::ms(started);
-            let started = Instant::now();
-            codec
-                .decode(&buf, &mut decoded)
-                .map_err(|e| format!("{name}: {e}"))?;
-            d += super::ms(started);
-            b += buf.len();
-            sent.add_scaled(&decoded, 1.0, &mut scratch);
-        }
-        let started = Instant::now();
-        memory.update(&g, &sent);
-        e += super::ms(started);
+        let (e, d, b) = rounds.round(r as u64, g.clone())?;
         if r >= grads.len() / 2 {
             encode.push(e);
             decode.push(d);
@@ -305,6 +259,156 @@ fn rounds_of(
         }
     }
     Ok((median(encode), median(decode), median(bytes)))
+}
+
+/// A codec and its memory run round after round on one worker's gradients, as an exchange's
+/// endpoint runs them (compensate, encode each piece, decode it, update), without a link.
+struct CodecRounds<'a> {
+    name: &'a str,
+    codec: Box<dyn crate::codec::Codec>,
+    memory: Box<dyn Memory>,
+    dim: u32,
+    ctx: EncodeContext,
+    owners: Option<&'a Owners>,
+    buf: Vec<u8>,
+    decoded: SparseGrad,
+    scratch: SparseGrad,
+    sent: SparseGrad,
+    pieces: Vec<SparseGrad>,
+}
+
+impl<'a> CodecRounds<'a> {
+    fn new(
+        name: &'a str,
+        spec: &CodecSpec,
+        memory: Box<dyn Memory>,
+        dim: u32,
+        ctx: EncodeContext,
+        owners: Option<&'a Owners>,
+    ) -> Result<Self, String> {
+        Ok(CodecRounds {
+            name,
+            codec: build_codec(spec).map_err(|e| format!("{name}: {e}"))?,
+            memory,
+            dim,
+            ctx,
+            owners,
+            buf: Vec::new(),
+            decoded: SparseGrad::default(),
+            scratch: SparseGrad::default(),
+            sent: SparseGrad::default(),
+            pieces: Vec::new(),
+        })
+    }
+
+    /// Round `round` of gradient `g`: the ms to compensate, encode and update the memory, the
+    /// ms to decode every message, and their bytes.
+    fn round(&mut self, round: u64, mut g: SparseGrad) -> Result<(f64, f64, usize), String> {
+        let name = self.name;
+        let (mut e, mut d, mut b) = (0.0, 0.0, 0);
+        let started = Instant::now();
+        self.memory.compensate(&mut g, &mut self.scratch);
+        e += super::ms(started);
+        match self.owners {
+            Some(o) => o.split(&g, &mut self.pieces),
+            None => self.pieces = vec![g.clone()],
+        }
+        self.sent.clear();
+        for (i, piece) in self.pieces.iter().enumerate() {
+            let ctx = EncodeContext {
+                round,
+                piece: i as u32 * self.owners.is_some() as u32,
+                ..self.ctx
+            };
+            self.buf.clear();
+            let started = Instant::now();
+            self.codec
+                .encode(&piece.keys, &piece.values, self.dim, ctx, &mut self.buf)
+                .map_err(|e| format!("{name}: {e}"))?;
+            e += super::ms(started);
+            let started = Instant::now();
+            self.codec
+                .decode(&self.buf, &mut self.decoded)
+                .map_err(|e| format!("{name}: {e}"))?;
+            d += super::ms(started);
+            b += self.buf.len();
+            self.sent.add_scaled(&self.decoded, 1.0, &mut self.scratch);
+        }
+        let started = Instant::now();
+        self.memory.update(&g, &self.sent);
+        e += super::ms(started);
+        Ok((e, d, b))
+    }
+}
+
+/// The error-feedback memory of `plan` (its codec, memory and exchange) on worker `me` of
+/// `workers` after `rounds` rounds of this worker's batch gradients at the initial model, as
+/// saved for a checkpoint (`None` for a memory that holds nothing or cannot be saved).
+///
+/// A memory's residual grows over many rounds on a large model (every key touched and not yet
+/// sent), and with it the messages and the codec's work: a trial of a few rounds from an
+/// empty memory would time the codec on messages smaller than training's ([`crate::auto`]).
+pub fn warmed_memory(
+    data: &WorkerData,
+    plan: &TrainPlan,
+    me: u32,
+    workers: usize,
+    rounds: u64,
+) -> Result<Option<Vec<u8>>, String> {
+    if plan.memory == MemorySpec::None || data.train.rows() == 0 {
+        return Ok(None);
+    }
+    let dim = plan.dim;
+    let owners = Owners::new(plan.ownership, dim, workers as u32, plan.seed);
+    let split = (plan.exchange == ExchangeKind::Sharded).then_some(&owners);
+    let ctx = EncodeContext {
+        seed: plan.seed,
+        worker: me,
+        ..Default::default()
+    };
+    let name = crate::job::codec_name(&plan.codec);
+    let memory = plan.memory.build(dim);
+    let mut codec = CodecRounds::new(&name, &plan.codec, memory, dim, ctx, split)?;
+    let weights = initial_weights(plan);
+    let mut workspace = GradientWorkspace::new(dim);
+    for r in 0..rounds {
+        let rows = batch_rows(plan, data.train.rows(), r as usize);
+        let mut grad = SparseGrad::default();
+        let (model, loss) = (&*plan.model, &*plan.loss);
+        workspace.minibatch(
+            &data.train,
+            &rows,
+            &weights,
+            model,
+            loss,
+            plan.l2(),
+            &mut grad,
+        );
+        codec.round(r, grad)?;
+    }
+    Ok(codec.memory.save())
+}
+
+/// The model a run starts from.
+fn initial_weights(plan: &TrainPlan) -> Vec<f32> {
+    match &plan.initial_weights {
+        Some(w) => w.weights.to_vec(),
+        None => {
+            let mut w = vec![0.0; plan.dim as usize];
+            plan.model.init(plan.seed, &mut w);
+            w
+        }
+    }
+}
+
+/// The rows of a worker's batch `b` of its `rows` rows, a round's share of an epoch each
+/// (consecutive, wrapping around).
+fn batch_rows(plan: &TrainPlan, rows: usize, b: usize) -> Vec<u32> {
+    let batch = rows.div_ceil(plan.rounds_per_epoch.max(1) as usize).max(1);
+    (0..batch)
+        .map(|i| ((b * batch + i) % rows.max(1)) as u32)
+        .take(rows)
+        .collect()
 }
 
 /// The median ms of [`REPEATS`] runs of `f`, after one to warm up.
@@ -532,5 +636,56 @@ mod tests {
             one.round
         );
         assert!(alone.codecs[0].pieces_bytes > alone.codecs[0].whole_bytes);
+    }
+
+    /// A residual warmed over 32 rounds of top-k holds the keys those rounds touched and did
+    /// not send, many more than one gradient's (what a trial from an empty memory misses); a
+    /// job without memory has nothing to warm.
+    #[test]
+    fn a_warmed_residual_holds_the_keys_of_many_rounds() {
+        let text = "[data.synth]\nrows = 4000\ndim = 20000\n[train]\nbatch_fraction = 0.01\n\
+                    compressor = { name = \"topk\", ratio = 0.01 }\nmemory = \"residual\"";
+        let job = Job::parse(text, std::path::Path::new("job.toml"), &[]).unwrap();
+        let (warm, cold, pairs, none) = timely::execute_directly(move |worker| {
+            let (data, dim, _, _) = job.load_on(worker).unwrap();
+            let plan = job.plan(dim, 1);
+            let saved = warmed_memory(&data, &plan, 0, 1, 32).unwrap().unwrap();
+            let rows = batch_rows(&plan, data.train.rows(), 0);
+            let mut grad = SparseGrad::default();
+            let weights = initial_weights(&plan);
+            let (model, loss) = (&*plan.model, &*plan.loss);
+            GradientWorkspace::new(dim).minibatch(
+                &data.train,
+                &rows,
+                &weights,
+                model,
+                loss,
+                plan.l2(),
+                &mut grad,
+            );
+            let compensated = |saved: Option<&[u8]>| {
+                let mut memory = plan.memory.build(dim);
+                if let Some(s) = saved {
+                    memory.restore(s).unwrap();
+                }
+                let mut g = grad.clone();
+                memory.compensate(&mut g, &mut SparseGrad::default());
+                g.len()
+            };
+            let without = TrainPlan {
+                memory: MemorySpec::None,
+                ..plan.clone()
+            };
+            let none = warmed_memory(&data, &without, 0, 1, 32).unwrap();
+            (
+                compensated(Some(&saved)),
+                compensated(None),
+                grad.len(),
+                none,
+            )
+        });
+        assert_eq!(cold, pairs);
+        assert!(warm > 5 * pairs, "{warm} keys warmed, {pairs} a gradient");
+        assert_eq!(none, None);
     }
 }

@@ -18,12 +18,15 @@ use crate::exchange::Envelope;
 
 /// This worker's time of each of `rounds` rounds of `plan` on `data` (ms, round 0 first): from
 /// the moment its previous round's model changes were out (for round 0, the dataflow's start)
-/// to the moment this round's were. Every worker of the run calls it with the same plan.
+/// to the moment this round's were. Every worker of the run calls it with the same plan. The
+/// uplink memory starts from `memory` (what [`super::calibrate::warmed_memory`] saved), or
+/// empty.
 pub fn trial(
     worker: &mut Worker,
     plan: &TrainPlan,
     data: &WorkerData,
     rounds: u64,
+    memory: Option<&[u8]>,
     supervisor: &Supervisor,
 ) -> Result<Vec<f64>, String> {
     let data = WorkerData {
@@ -32,6 +35,9 @@ pub fn trial(
         ignored_test_features: 0,
     };
     let mut t = Training::new(plan, data, supervisor.clone(), None, Box::new(|_| {}));
+    if let Some(saved) = memory {
+        t.state.borrow_mut().memory.restore(saved)?;
+    }
     let delay = plan.feedback_delay();
     let id = worker.next_dataflow_index();
     let started = Instant::now();
@@ -86,12 +92,12 @@ mod tests {
             let (data, dim, _, _) = job.load_on(worker).unwrap();
             let plan = job.plan(dim, 2);
             let sup = Supervisor::new();
-            let first = trial(worker, &plan, &data, 6, &sup).unwrap();
+            let first = trial(worker, &plan, &data, 6, None, &sup).unwrap();
             let allgather = TrainPlan {
                 exchange: crate::exchange::ExchangeKind::Allgather,
                 ..plan
             };
-            let second = trial(worker, &allgather, &data, 3, &sup).unwrap();
+            let second = trial(worker, &allgather, &data, 3, None, &sup).unwrap();
             (first, second, worker.installed_dataflows().len())
         })
         .unwrap()
