@@ -15,10 +15,11 @@
 //!   waits for when they share the cores. Stage times are wall times, so they already hold some
 //!   of it, and a process waiting on the link leaves its core to the others;
 //! - `hops`: 1 for `allgather`, 2 for `sharded` (other exchanges and `auto` are not predicted);
-//! - `sent`: payload bytes per process and round, both directions; `rate`: the link's shaped
-//!   rate (an unshaped link has no rate: the term is left out) — `sent / rate` is the cell's
-//!   link-time floor;
-//! - `bucket`: the shaped link's token bucket at its rate ([`super::Link::bucket_bytes`]), which
+//! - `sent`: bytes per process and round: the payload, both directions, and timely's progress
+//!   messages (process 0's; at 10 Mbit they are a quarter of a small model's round);
+//!   `rate`: the link's shaped rate (an unshaped link has no rate: the term is left out) —
+//!   `sent / rate` is the cell's link-time floor;
+//! - `bucket`: the shaped link's token bucket at its rate ([`super::Link::bucket`]), which
 //!   refills while the link idles and then lets its bytes through at once
 //!   ([`bucket_link_ms`]);
 //! - `a` and `hop` are fit per link and number of processes, by least squares on the relative
@@ -30,8 +31,8 @@
 
 use std::fmt::Write as _;
 
-use super::report::{median, CellRun};
-use super::{Link, Suite};
+use super::report::{median, CellRun, MetricsRecord};
+use super::Suite;
 use crate::exchange::cost::{bucket_link_ms, round_ms, Strategy};
 
 /// Rounds at the start of a run that are not counted (caches and memories settle).
@@ -50,7 +51,7 @@ pub struct RoundFit {
     pub measured_ms: f64,
     /// Mean CPU of a round, ms.
     pub cpu_ms: f64,
-    /// Payload bytes per process and round.
+    /// Bytes per process and round: payload and progress messages.
     pub sent_bytes: f64,
     /// Those bytes at the link's rate, ms (None: unshaped).
     pub floor_ms: Option<f64>,
@@ -127,16 +128,16 @@ pub fn fit(suite: &Suite, runs: &[CellRun], cores: usize) -> (Vec<RoundFit>, Vec
             .map(|r| r.gradient_ms + r.encode_ms + r.aggregate_ms + r.update_ms + r.eval_ms)
             .sum::<f64>()
             / n;
-        let sent_bytes = counted[1..]
-            .iter()
-            .map(|r| (r.uplink_bytes + r.downlink_bytes) as f64)
-            .sum::<f64>()
-            / n
-            / c.processes.max(1) as f64;
+        let per_round = |f: &dyn Fn(&MetricsRecord) -> u64| {
+            counted[1..].iter().map(|r| f(r) as f64).sum::<f64>() / n
+        };
+        let payload = per_round(&|r| r.uplink_bytes + r.downlink_bytes);
+        let sent_bytes =
+            payload / c.processes.max(1) as f64 + per_round(&|r| r.wire_progress_bytes);
         let (floor_ms, bucket_ms) = match c.link.rate_bits() {
             Some(Ok(bits)) => (
                 Some(sent_bytes * 8.0 / bits as f64 * 1e3),
-                Link::bucket_bytes(bits) as f64 * 8.0 / bits as f64 * 1e3,
+                c.link.bucket(bits) as f64 * 8.0 / bits as f64 * 1e3,
             ),
             _ => (None, 0.0),
         };
@@ -255,8 +256,8 @@ pub fn fit_markdown(suite: &Suite, runs: &[CellRun], cores: usize) -> String {
         md,
         "\n## The round model\n\nPredicted: a · cpu + hops · hop + link (`src/bench/fit.rs`), \
          with each cell's own CPU (gradient, encode, aggregate, update, evaluation), hops 1 for allgather \
-         and 2 for sharded, and link its payload per process at the link's shaped rate (the \
-         floor) less what the link's token bucket refilled while idle. Fit per link and number \
+         and 2 for sharded, and link its payload and progress bytes per process at the link's \
+         shaped rate (the floor) less what the link's token bucket refilled while idle. Fit per link and number \
          of processes: the hop, and the share a (from 1 to o = processes × workers / {cores} \
          cores) of the other processes' CPU a round waits for. Measured: the mean round after \
          the first {SKIP_ROUNDS}."
@@ -360,6 +361,7 @@ mod tests {
                 name: "slow".into(),
                 rate: Some("10mbit".into()),
                 delay: None,
+                burst: None,
             }],
             models: vec![v("job")],
             exchanges: vec![v("sharded"), v("allgather"), v("sketch")],

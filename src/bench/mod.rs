@@ -124,6 +124,10 @@ pub struct Link {
     /// One-way delay (`5ms`), which needs the kernel's `netem`; absent: none.
     #[serde(default)]
     pub delay: Option<String>,
+    /// The shaped link's token bucket, bytes (at least two 1,514-byte frames); absent:
+    /// [`Link::bucket_bytes`] of its rate.
+    #[serde(default)]
+    pub burst: Option<u64>,
 }
 
 impl Link {
@@ -133,6 +137,7 @@ impl Link {
             name: "loopback".into(),
             rate: None,
             delay: None,
+            burst: None,
         }
     }
 
@@ -141,13 +146,22 @@ impl Link {
         self.rate.is_some() || self.delay.is_some()
     }
 
-    /// The token bucket of a link shaped to `bits_per_second` (`tc tbf burst`): 2 ms at the
-    /// rate, at least one 64 KiB segment (a smaller bucket than a TCP segment offload caps the
-    /// rate well below the setting). After an idle spell this many bytes pass at once, so a
-    /// round's first bytes can cost less than the rate says ([`fit`]).
+    /// The default token bucket of a link shaped to `bits_per_second` (`tc tbf burst`): 2 ms
+    /// at the rate, at least one 64 KiB segment. After an idle spell this many bytes pass at
+    /// once, so a round's first bytes can cost less than the rate says ([`fit`]); a link's
+    /// `burst` sets a smaller one, closer to a real link of that rate.
     pub fn bucket_bytes(bits_per_second: u64) -> u64 {
         (bits_per_second / 8 / 500).max(64 * 1024)
     }
+
+    /// This link's token bucket at `bits_per_second`, bytes.
+    pub fn bucket(&self, bits_per_second: u64) -> u64 {
+        self.burst
+            .unwrap_or_else(|| Self::bucket_bytes(bits_per_second))
+    }
+
+    /// The smallest `burst`: two full Ethernet frames.
+    pub const MIN_BURST: u64 = 2 * 1514;
 
     /// The rate in bits per second, parsed from the `tc` form (`100mbit`, `1gbit`, `500kbit`).
     pub fn rate_bits(&self) -> Option<Result<u64, String>> {
@@ -381,8 +395,17 @@ impl Suite {
                         "links: '{n}' is not \"loopback\"; a shaped link is a table like \
                          {{ name = \"{n}\", rate = \"100mbit\" }}"
                     ))),
-                    LinkEntry::Table(l) => match l.rate_bits() {
-                        Some(Err(e)) => Err(at(e)),
+                    LinkEntry::Table(l) => match (l.rate_bits(), l.burst) {
+                        (Some(Err(e)), _) => Err(at(e)),
+                        (None, Some(_)) => Err(at(format!(
+                            "link {}: burst without a rate (burst sizes a rate's token bucket)",
+                            l.name
+                        ))),
+                        (_, Some(b)) if b < Link::MIN_BURST => Err(at(format!(
+                            "link {}: burst {b} bytes, at least {} (two full frames)",
+                            l.name,
+                            Link::MIN_BURST
+                        ))),
                         _ => Ok(l),
                     },
                 })
@@ -832,6 +855,14 @@ loss = "squared"
                 "job = \"base.toml\"\nlinks = [{ name = \"x\", rate = \"fast\" }]\n",
                 "rate 'fast'",
             ),
+            (
+                "job = \"base.toml\"\nlinks = [{ name = \"x\", rate = \"1gbit\", burst = 1500 }]\n",
+                "link x: burst 1500 bytes, at least 3028",
+            ),
+            (
+                "job = \"base.toml\"\nlinks = [{ name = \"x\", burst = 10000 }]\n",
+                "link x: burst without a rate",
+            ),
             ("job = \"base.toml\"\nprocesses = []\n", "processes"),
             (
                 "job = \"base.toml\"\n[[compressor]]\nname = \"none\"\n[[compressor]]\nname = \"none\"\n",
@@ -861,6 +892,11 @@ loss = "squared"
         // The limits themselves are allowed.
         let at_limits = "job = \"base.toml\"\nprocesses = [64]\nworkers = 64\nrepeats = 1000\n";
         assert_eq!(suite(at_limits).unwrap().0.cells().len(), 1000);
+        let small =
+            "job = \"base.toml\"\nlinks = [{ name = \"x\", rate = \"1gbit\", burst = 3028 }]\n";
+        let link = &suite(small).unwrap().0.links[0];
+        assert_eq!(link.bucket(1_000_000_000), 3028);
+        assert_eq!(Link::loopback().bucket(1_000_000_000), 250_000);
         let lowest = suite("job = \"base.toml\"\ntarget_of = \"lowest\"\n").unwrap();
         assert_eq!(lowest.0.target_of, TargetOf::Lowest);
     }
@@ -868,6 +904,7 @@ loss = "squared"
     #[test]
     fn link_rates_parse_in_tc_units() {
         let l = |r: &str| Link {
+            burst: None,
             name: "l".into(),
             rate: Some(r.into()),
             delay: None,

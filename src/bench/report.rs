@@ -39,6 +39,10 @@ pub struct MetricsRecord {
     /// the column existed).
     #[serde(default)]
     pub eval_bytes: u64,
+    /// Bytes timely sent on progress channels to other processes, by process 0 (absent in CSVs
+    /// written before the column existed).
+    #[serde(default)]
+    pub wire_progress_bytes: u64,
     /// Stage times, ms (mean over workers).
     pub gradient_ms: f64,
     /// Encode time, ms.
@@ -473,6 +477,7 @@ mod tests {
             name: "slow".into(),
             rate: Some("10mbit".into()),
             delay: None,
+            burst: None,
         };
         Suite {
             links: vec![slow, Link::loopback()],

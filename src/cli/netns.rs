@@ -77,6 +77,9 @@ impl Network {
                     "network namespaces on a bridge, tbf {} each way",
                     link.rate.as_deref().unwrap_or("unlimited")
                 );
+                if let Some(Ok(bits)) = link.rate_bits() {
+                    s += &format!(" (bucket {} bytes)", link.bucket(bits));
+                }
                 for n in notes {
                     s += "; ";
                     s += n;
@@ -150,8 +153,7 @@ impl Network {
                     }
                 }
                 if let Some(bits) = rate {
-                    let (rate_s, burst) =
-                        (format!("{bits}bit"), Link::bucket_bytes(bits).to_string());
+                    let (rate_s, burst) = (format!("{bits}bit"), link.bucket(bits).to_string());
                     let parent = if link.delay.is_some() && delay_note.is_none() {
                         vec!["parent", "1:1", "handle", "10:"]
                     } else {
