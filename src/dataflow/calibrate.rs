@@ -372,21 +372,35 @@ pub fn warmed_memory(
     let weights = initial_weights(plan);
     let mut workspace = GradientWorkspace::new(dim);
     for r in 0..rounds {
-        let rows = batch_rows(plan, data.train.rows(), r as usize);
-        let mut grad = SparseGrad::default();
-        let (model, loss) = (&*plan.model, &*plan.loss);
-        workspace.minibatch(
-            &data.train,
-            &rows,
-            &weights,
-            model,
-            loss,
-            plan.l2(),
-            &mut grad,
-        );
-        codec.round(r, grad)?;
+        codec.round(
+            r,
+            batch_gradient(data, plan, &weights, &mut workspace, r as usize),
+        )?;
     }
     Ok(codec.memory.save())
+}
+
+/// The gradient of this worker's batch `b` ([`batch_rows`]) at `weights`.
+fn batch_gradient(
+    data: &WorkerData,
+    plan: &TrainPlan,
+    weights: &[f32],
+    workspace: &mut GradientWorkspace,
+    b: usize,
+) -> SparseGrad {
+    let rows = batch_rows(plan, data.train.rows(), b);
+    let (model, loss) = (&*plan.model, &*plan.loss);
+    let mut grad = SparseGrad::default();
+    workspace.minibatch(
+        &data.train,
+        &rows,
+        weights,
+        model,
+        loss,
+        plan.l2(),
+        &mut grad,
+    );
+    grad
 }
 
 /// The model a run starts from.
@@ -650,19 +664,8 @@ mod tests {
             let (data, dim, _, _) = job.load_on(worker).unwrap();
             let plan = job.plan(dim, 1);
             let saved = warmed_memory(&data, &plan, 0, 1, 32).unwrap().unwrap();
-            let rows = batch_rows(&plan, data.train.rows(), 0);
-            let mut grad = SparseGrad::default();
             let weights = initial_weights(&plan);
-            let (model, loss) = (&*plan.model, &*plan.loss);
-            GradientWorkspace::new(dim).minibatch(
-                &data.train,
-                &rows,
-                &weights,
-                model,
-                loss,
-                plan.l2(),
-                &mut grad,
-            );
+            let grad = batch_gradient(&data, &plan, &weights, &mut GradientWorkspace::new(dim), 0);
             let compensated = |saved: Option<&[u8]>| {
                 let mut memory = plan.memory.build(dim);
                 if let Some(s) = saved {
