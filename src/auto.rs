@@ -79,9 +79,6 @@ pub fn choose(
             }
         })
         .collect();
-    // In turns, so that a slow spell of the machine falls on every candidate alike; in each,
-    // the model's first last, so that training follows the lightest traffic (on a shaped link,
-    // training that followed uncompressed trials ran slower: docs/auto.md).
     // Each memory warmed as a run's first rounds warm it, so that the trials time the codec on
     // training's messages.
     let (me, workers) = (worker.index() as u32, worker.peers());
@@ -90,6 +87,9 @@ pub fn choose(
         .iter()
         .map(|p| warmed_memory(data, p, me, workers, warm))
         .collect::<Result<_, _>>()?;
+    // In turns, so that a slow spell of the machine falls on every candidate alike; in each,
+    // the model's first last, so that training follows the lightest traffic (on a shaped link,
+    // training that followed uncompressed trials ran slower: docs/auto.md).
     let mut timed = vec![Vec::new(); plans.len()];
     for _ in 0..TRIAL_TURNS {
         for ((plan, timed), memory) in plans.iter().zip(&mut timed).zip(&memories).rev() {
