@@ -682,6 +682,23 @@ mod tests {
     }
 
     /// A cell's summary with only its speed-up: what the speed-up chart reads.
+    /// The suite of `text` and a summary of each of its cells with the speed-up `speedup` gives.
+    fn suite_with_speedups(
+        text: &str,
+        speedup: impl Fn(&Cell) -> Option<f64>,
+    ) -> (crate::bench::Suite, Vec<Summary>, tempfile::TempDir) {
+        let (suite, dir) = crate::bench::tests::suite(text).unwrap();
+        let summaries = suite
+            .cells()
+            .into_iter()
+            .map(|cell| {
+                let x = speedup(&cell);
+                with_speedup(cell, x)
+            })
+            .collect();
+        (suite, summaries, dir)
+    }
+
     fn with_speedup(cell: Cell, speedup: Option<f64>) -> Summary {
         Summary {
             speedup,
@@ -705,7 +722,7 @@ mod tests {
     /// 1, 2 and 5 times a power of ten and leaves the ticks between blank.
     #[test]
     fn the_speedup_chart_keeps_models_apart_and_its_log_axis_readable() {
-        let (suite, _dir) = crate::bench::tests::suite(
+        let (suite, summaries, _dir) = suite_with_speedups(
             r#"
 job = "base.toml"
 processes = [4]
@@ -717,16 +734,8 @@ label = "large"
 factors = 8
 kind = "fm"
 "#,
-        )
-        .unwrap();
-        let summaries: Vec<Summary> = suite
-            .cells()
-            .into_iter()
-            .map(|cell| {
-                let x = if cell.model == "large" { 4.0 } else { 2.0 };
-                with_speedup(cell, Some(x))
-            })
-            .collect();
+            |cell| Some(if cell.model == "large" { 4.0 } else { 2.0 }),
+        );
         let chart = speedup_chart(&suite, &summaries).unwrap();
         let lines: Vec<(&str, f64)> = chart
             .series
@@ -748,7 +757,7 @@ kind = "fm"
     /// that reached the target, and lists the configurations that never did.
     #[test]
     fn the_speedup_chart_states_its_baseline_and_lists_what_never_reached_the_target() {
-        let (suite, _dir) = crate::bench::tests::suite(
+        let (suite, summaries, _dir) = suite_with_speedups(
             r#"
 job = "base.toml"
 processes = [4]
@@ -761,19 +770,14 @@ name = "none"
 name = "topk"
 ratio = 0.01
 "#,
-        )
-        .unwrap();
-        let summaries: Vec<Summary> = suite
-            .cells()
-            .into_iter()
-            .map(|cell| {
+            |cell| {
                 // allgather + topk never reaches the target; the others do, faster on the
                 // slow link.
                 let never = cell.exchange == "allgather" && cell.compressor.starts_with("topk");
                 let slow = cell.link.name == "slow";
-                with_speedup(cell, (!never).then_some(if slow { 2.0 } else { 1.1 }))
-            })
-            .collect();
+                (!never).then_some(if slow { 2.0 } else { 1.1 })
+            },
+        );
         let chart = speedup_chart(&suite, &summaries).unwrap();
         let names: Vec<&str> = chart.series.iter().map(|s| s.0.as_str()).collect();
         assert_eq!(names.len(), 3, "{names:?}");
