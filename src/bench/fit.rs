@@ -414,6 +414,15 @@ mod tests {
         // Two modelled runs: a = o, and the hop what is left (none: the CPU alone is more).
         let (_, groups) = fit(&suite, &runs[..3], cores);
         assert_eq!((groups[0].cpu_share, groups[0].hop_ms), (2.0, 0.0));
+        // Timely's progress messages cross the link too: 12,500 bytes a round more are 10 ms
+        // more of floor at 10 Mbit.
+        let mut chatty = run(&cells[0], ms(0));
+        chatty
+            .rows
+            .iter_mut()
+            .for_each(|r| r.wire_progress_bytes = 12_500);
+        let (fits, _) = fit(&suite, &[chatty], cores);
+        assert!((fits[0].floor_ms.unwrap() - 70.0).abs() < 1e-9, "{fits:?}");
         // One sharded run twice as slow falls out (least squares moves toward it: it pulls the
         // hop up, but not that far).
         runs[3] = run(&cells[3], 2.0 * round(2.0));
