@@ -4,26 +4,40 @@
 //! closed connection and believes any process index it reads).
 //!
 //! As in timely, process `i` connects to every process below it and accepts a connection from
-//! every process above it. The handshake on each connection (connector C, listener L):
+//! every process above it. Every process has an [`Identity`]: every field that must agree
+//! across the cluster (the number of processes and of threads, every field of the job with
+//! its overrides and seed, the size and digest of every input file). The handshake on each
+//! connection (connector C, listener L), in which the caller proves itself first:
 //!
-//! 1. C → L: a hello, `GRADFLOW` magic, protocol version, job id, C's index, L's index and a
-//!    fresh random nonce ([`HELLO_LEN`] bytes);
-//! 2. L → C: L's own hello and `HMAC(secret, "L" ‖ hello_C ‖ hello_L)`;
-//! 3. C checks L's hello and MAC, then sends `HMAC(secret, "C" ‖ hello_C ‖ hello_L)`;
-//! 4. L checks C's hello and MAC and sends one byte: accepted.
+//! 1. C → L: a hello, `GRADFLOW` magic, protocol version, C's index, L's index and a fresh
+//!    random nonce ([`HELLO_LEN`] bytes). It carries nothing about the job.
+//! 2. L checks magic, version and indices, then sends its own hello (its fresh nonce).
+//! 3. C → L: `HMAC(secret, "C" ‖ identity digest ‖ hello_C ‖ hello_L)` and
+//!    `HMAC(secret, "c" ‖ hello_C ‖ hello_L)`: its identity and the secret, proven apart.
+//! 4. L checks the first against its own identity. If it holds, L sends `ACCEPTED` and
+//!    `HMAC(secret, "L" ‖ identity digest ‖ …)`, which C checks: both run the same job with the
+//!    same secret. If only the second holds (the secret, but another identity), L sends
+//!    `DIFFERENT`, `HMAC(secret, "l" ‖ …)` and its identity's entries, C checks the MAC and
+//!    answers with its own entries, and both stop at once naming every field that differs.
+//!    If neither holds, L sends `REFUSED` and nothing else, and goes on waiting.
 //!
-//! The MAC is HMAC-SHA256 keyed with the cluster secret (`--cluster-secret` or
-//! `GRADFLOW_CLUSTER_SECRET`; `gradflow cluster` generates one). Both nonces enter both MACs,
-//! so a recorded handshake cannot be replayed, and the role byte keeps L's MAC from serving as
-//! C's. The job id is a digest of the job, so two processes of different jobs refuse each other
-//! with a message saying so. A listener refuses (and logs) whatever fails a check and goes on
-//! waiting for the real peer until the start-up timeout. Each handshake runs on its own thread
-//! and must finish by a deadline ([`HANDSHAKE_TIMEOUT`] for the whole exchange, not per read,
-//! so a client trickling a byte at a time cannot hold it open). At most [`MAX_PENDING`] run at
-//! once; a new connection beyond them evicts the oldest unfinished one, so clients that
-//! connect and stall can delay the real peer by a round trip, never crowd it out. (A flood of
-//! new connections faster than a handshake's round trip is not defended against here.) After
-//! start-up the listening sockets are closed.
+//! The secret is `--cluster-secret` or `GRADFLOW_CLUSTER_SECRET` (`gradflow cluster` generates
+//! one). Both nonces enter every MAC, so a recorded handshake cannot be replayed, and the role
+//! bytes keep one side's MAC from serving as the other's. Entries are sent in plain text only
+//! under a secret; without one, every value but the process and thread counts is sent as a
+//! digest salted with both nonces, so a mismatch names the field and this process's value, and
+//! a caller that does not know the job learns nothing but which fields it guessed wrong.
+//! Without a secret a caller must still present the job's full identity (every field and
+//! input digest) to be accepted, but anyone who can reach the port can make start-up fail.
+//!
+//! A listener refuses (and logs) whatever fails a check and goes on waiting for the real peer
+//! until the start-up timeout. Each handshake runs on its own thread and must finish by a
+//! deadline ([`HANDSHAKE_TIMEOUT`] for the whole exchange, not per read, so a client trickling
+//! a byte at a time cannot hold it open). At most [`MAX_PENDING`] run at once; a new
+//! connection beyond them evicts the oldest unfinished one, so clients that connect and stall
+//! can delay the real peer by a round trip, never crowd it out. (A flood of new connections
+//! faster than a handshake's round trip is not defended against here.) After start-up the
+//! listening sockets are closed.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -39,9 +53,9 @@ type HmacSha256 = hmac::Hmac<Sha256>;
 /// The first bytes of every gradflow handshake.
 pub const MAGIC: [u8; 8] = *b"GRADFLOW";
 /// The handshake's protocol version; processes of different versions refuse each other.
-pub const VERSION: u32 = 1;
-/// Bytes of a hello: magic, version, job id, from, to, nonce.
-pub const HELLO_LEN: usize = 8 + 4 + 16 + 4 + 4 + 16;
+pub const VERSION: u32 = 2;
+/// Bytes of a hello: magic, version, from, to, nonce.
+pub const HELLO_LEN: usize = 8 + 4 + 4 + 4 + 16;
 /// Bytes of a MAC (HMAC-SHA256).
 pub const TAG_LEN: usize = 32;
 /// Handshakes a listener runs at once; a further connection evicts the oldest.
@@ -52,6 +66,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const LOGGED_REFUSALS: usize = 10;
 /// How often a process that waits for others to connect says which.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// The most bytes of identity entries read from a peer.
+const MAX_ENTRIES_BYTES: u64 = 4 << 20;
+/// The most differences named in one error.
+const NAMED_DIFFERENCES: usize = 6;
 
 /// Says on standard error, every [`REPORT_EVERY`], which processes this one still waits for
 /// at start-up: a cluster that does not start shows what it stalls on before it times out.
@@ -90,31 +108,226 @@ impl Waiting {
 }
 /// The byte a listener sends when it accepts a peer.
 const ACCEPTED: u8 = 1;
+/// The byte a listener sends when the caller proved neither the identity nor the secret.
+const REFUSED: u8 = 2;
+/// The byte a listener sends when the caller proved the secret but runs another identity.
+const DIFFERENT: u8 = 3;
+
+/// One field of an identity.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    name: String,
+    value: String,
+    /// Sent in plain text even without a secret (the process and thread counts).
+    public: bool,
+}
+
+/// What must agree across a cluster's processes, field by field: a mismatch is named by its
+/// field and both values.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Identity {
+    entries: Vec<Entry>,
+}
+
+impl Identity {
+    /// Adds `name` = `value`, sent to a peer as a salted digest unless there is a secret.
+    pub fn field(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.entries.push(Entry {
+            name: name.into(),
+            value: value.into(),
+            public: false,
+        });
+        self.entries.sort();
+        self
+    }
+
+    /// Adds `name` = `value`, always sent in plain text (nothing secret: counts, versions).
+    pub fn public(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.entries.push(Entry {
+            name: name.into(),
+            value: value.into(),
+            public: true,
+        });
+        self.entries.sort();
+        self
+    }
+
+    /// SHA-256 over every entry, each length-prefixed.
+    fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for e in &self.entries {
+            for part in [e.name.as_bytes(), e.value.as_bytes()] {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part);
+            }
+        }
+        h.finalize().into()
+    }
+
+    /// The entries as sent to a peer: plain values under a secret (`plain`) or for public
+    /// entries, else the value's digest salted with both hellos.
+    fn encode(&self, plain: bool, salt: &[u8]) -> Vec<u8> {
+        let mut out = (self.entries.len() as u32).to_le_bytes().to_vec();
+        for e in &self.entries {
+            let value = match plain || e.public {
+                true => e.value.clone(),
+                false => salted(salt, &e.name, &e.value),
+            };
+            out.push(e.public as u8);
+            for part in [e.name.as_bytes(), value.as_bytes()] {
+                out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                out.extend_from_slice(part);
+            }
+        }
+        out
+    }
+
+    /// Reads a peer's entries (at most [`MAX_ENTRIES_BYTES`]).
+    fn decode<S: Read>(s: &mut S) -> Result<Identity, String> {
+        let mut s = s.take(MAX_ENTRIES_BYTES);
+        let mut word = [0u8; 4];
+        let mut next_u32 = |s: &mut std::io::Take<&mut S>| -> Result<u32, String> {
+            read_or(s, &mut word, "its description")?;
+            Ok(u32::from_le_bytes(word))
+        };
+        let count = next_u32(&mut s)?;
+        let mut entries = Vec::new();
+        for _ in 0..count {
+            let mut public = [0u8; 1];
+            read_or(&mut s, &mut public, "its description")?;
+            let mut parts = [String::new(), String::new()];
+            for part in &mut parts {
+                let n = next_u32(&mut s)? as u64;
+                let mut bytes = Vec::new();
+                (&mut s)
+                    .take(n)
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| e.to_string())?;
+                if bytes.len() as u64 != n {
+                    return Err("sent a description cut short (or over 4 MiB)".into());
+                }
+                *part = String::from_utf8_lossy(&bytes).into_owned();
+            }
+            let [name, value] = parts;
+            entries.push(Entry {
+                name,
+                value,
+                public: public[0] == 1,
+            });
+        }
+        Ok(Identity { entries })
+    }
+
+    /// How `theirs` (process `peer`'s entries as sent, plain or salted with `salt`) differs
+    /// from this identity: one line per field, at most [`NAMED_DIFFERENCES`].
+    fn differences(&self, theirs: &Identity, plain: bool, salt: &[u8], peer: usize) -> String {
+        use std::collections::BTreeMap;
+        let show = |v: &str| format!("`{}`", crate::data::clip(v));
+        let mine: BTreeMap<&str, &Entry> =
+            self.entries.iter().map(|e| (e.name.as_str(), e)).collect();
+        let other: BTreeMap<&str, &Entry> = theirs
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), e))
+            .collect();
+        let mut lines = Vec::new();
+        for name in mine
+            .keys()
+            .chain(other.keys().filter(|n| !mine.contains_key(*n)))
+        {
+            let line = match (mine.get(name), other.get(name)) {
+                (Some(m), None) => {
+                    format!("{name}: {} here, absent in process {peer}", show(&m.value))
+                }
+                (None, Some(o)) if plain || o.public => {
+                    format!("{name}: absent here, {} in process {peer}", show(&o.value))
+                }
+                (None, Some(_)) => format!("{name}: absent here, set in process {peer}"),
+                (Some(m), Some(o)) => {
+                    let same = match plain || m.public {
+                        true => m.value == o.value,
+                        false => salted(salt, name, &m.value) == o.value,
+                    };
+                    match (same, plain || m.public) {
+                        (true, _) => continue,
+                        (false, true) => format!(
+                            "{name}: {} here, {} in process {peer}",
+                            show(&m.value),
+                            show(&o.value)
+                        ),
+                        (false, false) => format!(
+                            "{name}: {} here, another value in process {peer} (its own \
+                             error shows it; a cluster secret shows both here)",
+                            show(&m.value)
+                        ),
+                    }
+                }
+                (None, None) => continue,
+            };
+            lines.push(line);
+        }
+        let more = lines.len().saturating_sub(NAMED_DIFFERENCES);
+        lines.truncate(NAMED_DIFFERENCES);
+        if more > 0 {
+            lines.push(format!("and {more} more"));
+        }
+        match lines.is_empty() {
+            true => "the same fields, yet another digest (another gradflow release?)".into(),
+            false => lines.join("; "),
+        }
+    }
+}
+
+/// `value` of field `name` as sent without a secret: its digest salted with both hellos.
+fn salted(salt: &[u8], name: &str, value: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(salt);
+    h.update((name.len() as u64).to_le_bytes());
+    h.update(name);
+    h.update(value);
+    hex(&h.finalize()[..12])
+}
 
 /// What a process proves and checks in every handshake.
 #[derive(Clone)]
 pub struct Credentials {
-    /// The job's id ([`job_id`]).
-    pub job: [u8; 16],
+    identity: Identity,
+    digest: [u8; 32],
     secret: Vec<u8>,
 }
 
 impl Credentials {
-    /// Credentials for job `job` with the cluster `secret` (`None`: the empty secret, so the
-    /// handshake still checks magic, version, job and index, but anyone who knows the job can
-    /// pass it).
-    pub fn new(job: [u8; 16], secret: Option<&str>) -> Self {
+    /// Credentials for a process of `identity` with the cluster `secret` (`None`: the empty
+    /// secret, so the handshake still checks the whole identity and the indices, but anyone
+    /// who knows the job and its data can pass it).
+    pub fn new(identity: Identity, secret: Option<&str>) -> Self {
         Credentials {
-            job,
+            digest: identity.digest(),
+            identity,
             secret: secret.unwrap_or("").as_bytes().to_vec(),
         }
     }
 
-    fn tag(&self, role: u8, client: &[u8; HELLO_LEN], server: &[u8; HELLO_LEN]) -> HmacSha256 {
+    /// Whether a secret is set (entries then travel in plain text).
+    fn plain(&self) -> bool {
+        !self.secret.is_empty()
+    }
+
+    /// The MAC of `role` over both hellos, with the identity digest when `identity`.
+    fn tag(
+        &self,
+        role: u8,
+        identity: bool,
+        client: &[u8; HELLO_LEN],
+        server: &[u8; HELLO_LEN],
+    ) -> HmacSha256 {
         let mut mac =
             HmacSha256::new_from_slice(&self.secret).expect("HMAC takes keys of any size");
         mac.update(b"gradflow-handshake");
         mac.update(&[role]);
+        if identity {
+            mac.update(&self.digest);
+        }
         mac.update(client);
         mac.update(server);
         mac
@@ -139,8 +352,6 @@ pub fn hex(bytes: &[u8]) -> String {
 pub struct Hello {
     /// Protocol version.
     pub version: u32,
-    /// Job id.
-    pub job: [u8; 16],
     /// The sender's process index.
     pub from: u32,
     /// The process index the sender believes it is talking to.
@@ -150,12 +361,12 @@ pub struct Hello {
 }
 
 impl Hello {
-    fn new(job: [u8; 16], from: usize, to: usize) -> Self {
+    /// A hello from process `from` to process `to` with a fresh nonce.
+    pub fn new(from: usize, to: usize) -> Self {
         let mut nonce = [0u8; 16];
         rand::fill(&mut nonce);
         Hello {
             version: VERSION,
-            job,
             from: from as u32,
             to: to as u32,
             nonce,
@@ -167,10 +378,9 @@ impl Hello {
         let mut b = [0u8; HELLO_LEN];
         b[..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&self.version.to_le_bytes());
-        b[12..28].copy_from_slice(&self.job);
-        b[28..32].copy_from_slice(&self.from.to_le_bytes());
-        b[32..36].copy_from_slice(&self.to.to_le_bytes());
-        b[36..].copy_from_slice(&self.nonce);
+        b[12..16].copy_from_slice(&self.from.to_le_bytes());
+        b[16..20].copy_from_slice(&self.to.to_le_bytes());
+        b[20..].copy_from_slice(&self.nonce);
         b
     }
 
@@ -188,10 +398,9 @@ impl Hello {
         }
         Ok(Hello {
             version,
-            job: b[12..28].try_into().expect("16 bytes"),
-            from: word(28),
-            to: word(32),
-            nonce: b[36..].try_into().expect("16 bytes"),
+            from: word(12),
+            to: word(16),
+            nonce: b[20..].try_into().expect("16 bytes"),
         })
     }
 }
@@ -242,6 +451,25 @@ impl Write for Deadline<'_> {
     }
 }
 
+/// Why a listener refused a connection.
+#[derive(Debug, PartialEq)]
+pub struct Refusal {
+    /// What failed.
+    pub why: String,
+    /// The caller proved the cluster secret but runs another identity: start-up fails at once
+    /// (a stranger without the secret is only logged).
+    pub mismatch: bool,
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Self {
+        Refusal {
+            why,
+            mismatch: false,
+        }
+    }
+}
+
 /// The listener's side of the handshake with one connection, as process `me` of `processes`:
 /// the index of the peer it authenticated, or why it was refused.
 pub fn answer<S: Read + Write>(
@@ -249,50 +477,74 @@ pub fn answer<S: Read + Write>(
     me: usize,
     processes: usize,
     cred: &Credentials,
-) -> Result<usize, String> {
+) -> Result<usize, Refusal> {
+    let failed = |e: std::io::Error| format!("failed during the handshake: {e}");
     let mut client = [0u8; HELLO_LEN];
     read_or(s, &mut client, "its hello")?;
     let hello = Hello::decode(&client)?;
-    let server = Hello::new(cred.job, me, hello.from as usize).encode();
-    let tag = cred.tag(b'L', &client, &server).finalize().into_bytes();
-    s.write_all(&server)
-        .and_then(|_| s.write_all(&tag))
-        .map_err(|e| format!("failed during the handshake: {e}"))?;
-    check_job(&hello, cred)?;
     let from = hello.from as usize;
-    if hello.to as usize != me || from <= me || from >= processes {
+    let server = Hello::new(me, from).encode();
+    s.write_all(&server).map_err(failed)?;
+    let mut proofs = [0u8; 2 * TAG_LEN];
+    read_or(s, &mut proofs, "its MAC")?;
+    let (identity, secret) = proofs.split_at(TAG_LEN);
+    let same_job = cred
+        .tag(b'C', true, &client, &server)
+        .verify_slice(identity);
+    if same_job.is_ok() && hello.to as usize == me && from > me && from < processes {
+        let tag = cred
+            .tag(b'L', true, &client, &server)
+            .finalize()
+            .into_bytes();
+        s.write_all(&[ACCEPTED])
+            .and_then(|()| s.write_all(&tag))
+            .map_err(failed)?;
+        return Ok(from);
+    }
+    if same_job.is_ok() {
+        let _ = s.write_all(&[REFUSED]);
         return Err(format!(
-            "claims to be process {} connecting to process {} (this is process {me} of {processes}, \
-             which accepts processes {}..{processes})",
+            "claims to be process {} connecting to process {} (this is process {me} of \
+             {processes}, which accepts processes {}..{processes})",
             hello.from,
             hello.to,
             me + 1
-        ));
+        )
+        .into());
     }
-    let mut theirs = [0u8; TAG_LEN];
-    read_or(s, &mut theirs, "its MAC").map_err(|e| {
-        format!("{e} (a process given another cluster secret stops here, refusing ours)")
-    })?;
-    cred.tag(b'C', &client, &server)
-        .verify_slice(&theirs)
-        .map_err(|_| {
-            format!("claims to be process {from} but failed authentication (a different cluster secret)")
-        })?;
-    s.write_all(&[ACCEPTED])
-        .map_err(|e| format!("failed during the handshake: {e}"))?;
-    Ok(from)
-}
-
-fn check_job(hello: &Hello, cred: &Credentials) -> Result<(), String> {
-    if hello.job != cred.job {
+    if cred
+        .tag(b'c', false, &client, &server)
+        .verify_slice(secret)
+        .is_err()
+    {
+        let _ = s.write_all(&[REFUSED]);
         return Err(format!(
-            "runs another job (id {}, this process's {}): every process needs the same job file \
-             and overrides",
-            hex(&hello.job),
-            hex(&cred.job)
-        ));
+            "claims to be process {from} but failed authentication (a different cluster secret)"
+        )
+        .into());
     }
-    Ok(())
+    // The caller knows the secret (or there is none) but not this identity: say how they
+    // differ, both ways, and fail.
+    let salt = [&client[..], &server[..]].concat();
+    let mut reply = vec![DIFFERENT];
+    reply.extend_from_slice(
+        &cred
+            .tag(b'l', false, &client, &server)
+            .finalize()
+            .into_bytes(),
+    );
+    reply.extend_from_slice(&cred.identity.encode(cred.plain(), &salt));
+    s.write_all(&reply).map_err(failed)?;
+    let why = match Identity::decode(s) {
+        Ok(theirs) => cred
+            .identity
+            .differences(&theirs, cred.plain(), &salt, from),
+        Err(e) => format!("it {e}"),
+    };
+    Err(Refusal {
+        why: format!("process {from} runs another job or cluster: {why}"),
+        mismatch: true,
+    })
 }
 
 /// How a connector's handshake failed.
@@ -311,35 +563,64 @@ pub fn greet<S: Read + Write>(
     peer: usize,
     cred: &Credentials,
 ) -> Result<(), Failure> {
-    let client = Hello::new(cred.job, me, peer).encode();
-    s.write_all(&client)
-        .map_err(|e| Failure::Retry(format!("failed during the handshake: {e}")))?;
-    let mut reply = [0u8; HELLO_LEN + TAG_LEN];
-    read_or(s, &mut reply, "its reply").map_err(Failure::Retry)?;
-    let server: [u8; HELLO_LEN] = reply[..HELLO_LEN].try_into().expect("hello bytes");
+    let failed = |e: std::io::Error| Failure::Retry(format!("failed during the handshake: {e}"));
+    let client = Hello::new(me, peer).encode();
+    s.write_all(&client).map_err(failed)?;
+    let mut server = [0u8; HELLO_LEN];
+    read_or(s, &mut server, "its hello").map_err(Failure::Retry)?;
     let hello = Hello::decode(&server).map_err(Failure::Fatal)?;
-    check_job(&hello, cred).map_err(Failure::Fatal)?;
     if hello.from as usize != peer || hello.to as usize != me {
         return Err(Failure::Fatal(format!(
             "answers as process {} (to process {}), not as process {peer}",
             hello.from, hello.to
         )));
     }
-    cred.tag(b'L', &client, &server)
-        .verify_slice(&reply[HELLO_LEN..])
-        .map_err(|_| Failure::Fatal("failed authentication (a different cluster secret)".into()))?;
-    let tag = cred.tag(b'C', &client, &server).finalize().into_bytes();
-    s.write_all(&tag)
-        .map_err(|e| Failure::Retry(format!("failed during the handshake: {e}")))?;
-    let mut accepted = [0u8; 1];
-    read_or(s, &mut accepted, "accepting us")
-        .map_err(|e| Failure::Fatal(format!("{e}: it refused this process (its log says why)")))?;
-    if accepted[0] != ACCEPTED {
-        return Err(Failure::Fatal(
+    let mut proofs = cred
+        .tag(b'C', true, &client, &server)
+        .finalize()
+        .into_bytes()
+        .to_vec();
+    proofs.extend_from_slice(
+        &cred
+            .tag(b'c', false, &client, &server)
+            .finalize()
+            .into_bytes(),
+    );
+    s.write_all(&proofs).map_err(failed)?;
+    let mut answer = [0u8; 1 + TAG_LEN];
+    read_or(s, &mut answer[..1], "its answer").map_err(Failure::Retry)?;
+    let forged = || Failure::Fatal("failed authentication (a different cluster secret)".into());
+    match answer[0] {
+        ACCEPTED => {
+            read_or(s, &mut answer[1..], "its MAC").map_err(Failure::Fatal)?;
+            cred.tag(b'L', true, &client, &server)
+                .verify_slice(&answer[1..])
+                .map_err(|_| forged())
+        }
+        REFUSED => Err(Failure::Fatal(
+            "refused this process: failed authentication (a different cluster secret), or a \
+             process index it does not accept (its log says which)"
+                .into(),
+        )),
+        DIFFERENT => {
+            read_or(s, &mut answer[1..], "its MAC").map_err(Failure::Fatal)?;
+            cred.tag(b'l', false, &client, &server)
+                .verify_slice(&answer[1..])
+                .map_err(|_| forged())?;
+            let theirs = Identity::decode(s).map_err(Failure::Fatal)?;
+            let salt = [&client[..], &server[..]].concat();
+            // Our side, so that it names the differences too.
+            let _ = s.write_all(&cred.identity.encode(cred.plain(), &salt));
+            Err(Failure::Fatal(format!(
+                "runs another job or cluster: {}",
+                cred.identity
+                    .differences(&theirs, cred.plain(), &salt, peer)
+            )))
+        }
+        _ => Err(Failure::Fatal(
             "sent an unknown answer to our handshake".into(),
-        ));
+        )),
     }
-    Ok(())
 }
 
 /// Connects process `me` to every other process of `addresses` (one `host:port` per process;
@@ -410,8 +691,17 @@ pub fn connect(
             }
             Ok(streams)
         }
-        Err((missing, detail)) => Err(timed_out(&missing, detail)),
+        Err(Unmet::TimedOut(missing, detail)) => Err(timed_out(&missing, detail)),
+        Err(Unmet::Mismatch(why)) => Err(why),
     }
+}
+
+/// Why the listener did not connect every process above it.
+enum Unmet {
+    /// The deadline passed: the processes still missing, and what was refused.
+    TimedOut(Vec<usize>, String),
+    /// A process with the secret runs another job or cluster: what differs.
+    Mismatch(String),
 }
 
 /// Connects to `peer` at `address` and authenticates, retrying until `deadline` while the
@@ -490,7 +780,7 @@ fn accept_peers(
     cred: &Credentials,
     deadline: Instant,
     mut waiting: Waiting,
-) -> Result<Accepted, (Vec<usize>, String)> {
+) -> Result<Accepted, Unmet> {
     let mut peers: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let missing = |peers: &[Option<TcpStream>]| -> Vec<usize> {
         (me + 1..n).filter(|&i| peers[i].is_none()).collect()
@@ -524,7 +814,7 @@ fn accept_peers(
                 0 => String::new(),
                 r => format!(" ({r} connection(s) refused; the last from {last_refusal})"),
             };
-            return Err((missing(&peers), detail));
+            return Err(Unmet::TimedOut(missing(&peers), detail));
         }
         for l in &listeners {
             loop {
@@ -551,7 +841,7 @@ fn accept_peers(
                             let result = stream
                                 .set_nonblocking(false)
                                 .and(stream.set_nodelay(true))
-                                .map_err(|e| e.to_string())
+                                .map_err(|e| Refusal::from(e.to_string()))
                                 .and_then(|_| {
                                     let s = &mut Deadline {
                                         stream: &mut stream,
@@ -602,8 +892,14 @@ fn accept_peers(
                 Ok((i, _)) => {
                     refuse(from, format!("process {i} is already connected"));
                 }
-                Err(why) => {
-                    refuse(from, why);
+                Err(r) if r.mismatch => {
+                    return Err(Unmet::Mismatch(format!(
+                        "{} (connected from {from})",
+                        r.why
+                    )));
+                }
+                Err(r) => {
+                    refuse(from, r.why);
                 }
             }
             if missing(&peers).is_empty() {
@@ -651,11 +947,23 @@ mod tests {
         }
     }
 
+    fn identity(epochs: &str, workers: &str) -> Identity {
+        Identity::default()
+            .public("-n (processes)", "3")
+            .public("-w (threads per process)", workers)
+            .field("train.epochs", epochs)
+            .field("train.seed", "5")
+    }
+
+    fn cred(epochs: &str, secret: Option<&str>) -> Credentials {
+        Credentials::new(identity(epochs, "1"), secret)
+    }
+
     /// Runs both sides over real loopback sockets.
     fn handshake(
         listener: (usize, &Credentials),
         connector: (usize, usize, &Credentials),
-    ) -> (Result<usize, String>, Result<(), Failure>) {
+    ) -> (Result<usize, Refusal>, Result<(), Failure>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (me, cred) = (listener.0, listener.1.clone());
@@ -671,21 +979,63 @@ mod tests {
         (side.join().unwrap(), greeted)
     }
 
+    fn fatal(r: Result<(), Failure>) -> String {
+        match r {
+            Err(Failure::Fatal(m)) => m,
+            other => panic!("not fatal: {other:?}"),
+        }
+    }
+
     #[test]
-    fn the_same_job_and_secret_pass_and_anything_else_is_refused_on_both_sides() {
-        let job = job_id("[train]\nepochs = 2\n");
-        let good = Credentials::new(job, Some("s3cret"));
+    fn the_same_identity_and_secret_pass_and_anything_else_is_refused_on_both_sides() {
+        let good = cred("2", Some("s3cret"));
         assert_eq!(handshake((0, &good), (2, 0, &good)), (Ok(2), Ok(())));
+        let open = cred("2", None);
+        assert_eq!(handshake((0, &open), (1, 0, &open)), (Ok(1), Ok(())));
 
-        let other_secret = Credentials::new(job, Some("guess"));
+        let other_secret = cred("2", Some("guess"));
         let (l, c) = handshake((0, &good), (1, 0, &other_secret));
-        assert!(l.unwrap_err().contains("another cluster secret"));
-        assert!(matches!(c, Err(Failure::Fatal(m)) if m.contains("failed authentication")));
+        let l = l.unwrap_err();
+        assert!(
+            !l.mismatch && l.why.contains("different cluster secret"),
+            "{l:?}"
+        );
+        assert!(fatal(c).contains("failed authentication"));
 
-        let other_job = Credentials::new(job_id("[train]\nepochs = 3\n"), Some("s3cret"));
+        // Another identity with the secret: both sides name the field and both values, and
+        // the listener's refusal is fatal (no waiting out the timeout).
+        let other_job = cred("3", Some("s3cret"));
         let (l, c) = handshake((0, &good), (1, 0, &other_job));
-        assert!(l.unwrap_err().contains("runs another job"));
-        assert!(matches!(c, Err(Failure::Fatal(m)) if m.contains("runs another job")));
+        let l = l.unwrap_err();
+        assert!(l.mismatch, "{l:?}");
+        assert!(
+            l.why.contains("train.epochs: `2` here, `3` in process 1"),
+            "{}",
+            l.why
+        );
+        let c = fatal(c);
+        assert!(
+            c.contains("train.epochs: `3` here, `2` in process 0"),
+            "{c}"
+        );
+        assert!(!c.contains("train.seed"), "only what differs: {c}");
+
+        // Without a secret the counts are named both ways, other values by this side only.
+        let (l, c) = handshake(
+            (0, &Credentials::new(identity("2", "1"), None)),
+            (1, 0, &Credentials::new(identity("3", "2"), None)),
+        );
+        let l = l.unwrap_err().why;
+        assert!(
+            l.contains("-w (threads per process): `1` here, `2` in process 1"),
+            "{l}"
+        );
+        assert!(
+            l.contains("train.epochs: `2` here, another value in process 1"),
+            "{l}"
+        );
+        assert!(!l.contains("`3`"), "a value sent without a secret: {l}");
+        assert!(fatal(c).contains("train.epochs: `3` here, another value"));
 
         // A process index the listener does not accept from (itself, below it, beyond the
         // cluster), or a connector that believes it talks to another process.
@@ -696,9 +1046,42 @@ mod tests {
         }
     }
 
+    /// A stranger without the secret learns nothing of the job before it proves itself: the
+    /// listener's hello carries no job id, and a wrong proof gets one byte, `REFUSED`.
+    /// Without a secret, a caller that does not know the job's full identity is refused too.
+    #[test]
+    fn a_caller_proves_itself_before_the_listener_reveals_anything() {
+        for secret in [Some("s3cret"), None] {
+            let cred = cred("2", secret);
+            let hello = Hello::new(1, 0).encode();
+            let mut input = hello.to_vec();
+            // A guess: the empty secret, an identity of its own.
+            let stranger = Credentials::new(Identity::default().field("job", "guess"), None);
+            let server_nonce_unknown = [0u8; HELLO_LEN];
+            input.extend_from_slice(
+                &stranger
+                    .tag(b'C', true, &hello, &server_nonce_unknown)
+                    .finalize()
+                    .into_bytes(),
+            );
+            input.extend_from_slice(&[0u8; TAG_LEN]);
+            let mut p = pipe(input);
+            let refused = answer(&mut p, 0, 2, &cred).unwrap_err();
+            assert!(!refused.mismatch, "{refused:?}");
+            assert_eq!(
+                p.output.len(),
+                HELLO_LEN + 1,
+                "{secret:?}: only a hello and one byte"
+            );
+            assert_eq!(p.output[HELLO_LEN], REFUSED);
+            let theirs = Hello::decode(p.output[..HELLO_LEN].try_into().unwrap()).unwrap();
+            assert_eq!((theirs.from, theirs.to), (0, 1));
+        }
+    }
+
     #[test]
     fn a_recorded_handshake_cannot_be_replayed() {
-        let cred = Credentials::new(job_id("job"), Some("s3cret"));
+        let cred = cred("2", Some("s3cret"));
         // Record a connector's messages in a successful handshake...
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -731,14 +1114,14 @@ mod tests {
         // ... and play them back to a listener: its fresh nonce makes the old MAC wrong.
         let mut replay = pipe(recorded);
         let refused = answer(&mut replay, 0, 2, &cred).unwrap_err();
-        assert!(refused.contains("failed authentication"), "{refused}");
+        assert!(refused.why.contains("failed authentication"), "{refused:?}");
     }
 
     #[test]
     fn malformed_hellos_are_refused_with_a_reason_and_never_panic() {
-        let cred = Credentials::new(job_id("job"), None);
-        let valid = Hello::new(cred.job, 1, 0).encode();
-        let refusal = |bytes: Vec<u8>| answer(&mut pipe(bytes), 0, 2, &cred).unwrap_err();
+        let cred = cred("2", None);
+        let valid = Hello::new(1, 0).encode();
+        let refusal = |bytes: Vec<u8>| answer(&mut pipe(bytes), 0, 2, &cred).unwrap_err().why;
         assert!(refusal(vec![]).contains("closed the connection before its hello"));
         assert!(refusal(valid[..20].to_vec()).contains("before its hello"));
         assert!(
@@ -748,22 +1131,20 @@ mod tests {
         let mut version = valid;
         version[8] = 9;
         assert!(refusal(version.to_vec()).contains("handshake version 9"));
-        // A valid hello without the MAC that must follow it.
+        // A valid hello without the MACs that must follow it.
         assert!(refusal(valid.to_vec()).contains("before its MAC"));
-        // Every single-byte corruption of a hello is caught by a check or by the MAC.
-        for at in 0..HELLO_LEN {
-            let mut bad = valid;
-            bad[at] ^= 0x40;
-            let mut input = bad.to_vec();
-            input.extend_from_slice(&[0u8; TAG_LEN]);
-            assert!(answer(&mut pipe(input), 0, 2, &cred).is_err(), "byte {at}");
-        }
+        // Descriptions that lie about their lengths are cut, never allocated.
+        let mut lying = 1u32.to_le_bytes().to_vec();
+        lying.push(0);
+        lying.extend_from_slice(&u32::MAX.to_le_bytes());
+        let e = Identity::decode(&mut Cursor::new(lying)).unwrap_err();
+        assert!(e.contains("cut short"), "{e}");
     }
 
     #[test]
     fn hellos_round_trip() {
-        let h = Hello::new(job_id("x"), 3, 1);
+        let h = Hello::new(3, 1);
         assert_eq!(Hello::decode(&h.encode()), Ok(h));
-        assert_ne!(Hello::new(h.job, 3, 1).nonce, h.nonce, "nonces are fresh");
+        assert_ne!(Hello::new(3, 1).nonce, h.nonce, "nonces are fresh");
     }
 }

@@ -19,7 +19,7 @@ use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{
     build_training, InitialWeights, ReplicaSlot, Supervisor, TrainHandle, TrainPlan, Training,
 };
-use crate::handshake::{self, Credentials};
+use crate::handshake::{self, Credentials, Identity};
 use crate::job::Job;
 use crate::metrics::{MetricsRow, RowOutput, Traffic, WireBytes, WireCounters};
 use crate::model::file::ModelFile;
@@ -304,13 +304,16 @@ pub fn run_program(
         _ => WireCounters::totals_only(),
     };
     // What a checkpoint records of the inputs, and a resumed run checks.
-    let inputs = match job.train.checkpoint.is_some() || cluster.resume.is_some() {
-        true => job
-            .input_files()
-            .map(|p| checkpoint::InputPrint::of(p))
-            .collect::<Result<Vec<_>, String>>()?,
-        false => Vec::new(),
-    };
+    // (A cluster's processes also compare them at start-up: same names, other content is
+    // refused by name.)
+    let inputs =
+        match job.train.checkpoint.is_some() || cluster.resume.is_some() || cluster.processes > 1 {
+            true => job
+                .input_files()
+                .map(|p| checkpoint::InputPrint::of(p))
+                .collect::<Result<Vec<_>, String>>()?,
+            false => Vec::new(),
+        };
     let (builders, resume) = start_communication(job, &wire, cluster, &inputs)?;
     let job_id = job.cluster_id();
     let job = Arc::new(job.clone());
@@ -336,7 +339,7 @@ pub fn run_program(
     }
     if let (Some((dir, round)), Some(c)) = (&resume, &checkpoints) {
         if cluster.process == 0 {
-            c.set_restored_metrics(dir, checkpoint::read_metrics(dir, *round)?);
+            c.set_restored_metrics(dir, checkpoint::read_metrics(dir, &job_id, *round)?);
         }
         eprintln!(
             "note: process {}: resuming from round {round} of {}",
@@ -735,6 +738,8 @@ fn check_outputs(job: &Job) -> Result<(), String> {
             |e: std::io::Error| format!("{field}: {}: cannot be written: {e}", path.display());
         crate::atomic::create_parent(path).map_err(cannot)?;
         drop(crate::atomic::AtomicFile::create(path).map_err(cannot)?);
+        let inputs = job.input_files().chain(&job.train.init_model);
+        crate::atomic::refuse_inputs(field, path, inputs.map(|p| p.as_path()))?;
     }
     if let Some(dir) = &out.gradients {
         std::fs::create_dir_all(dir)
@@ -759,14 +764,17 @@ fn start_communication(
 ) -> Result<(Builders, Resume), String> {
     let hooks = wire.hooks();
     let id = job.cluster_id();
+    let mut passed_over: Option<String> = None;
     let mine = match &cluster.resume {
         Some(dir) => {
             let (process, threads) = (cluster.process, cluster.workers);
+            let workers = threads * cluster.processes;
             let (rounds, notes) =
-                checkpoint::resumable_rounds(dir, id, process, threads, Some(inputs))?;
-            for note in notes {
+                checkpoint::resumable_rounds(dir, id, process, threads, workers, Some(inputs))?;
+            for note in &notes {
                 eprintln!("note: process {process}: {note}");
             }
+            passed_over = notes.last().cloned();
             Some(rounds)
         }
         None => None,
@@ -775,9 +783,13 @@ fn start_communication(
         match (&cluster.resume, round) {
             (Some(dir), Some(r)) => Ok(Some((dir.clone(), r))),
             (Some(dir), None) => Err(format!(
-                "--resume {}: no complete checkpoint of this job for process {}",
+                "--resume {}: no complete checkpoint of this job for process {}{}",
                 dir.display(),
-                cluster.process
+                cluster.process,
+                match &passed_over {
+                    Some(why) => format!(" (the last passed over: {why})"),
+                    None => String::new(),
+                }
             )),
             _ => Ok(None),
         }
@@ -794,7 +806,7 @@ fn start_communication(
             cluster.process
         );
     }
-    let credentials = Credentials::new(id, cluster.secret.as_deref());
+    let credentials = Credentials::new(identity(job, cluster, inputs), cluster.secret.as_deref());
     let addresses = cluster.addresses()?;
     let mut sockets = handshake::connect(
         &addresses,
@@ -817,6 +829,23 @@ fn start_communication(
             .map_err(|e| format!("cannot start timely's network threads: {e}"))?;
     let builders = builders.into_iter().map(AllocatorBuilder::Tcp).collect();
     Ok(((builders, Box::new(guard)), resume))
+}
+
+/// What this process must share with every other of the cluster: the counts, the release,
+/// every job field (overrides and seed included) and every input file's size and digest.
+fn identity(job: &Job, cluster: &ClusterSpec, inputs: &[checkpoint::InputPrint]) -> Identity {
+    let mut id = Identity::default()
+        .public("-n (processes)", cluster.processes.to_string())
+        .public("-w (threads per process)", cluster.workers.to_string())
+        .public("gradflow", env!("CARGO_PKG_VERSION"));
+    for (name, value) in job.cluster_fields() {
+        id = id.field(name, value);
+    }
+    for input in inputs {
+        let value = format!("{} bytes, xxh3 {}", input.bytes, input.xxh3);
+        id = id.field(format!("input {}", input.file), value);
+    }
+    id
 }
 
 #[cfg(test)]

@@ -288,6 +288,69 @@ fn a_bad_resume_is_an_error_naming_the_cause() {
     assert!(ok && e.contains("resuming from round 80"), "{e}");
 }
 
+/// Files of the latest checkpoint swapped with the round before's, taken from another run, or
+/// replaced by a FIFO: each is named in a note and the run resumes from the round before, with
+/// the uninterrupted run's model and every metrics row (a swapped `metrics.bin` once passed its
+/// checksum and lost 52 rows; a FIFO once hung the resume).
+#[test]
+fn swapped_foreign_or_fifo_checkpoint_files_fall_back_to_the_round_before() {
+    let short = short(JOB);
+    let (dir, _) = setup(&short);
+    finish(start(dir.path(), 1, &[]));
+    let model = std::fs::read(dir.path().join("model.txt")).unwrap();
+    let metrics = std::fs::read_to_string(dir.path().join("metrics.csv")).unwrap();
+    // Another run's checkpoint (another seed) to take files from.
+    let (other, _) = setup(&short.replace("seed = 11", "seed = 12"));
+    finish(start(other.path(), 1, &[]));
+    let ckpt = dir.path().join("ckpt");
+    let round = |r: u64, f: &str| ckpt.join(format!("round-{r:012}/{f}"));
+    let foreign = |f: &str| other.path().join(format!("ckpt/round-000000000080/{f}"));
+    let cases = [
+        ("worker-0001.bin", "holds round 60 of worker 1"),
+        ("metrics.bin", "holds the metrics of round 60"),
+        ("worker-0000.bin", "a checkpoint of another job"),
+        ("metrics.bin", "the metrics of another job"),
+        ("worker-0001.bin", "a pipe or FIFO"),
+    ];
+    for (i, (file, why)) in cases.iter().enumerate() {
+        let target = round(80, file);
+        std::fs::remove_file(&target).unwrap();
+        match i {
+            0 | 1 => std::fs::copy(round(60, file), &target).map(|_| ()).unwrap(),
+            2 | 3 => std::fs::copy(foreign(file), &target).map(|_| ()).unwrap(),
+            _ => assert!(Command::new("mkfifo")
+                .arg(&target)
+                .status()
+                .unwrap()
+                .success()),
+        }
+        let out = Command::new(BIN)
+            .current_dir(dir.path())
+            .args(["train", "job.toml", "-q", "-w", "2", "--resume", "ckpt"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{file}: {e}");
+        assert!(e.contains(file) && e.contains(why), "{file}: {e}");
+        assert!(
+            e.contains("round 80 is passed over") && e.contains("resuming from round 60"),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("model.txt")).unwrap(),
+            model,
+            "{file}"
+        );
+        let now = std::fs::read_to_string(dir.path().join("metrics.csv")).unwrap();
+        assert_eq!(
+            now.lines().count(),
+            metrics.lines().count(),
+            "{file}: metrics rows"
+        );
+    }
+}
+
 /// A kill between the two processes' markers leaves the latest checkpoint complete on one
 /// process only: they agree on the one before, and the resumed run must not try to mark a
 /// round it did not write (it once failed there on every retry, the older round pruned).

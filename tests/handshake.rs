@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::free_ports;
-use gradflow::handshake::{Hello, HELLO_LEN, TAG_LEN, VERSION};
-use gradflow::job::Job;
+use gradflow::handshake::{Hello, HELLO_LEN, TAG_LEN};
 use gradflow::runtime::SECRET_VARIABLE;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
@@ -108,17 +107,9 @@ fn text(out: &Output) -> (String, String) {
     )
 }
 
-/// A hello for this job as process `from` would send it to process `to`.
-fn hello(job: &Path, from: u32, to: u32) -> [u8; HELLO_LEN] {
-    let job = Job::load(job, &[]).unwrap();
-    Hello {
-        version: VERSION,
-        job: job.cluster_id(),
-        from,
-        to,
-        nonce: [7; 16],
-    }
-    .encode()
+/// A hello as process `from` would send it to process `to`.
+fn hello(from: usize, to: usize) -> [u8; HELLO_LEN] {
+    Hello::new(from, to).encode()
 }
 
 #[test]
@@ -136,19 +127,21 @@ fn stray_clients_are_refused_and_logged_and_the_job_goes_on() {
     let mut s = cluster.dial();
     s.write_all(&1u64.to_le_bytes()).unwrap();
     drop(s);
-    // 4. A hello as process 1 would send it, right job and indices, then a MAC made without
-    //    the secret. Process 0 answers with its hello and MAC, then refuses ours.
+    // 4. A hello as process 1 would send it, then MACs made without the secret. Process 0
+    //    answers with its hello (nothing of the job), then refuses ours with one byte.
     let mut s = cluster.dial();
-    s.write_all(&hello(&cluster.job, 1, 0)).unwrap();
-    let mut reply = [0u8; HELLO_LEN + TAG_LEN];
+    s.write_all(&hello(1, 0)).unwrap();
+    let mut reply = [0u8; HELLO_LEN];
     s.read_exact(&mut reply).unwrap();
-    let theirs = Hello::decode(reply[..HELLO_LEN].try_into().unwrap()).unwrap();
+    let theirs = Hello::decode(&reply).unwrap();
     assert_eq!((theirs.from, theirs.to), (0, 1));
-    s.write_all(&[0u8; TAG_LEN]).unwrap();
-    let mut accepted = [0u8; 1];
-    assert!(
-        s.read_exact(&mut accepted).is_err(),
-        "a client without the secret was accepted"
+    s.write_all(&[0u8; 2 * TAG_LEN]).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert_eq!(
+        rest,
+        [2],
+        "one byte, REFUSED: a client without the secret learns nothing"
     );
     // 5. A client that says nothing holds one handshake open, and does not block the peer.
     let silent = cluster.dial();
@@ -183,33 +176,16 @@ fn stray_clients_are_refused_and_logged_and_the_job_goes_on() {
 }
 
 #[test]
-fn processes_that_disagree_on_the_secret_or_the_job_fail_with_a_clear_error() {
-    type Case<'a> = (&'a str, Option<&'a str>, &'a [&'a str], &'a str);
-    let cases: [Case; 3] = [
-        (
-            "another secret",
-            Some("not the secret"),
-            &[],
-            "failed authentication (a different cluster secret)",
-        ),
-        (
-            "no secret",
-            None,
-            &[],
-            "failed authentication (a different cluster secret)",
-        ),
-        (
-            "another job",
-            Some("the secret"),
-            &["train.epochs=3"],
-            "runs another job",
-        ),
-    ];
-    for (case, secret1, overrides1, why) in cases {
+fn processes_that_disagree_on_the_secret_fail_with_a_clear_error() {
+    for (case, secret1) in [
+        ("another secret", Some("not the secret")),
+        ("no secret", None),
+    ] {
+        let why = "failed authentication (a different cluster secret)";
         let cluster = Cluster::new();
         let started = Instant::now();
         let p0 = cluster.spawn(0, Some("the secret"), 3, &[]);
-        let p1 = cluster.spawn(1, secret1, 3, overrides1);
+        let p1 = cluster.spawn(1, secret1, 3, &[]);
         let out1 = p1.wait_with_output().unwrap();
         let out0 = p0.wait_with_output().unwrap();
         let ((_, err0), (_, err1)) = (text(&out0), text(&out1));
@@ -220,7 +196,8 @@ fn processes_that_disagree_on_the_secret_or_the_job_fail_with_a_clear_error() {
             err1.contains("process 0 at 127.0.0.1:") && err1.contains(why),
             "{case}: {err1}"
         );
-        // Process 0 logs the refusal and then times out, naming who is missing and why.
+        // Process 0 logs the refusal (a stranger could send the same) and then times out,
+        // naming who is missing and why.
         assert!(
             err0.contains("process 0: refused a connection from"),
             "{case}: {err0}"
@@ -235,6 +212,147 @@ fn processes_that_disagree_on_the_secret_or_the_job_fail_with_a_clear_error() {
     }
 }
 
+/// Starts process `p` of `n` in `dir` (its own job.toml and data) with `hosts`, the secret
+/// `secret` and `-w workers`.
+fn spawn_in(
+    dir: &Path,
+    p: usize,
+    n: usize,
+    hosts: &str,
+    workers: &str,
+    secret: Option<&str>,
+) -> Child {
+    let mut c = Command::new(BIN);
+    c.current_dir(dir)
+        .args([
+            "train",
+            "job.toml",
+            "-w",
+            workers,
+            "--startup-timeout",
+            "30",
+        ])
+        .args(["-n", &n.to_string(), "-p", &p.to_string(), "--hosts", hosts]);
+    match secret {
+        Some(s) => c.env(SECRET_VARIABLE, s),
+        None => c.env_remove(SECRET_VARIABLE),
+    };
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Processes that differ in `-w`, `-n`, a job field, the seed or the content of an input
+/// (same name and size) are refused at start-up by both sides, at once (not after the
+/// start-up timeout), each naming the field or file: with a secret both values, without one
+/// the counts' both values and the others' own. (Different `-w` once failed with a relayed
+/// panic, different `-n` 10 s later with an unrelated message, a different job as two ids.)
+#[test]
+fn processes_that_differ_name_what_differs_at_once() {
+    let ports = free_ports(3);
+    let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let two = hosts[..2].join(",");
+    let three = hosts.join(",");
+    let data_job = "[data]\ntrain = \"d.svm\"\n[train]\nepochs = 1\nseed = 3\n";
+    let rows = "1 1:1\n-1 2:1\n1 3:1\n-1 4:1\n";
+    let swapped = "-1 2:1\n1 1:1\n1 3:1\n-1 4:1\n";
+    type Case<'a> = (
+        &'a str,
+        [&'a str; 2],
+        [&'a str; 2],
+        [&'a str; 2],
+        Option<&'a str>,
+        [&'a str; 2],
+    );
+    let cases: [Case; 5] = [
+        (
+            "-w",
+            ["1", "2"],
+            [JOB, JOB],
+            [rows, rows],
+            Some("s"),
+            [
+                "-w (threads per process): `1` here, `2` in process 1",
+                "-w (threads per process): `2` here, `1` in process 0",
+            ],
+        ),
+        (
+            "-n",
+            ["1", "1"],
+            [JOB, JOB],
+            [rows, rows],
+            None,
+            [
+                "-n (processes): `2` here, `3` in process 1",
+                "-n (processes): `3` here, `2` in process 0",
+            ],
+        ),
+        (
+            "epochs",
+            ["1", "1"],
+            [JOB, &JOB.replace("epochs = 2", "epochs = 3")],
+            [rows, rows],
+            Some("s"),
+            [
+                "train.epochs: `2` here, `3` in process 1",
+                "train.epochs: `3` here, `2` in process 0",
+            ],
+        ),
+        (
+            "seed",
+            ["1", "1"],
+            [JOB, &JOB.replace("seed = 3", "seed = 4")],
+            [rows, rows],
+            None,
+            [
+                "train.seed: `3` here, another value in process 1",
+                "train.seed: `4` here, another value in process 0",
+            ],
+        ),
+        (
+            "data",
+            ["1", "1"],
+            [data_job, data_job],
+            [rows, swapped],
+            Some("s"),
+            ["input ", "input "],
+        ),
+    ];
+    for (case, workers, jobs, data, secret, whys) in cases {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        for (d, (job, rows)) in dirs.iter().zip(jobs.iter().zip(data)) {
+            std::fs::write(d.path().join("job.toml"), job).unwrap();
+            std::fs::write(d.path().join("d.svm"), rows).unwrap();
+        }
+        let n1 = if case == "-n" { 3 } else { 2 };
+        let h1 = if case == "-n" { &three } else { &two };
+        let started = Instant::now();
+        let p0 = spawn_in(dirs[0].path(), 0, 2, &two, workers[0], secret);
+        let p1 = spawn_in(dirs[1].path(), 1, n1, h1, workers[1], secret);
+        let outs = [
+            p0.wait_with_output().unwrap(),
+            p1.wait_with_output().unwrap(),
+        ];
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{case}: waited out a timeout"
+        );
+        for (i, out) in outs.iter().enumerate() {
+            let (_, err) = text(out);
+            assert!(!out.status.success(), "{case}: process {i}: {err}");
+            assert!(
+                err.contains("runs another job or cluster") && err.contains(whys[i]),
+                "{case}: process {i}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{case}: {err}");
+            if case == "data" {
+                assert!(err.contains("input d.svm: `26 bytes, xxh3 "), "{err}");
+            }
+        }
+    }
+}
+
 /// Clients that connect and send a byte every second hold no handshake open for long: each
 /// handshake has one deadline, and a new connection evicts the oldest unfinished one. Before,
 /// 32 such clients held every slot (the limit was per read) and the real peer was refused
@@ -246,7 +364,8 @@ fn slow_trickle_clients_do_not_crowd_out_the_real_peer() {
     use std::sync::Arc;
     let ports = free_ports(2);
     let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let cred = Credentials::new(gradflow::handshake::job_id("job"), Some("secret"));
+    let identity = gradflow::handshake::Identity::default().field("job", "job");
+    let cred = Credentials::new(identity, Some("secret"));
     let timeout = Duration::from_secs(30);
     let (a, c) = (addresses.clone(), cred.clone());
     let p0 = std::thread::spawn(move || connect(&a, 0, &c, timeout).map(|_| ()));

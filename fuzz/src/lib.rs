@@ -302,8 +302,6 @@ pub fn cache_file(data: &[u8]) {
     });
 }
 
-/// The job id and secret of the handshake target's processes (the seeds use the same id).
-pub const HANDSHAKE_JOB: [u8; 16] = [9; 16];
 
 /// What a peer sends in a cluster handshake: the first byte picks the side that reads the
 /// rest (even: process 0 listening for process 1; odd: process 1 greeting process 0). The
@@ -313,7 +311,8 @@ pub fn handshake(data: &[u8]) {
     let Some((&side, rest)) = data.split_first() else {
         return;
     };
-    let cred = Credentials::new(HANDSHAKE_JOB, Some("fuzz secret"));
+    let identity = gradflow::handshake::Identity::default().field("job", "fuzz");
+    let cred = Credentials::new(identity, Some("fuzz secret"));
     let mut peer = Peer {
         input: rest,
         output: Vec::new(),

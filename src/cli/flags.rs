@@ -370,7 +370,22 @@ fn named_value(
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
     let name = name.trim();
     let is_memory = flag == "--memory";
-    if name == "auto" || (is_memory && params.is_empty()) {
+    if name == "auto" {
+        if flag == "--downlink" || is_memory {
+            return Err(format!(
+                "{flag}: auto is not a choice here: auto chooses --exchange and --compressor \
+                 (with their memory and downlink); name one"
+            ));
+        }
+        if !params.trim().is_empty() {
+            return Err(format!(
+                "{flag}: auto takes no parameters (it tries each codec at its defaults); name \
+                 a codec to set them"
+            ));
+        }
+        return Ok(toml_text(name));
+    }
+    if is_memory && params.is_empty() {
         return Ok(toml_text(name));
     }
     let params: Vec<String> = params.split(',').map(|p| p.trim().to_string()).collect();

@@ -163,17 +163,42 @@ struct TrainArgs {
     overrides: Overrides,
 }
 
+/// The most worker threads a process runs: timely's workers spin while they wait, so many more
+/// threads than cores are many times slower, never faster.
+const MAX_THREADS: u64 = 256;
+/// The most processes in a cluster (each connects to every other).
+const MAX_PROCESSES: u64 = 4096;
+/// The longest timeout, in seconds: a week.
+const MAX_TIMEOUT_S: u64 = 7 * 24 * 3600;
+
+/// A whole number from `LO` to `HI`, checked where the flag is parsed.
+fn count<const LO: u64, const HI: u64>(s: &str) -> Result<usize, String> {
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{}` is not a whole number", crate::data::clip(s)))?;
+    match (LO..=HI).contains(&n) {
+        true => Ok(n as usize),
+        false => Err(format!("{n} is out of range: {LO} to {HI}")),
+    }
+}
+
+/// A timeout in seconds, from 1 to [`MAX_TIMEOUT_S`].
+fn seconds(s: &str) -> Result<u64, String> {
+    count::<1, MAX_TIMEOUT_S>(s).map(|n| n as u64)
+}
+
 /// Where a process sits in a cluster (`train`, `data prepare`).
 #[derive(Args, Debug)]
 struct ProcessArgs {
-    /// Worker threads per process.
-    #[arg(short = 'w', long = "workers", default_value_t = 1)]
+    /// Worker threads per process (1 to 256).
+    #[arg(short = 'w', long = "workers", default_value_t = 1, value_parser = count::<1, MAX_THREADS>)]
     workers: usize,
-    /// Number of processes in the cluster.
-    #[arg(short = 'n', long, default_value_t = 1)]
+    /// Number of processes in the cluster (1 to 4096).
+    #[arg(short = 'n', long, default_value_t = 1, value_parser = count::<1, MAX_PROCESSES>)]
     processes: usize,
     /// This process's index in the cluster.
-    #[arg(short = 'p', long, default_value_t = 0)]
+    #[arg(short = 'p', long, default_value_t = 0, value_parser = count::<0, MAX_PROCESSES>)]
     process: usize,
     /// File with one host:port per line, one line per process (default: localhost:2101+i).
     #[arg(long, conflicts_with = "hosts")]
@@ -181,12 +206,12 @@ struct ProcessArgs {
     /// The processes' host:port addresses, comma-separated, instead of a hostfile.
     #[arg(long, value_delimiter = ',')]
     hosts: Vec<String>,
-    /// Seconds to wait for every process to connect.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds to wait for every process to connect (1 to 604800, a week).
+    #[arg(long, default_value_t = 60, value_parser = seconds)]
     startup_timeout: u64,
     /// Seconds another process may make no progress (send no heartbeat) before this one stops
-    /// with an error naming it.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    /// with an error naming it (1 to 604800).
+    #[arg(long, default_value_t = 60, value_parser = seconds)]
     peer_timeout: u64,
     /// The secret every process proves it knows when the processes connect (HMAC-SHA256
     /// handshake); a stray or wrong client is refused. Prefer the environment variable: a
@@ -217,17 +242,17 @@ impl ProcessArgs {
 struct ClusterArgs {
     /// The job file (TOML); without one, the flags set the job's fields (as for `train`).
     job: Option<PathBuf>,
-    /// Number of local processes.
-    #[arg(short = 'n', long)]
+    /// Number of local processes (1 to 4096).
+    #[arg(short = 'n', long, value_parser = count::<1, MAX_PROCESSES>)]
     processes: usize,
-    /// Worker threads per process.
-    #[arg(short = 'w', long = "workers", default_value_t = 1)]
+    /// Worker threads per process (1 to 256).
+    #[arg(short = 'w', long = "workers", default_value_t = 1, value_parser = count::<1, MAX_THREADS>)]
     workers: usize,
-    /// Seconds to wait for every process to connect.
-    #[arg(long, default_value_t = 60)]
+    /// Seconds to wait for every process to connect (1 to 604800, a week).
+    #[arg(long, default_value_t = 60, value_parser = seconds)]
     startup_timeout: u64,
-    /// Seconds a process may make no progress before the others stop naming it.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Seconds a process may make no progress before the others stop naming it (1 to 604800).
+    #[arg(long, default_value_t = 60, value_parser = seconds)]
     peer_timeout: u64,
     /// No per-epoch output from the processes.
     #[arg(short, long)]
@@ -370,6 +395,13 @@ impl GradientSource {
         match (&self.input, &self.synth) {
             (Some(path), None) => {
                 let dim = self.dim.ok_or("--input needs --dim")?;
+                if dim > crate::data::MAX_DIM {
+                    return Err(format!(
+                        "--dim {dim} is over {}, the largest model dimension gradflow trains \
+                         by default",
+                        crate::data::MAX_DIM
+                    ));
+                }
                 Ok((read_gradient(path, dim)?, dim))
             }
             (None, Some(spec)) => {
@@ -387,6 +419,13 @@ impl GradientSource {
                 let d = num(1, "d")? as usize;
                 if dim == 0 || d == 0 || d > dim as usize {
                     return Err(format!("--synth: need 0 < d <= D, got D = {dim}, d = {d}"));
+                }
+                let most = crate::data::MAX_DIM;
+                if dim > most {
+                    return Err(format!(
+                        "--synth: D = {dim} is over {most}, the largest model dimension \
+                         gradflow trains by default (a codec's buffers may be dense in D)"
+                    ));
                 }
                 let seed = if parts.len() == 3 { num(2, "seed")? } else { 1 };
                 Ok((synth_gradient(dim, d, 0.01, seed), dim))
@@ -583,18 +622,40 @@ fn printer(quiet: bool) -> ObserverFactory {
     })
 }
 
-/// After a failure: where the last complete checkpoint is and how to continue from it.
-fn resume_hint(job: &Job, a: &TrainArgs, process: usize) -> Option<String> {
+/// The latest round process `process` could resume from in the job's checkpoint directory.
+fn last_checkpoint(job: &Job, a: &TrainArgs, process: usize) -> Option<u64> {
     let dir = &job.train.checkpoint.as_ref()?.dir;
-    let threads = a.place.spec().workers;
+    let spec = a.place.spec();
     let rounds = crate::dataflow::checkpoint::resumable_rounds(
         dir,
         job.cluster_id(),
         process,
-        threads,
+        spec.workers,
+        spec.workers * spec.processes,
         None,
     );
-    let last = rounds.ok()?.0.last().copied()?;
+    rounds.ok()?.0.last().copied()
+}
+
+/// After a failure: where the last complete checkpoint is and how to continue from it. A run
+/// that resumed from that same checkpoint (`started_from`) and wrote no newer one is not told
+/// to run the command that just failed.
+fn resume_hint(
+    job: &Job,
+    a: &TrainArgs,
+    process: usize,
+    started_from: Option<u64>,
+) -> Option<String> {
+    let dir = &job.train.checkpoint.as_ref()?.dir;
+    let last = last_checkpoint(job, a, process)?;
+    if a.resume.is_some() && started_from == Some(last) {
+        return Some(format!(
+            "note: process {process}: this run resumed from round {last} in {} and wrote no \
+             newer checkpoint; resuming again fails the same way until the error above is \
+             mended",
+            dir.display()
+        ));
+    }
     Some(format!(
         "note: process {process}: the last complete checkpoint is round {last} in {}; continue \
          with `gradflow train {}--resume {}` (the same job, flags, processes and threads)",
@@ -628,6 +689,10 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
     };
     let supervisor = Supervisor::new();
     supervisor.install_panic_hook();
+    let started_from = a
+        .resume
+        .as_ref()
+        .and_then(|_| last_checkpoint(&job, &a, spec.process));
     let quiet = a.quiet || spec.process != 0;
     if !quiet {
         println!("exchange: {}", job.describe_exchange());
@@ -637,7 +702,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
         Err(e) => {
             // A process of a broken cluster may have threads stuck on dead peers: exit now.
             eprintln!("error: process {}: {e}", spec.process);
-            if let Some(hint) = resume_hint(&job, &a, spec.process) {
+            if let Some(hint) = resume_hint(&job, &a, spec.process, started_from) {
                 eprintln!("{hint}");
             }
             let code = match supervisor.lost_peer() {
@@ -763,6 +828,7 @@ fn data_synth(a: SynthArgs) -> Result<(), String> {
             .replace("dim", "--dim")
             .replace("rows", "--rows")
     })?;
+    crate::atomic::target(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let data = section.generate();
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

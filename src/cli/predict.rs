@@ -42,6 +42,19 @@ pub(super) struct PredictArgs {
     max_dim: u32,
 }
 
+/// Before scoring a row: `-o` can be written (a regular or new file, its directory created)
+/// and is none of the inputs, so a bad output path fails at once, not after the last row.
+fn check_output(a: &PredictArgs) -> Result<(), String> {
+    let Some(out) = a.out.as_deref().filter(|o| o.as_os_str() != "-") else {
+        return Ok(());
+    };
+    let io = |e: std::io::Error| format!("-o {}: {e}", out.display());
+    crate::atomic::target(out).map_err(io)?;
+    let inputs = [Some(&a.model), Some(&a.data), a.labels.as_ref()];
+    crate::atomic::refuse_inputs("-o", out, inputs.into_iter().flatten().map(|p| p.as_path()))?;
+    crate::atomic::create_parent(out).map_err(io)
+}
+
 /// How `predict` writes predictions.
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
 enum PredictFormat {
@@ -56,6 +69,7 @@ enum PredictFormat {
 }
 
 pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
+    check_output(&a)?;
     let (model, note) = ModelFile::load_noted(&a.model, a.max_dim)?;
     if let Some(note) = note {
         eprintln!("note: {note}");
@@ -80,6 +94,8 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
     let (mut data, ids, labelled, ignored) = match &model.features {
         Some(text) => {
             let map: crate::data::table::FeatureMap = toml::from_str(text)
+                .map_err(|e| format!("{}: feature map: {e}", a.model.display()))?;
+            map.check()
                 .map_err(|e| format!("{}: feature map: {e}", a.model.display()))?;
             if map.dim != data_dim {
                 return Err(format!(
@@ -198,6 +214,7 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
     match a.out.as_deref().filter(|o| o.as_os_str() != "-") {
         Some(out) => {
             let io = |e: std::io::Error| format!("{}: {e}", out.display());
+            crate::atomic::create_parent(out).map_err(io)?;
             let mut file = crate::atomic::AtomicFile::create(out).map_err(io)?;
             write(&mut file).map_err(io)?;
             file.commit().map_err(io)?;

@@ -30,15 +30,14 @@ pub fn read_gradient(path: &Path, dim: u32) -> Result<SparseGrad, String> {
         )));
     }
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-    let expected = 8u64.checked_add(
-        n.checked_mul(8)
-            .ok_or_else(|| err(format!("count {n} too large")))?,
-    );
+    let expected = n.checked_mul(8).and_then(|b| b.checked_add(8));
     if expected != Some(bytes.len() as u64) {
         return Err(err(format!(
-            "count {n} needs {} bytes, file has {}",
-            8 + 8 * n as u128,
-            bytes.len()
+            "not a gradient file (a u64 count of pairs, then their keys and values, as \
+             --dump-gradients writes): {} bytes hold {} pairs, but its first 8 bytes read as \
+             a count of {n}",
+            bytes.len(),
+            (bytes.len() - 8) / 8
         )));
     }
     let n = n as usize;

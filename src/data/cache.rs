@@ -11,14 +11,16 @@
 //! train, then test:  dim u32  rows u64  nnz u64  zeros up to a multiple of 8 bytes
 //!                    row_ptr [u64; rows + 1]  indices [u32; nnz]  values [f32; nnz]
 //!                    labels [f32; rows]
+//! xxh3-64 of every byte before it (u64)
 //! ```
 //!
 //! The key is the caller's fingerprint of everything the rows depend on (the job's data
 //! section, the input files' sizes and times, the worker's place); a file with another key is
 //! stale. A cache file is input like any other: every count is checked against the bytes left
 //! before anything is allocated, and every row against the dimension (keys ascending and
-//! below it, values and labels finite), so a damaged file is an error naming it and the byte,
-//! never a panic or a model trained on garbage.
+//! below it, values and labels finite), and the whole file against its checksum, so a damaged
+//! file (a flipped bit in a value included) is an error naming it, never a panic or a model
+//! trained on garbage; the run then loads its inputs again and rewrites the cache.
 //!
 //! A file is read in place: it is memory-mapped and the arrays are aligned in it, so the
 //! datasets' [`Column`]s are the page cache's pages and loading copies nothing. The check
@@ -44,7 +46,7 @@ use super::column::Word;
 use super::{Column, Dataset};
 use crate::le::{get_le, put_le};
 
-const MAGIC: &[u8; 8] = b"GFCACHE2";
+const MAGIC: &[u8; 8] = b"GFCACHE3";
 
 /// Arrays move through a buffer of this many bytes (a multiple of every word size).
 const CHUNK: usize = 1 << 20;
@@ -107,6 +109,7 @@ pub fn write(path: &Path, key: u64, rows: &CachedRows) -> std::io::Result<u64> {
         file: File::create(&tmp)?,
         buf: Vec::with_capacity(CHUNK + 64),
         written: 0,
+        hash: xxhash_rust::xxh3::Xxh3::new(),
     };
     out.put(MAGIC)?;
     out.put(&key.to_le_bytes())?;
@@ -135,7 +138,9 @@ pub fn write(path: &Path, key: u64, rows: &CachedRows) -> std::io::Result<u64> {
         out.words(&d.labels, f32::to_le_bytes)?;
     }
     out.flush()?;
-    let written = out.written;
+    let digest = out.hash.digest();
+    out.file.write_all(&digest.to_le_bytes())?;
+    let written = out.written + 8;
     drop(out);
     std::fs::rename(&tmp, path).inspect_err(|_| {
         std::fs::remove_file(&tmp).ok();
@@ -166,12 +171,25 @@ pub fn read(path: &Path, key: u64) -> Result<CachedRows, Miss> {
     // SAFETY: the map is only read, and cache files are replaced by renaming, never written
     // in place (the module docs say what another program writing into one can do).
     let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(damaged)?);
-    let mut r = Reader { map, path, at: 0 };
+    let end = map.len().saturating_sub(8);
+    let mut r = Reader {
+        map,
+        path,
+        at: 0,
+        end,
+    };
     if r.bytes(8).map_err(Miss::Damaged)? != MAGIC {
         return Err(Miss::Damaged(r.error(0, "not a gradflow cache file")));
     }
     if r.u64().map_err(Miss::Damaged)? != key {
         return Err(Miss::Stale);
+    }
+    let stored = u64::from_le_bytes(r.map[end..].try_into().expect("8 bytes"));
+    if xxhash_rust::xxh3::xxh3_64(&r.map[..end]) != stored {
+        return Err(Miss::Damaged(r.error(
+            end,
+            "the checksum does not match the content (the file was changed or damaged)",
+        )));
     }
     read_body(&mut r).map_err(Miss::Damaged)
 }
@@ -191,7 +209,7 @@ fn read_body(r: &mut Reader) -> Result<CachedRows, String> {
     }
     let train = r.dataset(dim)?;
     let test = r.dataset(dim)?;
-    if r.at != r.map.len() {
+    if r.at != r.end {
         return Err(r.error(r.at, "trailing bytes"));
     }
     Ok(CachedRows {
@@ -237,6 +255,8 @@ struct Writer {
     file: File,
     buf: Vec<u8>,
     written: u64,
+    /// The checksum of every byte written so far.
+    hash: xxhash_rust::xxh3::Xxh3,
 }
 
 impl Writer {
@@ -271,6 +291,7 @@ impl Writer {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.file.write_all(&self.buf)?;
+        self.hash.update(&self.buf);
         self.written += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
@@ -282,6 +303,8 @@ struct Reader<'a> {
     path: &'a Path,
     /// Bytes read so far.
     at: usize,
+    /// Where the content ends and its checksum starts.
+    end: usize,
 }
 
 impl Reader<'_> {
@@ -292,7 +315,7 @@ impl Reader<'_> {
     /// The next `n` bytes, if they are there.
     fn take(&mut self, n: Option<usize>, what: &str) -> Result<std::ops::Range<usize>, String> {
         match n {
-            Some(n) if n <= self.map.len() - self.at => {
+            Some(n) if n <= self.end - self.at => {
                 self.at += n;
                 Ok(self.at - n..self.at)
             }
@@ -480,6 +503,10 @@ mod tests {
         // set's dim, rows and nonzeros (20): 82, then zeros up to 88.
         assert_eq!(&bytes[82..88], &[0; 6]);
         bytes[85] = 1;
+        // (the checksum made right again, to reach the padding's own check)
+        let end = bytes.len() - 8;
+        let sum = xxhash_rust::xxh3::xxh3_64(&bytes[..end]);
+        bytes[end..].copy_from_slice(&sum.to_le_bytes());
         std::fs::write(&p, &bytes).unwrap();
         assert!(
             matches!(read(&p, 1), Err(Miss::Damaged(e)) if e.contains("byte 82: padding")),
@@ -521,10 +548,26 @@ mod tests {
         assert!(matches!(read(&p, 5), Err(Miss::Damaged(e)) if e.contains("not finite")));
     }
 
+    /// Every single flipped bit after the key (in a value, a label, an offset, the checksum)
+    /// is refused: a damaged cache is never trained on.
+    #[test]
+    fn every_single_bit_flip_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c");
+        write(&p, 7, &sample(false)).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        for bit in 16 * 8..bytes.len() * 8 {
+            let mut flipped = bytes.clone();
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&p, &flipped).unwrap();
+            assert!(matches!(read(&p, 7), Err(Miss::Damaged(_))), "bit {bit}");
+        }
+    }
+
     proptest! {
-        /// Any truncation is an error, and any flipped bit after the key an error or rows that
-        /// hold together (a flipped value or offset can give other valid rows): never a
-        /// panic, never a huge allocation (the counts are checked against the bytes left).
+        /// Any truncation and any flipped bit after the key is an error (the checksum catches
+        /// a flipped value or offset that would give other valid rows): never a panic, never
+        /// a huge allocation (the counts are checked against the bytes left).
         #[test]
         fn damage_is_an_error_not_a_panic(cut in 0usize..400, flip in 16usize..400, bit in 0u8..8) {
             let dir = tempfile::tempdir().unwrap();
@@ -537,14 +580,7 @@ mod tests {
             let mut flipped = bytes.clone();
             flipped[16 + flip % (bytes.len() - 16)] ^= 1 << bit;
             std::fs::write(&p, &flipped).unwrap();
-            if let Ok(rows) = read(&p, 7) {
-                for d in [&rows.train, &rows.test] {
-                    prop_assert_eq!(d.row_ptr.len(), d.rows() + 1);
-                    prop_assert_eq!(d.row_ptr[d.rows()], d.nnz());
-                    prop_assert_eq!(d.values.len(), d.nnz());
-                    prop_assert!(d.indices.iter().all(|&k| k < rows.dim));
-                }
-            }
+            prop_assert!(matches!(read(&p, 7), Err(Miss::Damaged(_))));
         }
     }
 }

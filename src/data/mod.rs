@@ -27,11 +27,32 @@ pub const MAX_DIM: u32 = 1 << 27;
 pub const QUOTED_CHARS: usize = 80;
 
 /// `text` as an error message quotes it: whole when short, else its first
-/// [`QUOTED_CHARS`] characters and `… (N bytes)`.
+/// [`QUOTED_CHARS`] characters and `… (N bytes)`; control characters escaped (`\u{1b}`), so
+/// that input never drives the terminal (a title set, a screen cleared).
 pub fn clip(text: &str) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(QUOTED_CHARS) {
-        None => text.into(),
-        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()).into(),
+    clip_to(text, QUOTED_CHARS)
+}
+
+/// [`clip`] to `chars` characters.
+pub fn clip_to(text: &str, chars: usize) -> std::borrow::Cow<'_, str> {
+    let (shown, cut) = match text.char_indices().nth(chars) {
+        None => (text, false),
+        Some((end, _)) => (&text[..end], true),
+    };
+    let shown: std::borrow::Cow<'_, str> = match shown.contains(char::is_control) {
+        false => shown.into(),
+        true => shown
+            .chars()
+            .map(|c| match c.is_control() {
+                true => c.escape_unicode().to_string(),
+                false => c.to_string(),
+            })
+            .collect::<String>()
+            .into(),
+    };
+    match cut {
+        false => shown,
+        true => format!("{shown}… ({} bytes)", text.len()).into(),
     }
 }
 
@@ -47,7 +68,7 @@ pub fn clip_bytes(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     }
     let head = String::from_utf8_lossy(&bytes[..limit]);
     let head: String = head.chars().take(QUOTED_CHARS).collect();
-    format!("{head}… ({} bytes)", bytes.len()).into()
+    format!("{}… ({} bytes)", clip(&head), bytes.len()).into()
 }
 
 /// Whether `label` names one of the classes `0..classes` (a multiclass model's labels).
@@ -188,6 +209,10 @@ mod tests {
         let wide = "é".repeat(100);
         assert!(clip(&wide).starts_with(&"é".repeat(QUOTED_CHARS)));
         assert!(clip_bytes(wide.as_bytes()).ends_with("… (200 bytes)"));
+        // Control characters never reach the terminal raw.
+        let title = "\u{1b}]0;owned\u{7}\u{1b}[2J";
+        assert_eq!(clip(title), "\\u{1b}]0;owned\\u{7}\\u{1b}[2J");
+        assert!(!clip_bytes(format!("{title}{long}").as_bytes()).contains('\u{1b}'));
     }
 
     #[test]

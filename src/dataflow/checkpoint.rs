@@ -255,8 +255,14 @@ fn unseal<'a>(bytes: &'a [u8], path: &Path) -> Result<&'a [u8], String> {
     Ok(&body[MAGIC.len()..])
 }
 
+/// The bytes of checkpoint file `path`: a regular file only (a FIFO in a file's place would
+/// block a plain read forever).
 fn read(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+    let mut bytes = Vec::new();
+    crate::data::source::open_input(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(bytes)
 }
 
 impl Checkpoints {
@@ -344,7 +350,9 @@ impl Checkpoints {
     pub fn save_metrics(&self, round: u64, state: &[u8]) -> Result<(), String> {
         let dir = round_dir(self.dir(), round);
         std::fs::create_dir_all(&dir).map_err(|e| format!("checkpoint: {}: {e}", dir.display()))?;
-        write_atomic(&dir.join("metrics.bin"), &seal(state))?;
+        let mut body = metrics_header(&self.0.job, round);
+        body.extend_from_slice(state);
+        write_atomic(&dir.join("metrics.bin"), &seal(&body))?;
         let mut p = self.progress();
         p.metrics.insert(round);
         self.complete(&mut p)
@@ -682,15 +690,17 @@ pub fn complete_rounds(dir: &Path, job: [u8; 16], process: usize) -> Result<Vec<
     Ok(rounds)
 }
 
-/// Where process `process` (of `threads` workers) can resume from in `dir`: its complete
-/// rounds whose own files are intact (checked by their checksums), increasing, and a note for
-/// each round passed over. With `inputs`, a round recorded on other inputs is an error naming
+/// Where process `process` (of `threads` workers, in a run of `workers`) can resume from in
+/// `dir`: its complete rounds whose own files are intact (checksums, and the job, round,
+/// worker and worker count each file records), increasing, and a note for each round passed
+/// over (a damaged, swapped or foreign file, a FIFO in a file's place). With `inputs`, a round recorded on other inputs is an error naming
 /// the file that changed.
 pub fn resumable_rounds(
     dir: &Path,
     job: [u8; 16],
     process: usize,
     threads: usize,
+    workers: usize,
     inputs: Option<&[InputPrint]>,
 ) -> Result<(Vec<u64>, Vec<String>), String> {
     let (mut rounds, mut notes) = (Vec::new(), Vec::new());
@@ -700,13 +710,21 @@ pub fn resumable_rounds(
             let marker = read_marker(&at.join(marker(process)), job, round)?;
             check_inputs(&marker.map(|m| m.input).unwrap_or_default(), inputs)?;
         }
-        let workers = (process * threads..(process + 1) * threads)
-            .map(|w| at.join(format!("worker-{w:04}.bin")));
-        let metrics = (process == 0).then(|| at.join("metrics.bin"));
-        let damaged = workers.chain(metrics).find_map(|path| {
-            let bytes = read(&path);
-            bytes.and_then(|b| unseal(&b, &path).map(|_| ())).err()
+        let workers = (process * threads..(process + 1) * threads).map(|w| {
+            let path = at.join(format!("worker-{w:04}.bin"));
+            let slot = WorkerSlot {
+                job,
+                round,
+                worker: w as u32,
+                workers,
+            };
+            read(&path).and_then(|b| worker_file(&b, &path, slot).map(|_| ()))
         });
+        let metrics = (process == 0).then(|| {
+            let path = at.join("metrics.bin");
+            read(&path).and_then(|b| metrics_state(&b, &path, &job, round).map(|_| ()))
+        });
+        let damaged = workers.chain(metrics).find_map(Result::err);
         match damaged {
             None => rounds.push(round),
             Some(e) => notes.push(format!("{e}; round {round} is passed over")),
@@ -777,31 +795,9 @@ pub fn restore_worker_from(
     at: WorkerSlot,
     st: &mut WorkerState,
 ) -> Result<Carried, String> {
-    let WorkerSlot {
-        job,
-        round,
-        worker,
-        workers,
-    } = at;
+    let f = worker_file(bytes, path, at)?;
     let name = path.display().to_string();
-    let f: WorkerFile = crate::snapshot::decode(unseal(bytes, path)?, &name)?;
     let mismatch = |what: String| Err(format!("{name}: {what}"));
-    if f.job != job {
-        return mismatch(
-            "a checkpoint of another job: resume with the job file and overrides that wrote it"
-                .into(),
-        );
-    }
-    if (f.round, f.worker) != (round, worker) {
-        return mismatch(format!("holds round {} of worker {}", f.round, f.worker));
-    }
-    if f.workers as usize != workers {
-        return mismatch(format!(
-            "written by a run of {} workers, this one has {workers}: resume with the same \
-             processes and threads",
-            f.workers
-        ));
-    }
     if f.dim as usize != st.weights.len() {
         return mismatch(format!(
             "a model of {} features, this job's data makes {}",
@@ -821,11 +817,76 @@ pub fn restore_worker_from(
     Ok(f.carried)
 }
 
-/// Worker 0's metrics state of round `round` in `dir`.
-pub fn read_metrics(dir: &Path, round: u64) -> Result<Vec<u8>, String> {
+/// What a metrics file starts with: its kind, the job and the round, so that a file moved from
+/// another round or run is refused (its checksum alone would pass).
+fn metrics_header(job: &[u8; 16], round: u64) -> Vec<u8> {
+    let mut h = b"METRICS\0".to_vec();
+    h.extend_from_slice(job);
+    h.extend_from_slice(&round.to_le_bytes());
+    h
+}
+
+/// The state in the metrics file `bytes` (at `path`), checked to be job `job`'s of `round`.
+fn metrics_state<'a>(
+    bytes: &'a [u8],
+    path: &Path,
+    job: &[u8; 16],
+    round: u64,
+) -> Result<&'a [u8], String> {
+    let body = unseal(bytes, path)?;
+    let want = metrics_header(job, round);
+    match body.strip_prefix(&want[..]) {
+        Some(state) => Ok(state),
+        None => {
+            let theirs = body
+                .get(24..32)
+                .map(|r| u64::from_le_bytes(r.try_into().expect("8")));
+            let why = match (
+                body.get(..8) == Some(&want[..8]),
+                body.get(8..24) == Some(job),
+                theirs,
+            ) {
+                (true, true, Some(r)) => {
+                    format!("holds the metrics of round {r}, not of round {round}")
+                }
+                (true, false, _) => "the metrics of another job's run".into(),
+                _ => "not a metrics file of this version".into(),
+            };
+            Err(format!("{}: {why}", path.display()))
+        }
+    }
+}
+
+/// The worker file in `bytes` (at `path`), checked to be `at`'s: the job, the round, the
+/// worker and the run's worker count it records.
+fn worker_file(bytes: &[u8], path: &Path, at: WorkerSlot) -> Result<WorkerFile, String> {
+    let name = path.display().to_string();
+    let f: WorkerFile = crate::snapshot::decode(unseal(bytes, path)?, &name)?;
+    let mismatch = |what: String| Err(format!("{name}: {what}"));
+    if f.job != at.job {
+        return mismatch(
+            "a checkpoint of another job: resume with the job file and overrides that wrote it"
+                .into(),
+        );
+    }
+    if (f.round, f.worker) != (at.round, at.worker) {
+        return mismatch(format!("holds round {} of worker {}", f.round, f.worker));
+    }
+    if f.workers as usize != at.workers {
+        return mismatch(format!(
+            "written by a run of {} workers, this one has {}: resume with the same \
+             processes and threads",
+            f.workers, at.workers
+        ));
+    }
+    Ok(f)
+}
+
+/// Worker 0's metrics state of round `round` of job `job` in `dir`.
+pub fn read_metrics(dir: &Path, job: &[u8; 16], round: u64) -> Result<Vec<u8>, String> {
     let path = round_dir(dir, round).join("metrics.bin");
     let bytes = read(&path)?;
-    Ok(unseal(&bytes, &path)?.to_vec())
+    Ok(metrics_state(&bytes, &path, job, round)?.to_vec())
 }
 
 /// The most rounds a process offers when the processes agree on where to resume.

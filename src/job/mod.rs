@@ -197,6 +197,9 @@ pub enum SynthKind {
     Pairs,
 }
 
+/// The most nonzeros a generated set may hold (it is made in memory, 8 bytes each).
+pub const MAX_SYNTH_NONZEROS: u64 = 1 << 31;
+
 /// `[data.synth]`: parameters of the generated dataset (defaults: the embedded quickstart set).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -243,6 +246,26 @@ impl SynthSection {
             return Err(format!(
                 "data.synth: kind \"pairs\" needs 2 <= nnz (its fields) <= dim, got nnz = {}, dim = {}",
                 self.nnz, self.dim
+            ));
+        }
+        if self.kind == SynthKind::Ctr && self.nnz > self.dim as usize {
+            return Err(format!(
+                "data.synth: nnz = {} is more than dim = {}: a row has at most dim features",
+                self.nnz, self.dim
+            ));
+        }
+        // The set is made in memory, 8 bytes a nonzero: bound it before the first row.
+        let per_row = match self.kind {
+            SynthKind::Ctr | SynthKind::Pairs => self.nnz as u128,
+            SynthKind::Fields => 16,
+            SynthKind::Gspar => self.dim as u128,
+        };
+        if self.rows as u128 * per_row > MAX_SYNTH_NONZEROS as u128 {
+            return Err(format!(
+                "data.synth: rows = {} of {per_row} features each is over {MAX_SYNTH_NONZEROS} \
+                 nonzeros ({} GiB in memory): generate fewer rows",
+                self.rows,
+                (MAX_SYNTH_NONZEROS * 8) >> 30
             ));
         }
         Ok(())
@@ -375,17 +398,41 @@ impl Auto {
 
     /// Removes `"auto"` from `train.exchange` and `train.compressor` (a name or a table named
     /// so) of a job's table, leaving their defaults, and says which it removed.
-    fn take(table: &mut toml::Table) -> Auto {
+    /// Also refuses `"auto"` where it is no choice: with parameters, in `train.downlink`, or
+    /// in another case (`"AUTO"`).
+    fn take(table: &mut toml::Table) -> Result<Auto, String> {
         let Some(train) = table.get_mut("train").and_then(|t| t.as_table_mut()) else {
-            return Auto::default();
+            return Ok(Auto::default());
         };
-        let is_auto = |v: Option<&toml::Value>| match v {
-            Some(toml::Value::String(s)) => s == "auto",
-            Some(toml::Value::Table(t)) => {
-                t.get("name").and_then(|n| n.as_str()) == Some("auto") && t.len() == 1
+        let name = |v: &toml::Value| match v {
+            toml::Value::String(s) => Some(s.clone()),
+            toml::Value::Table(t) => t.get("name").and_then(|n| n.as_str()).map(String::from),
+            _ => None,
+        };
+        for field in ["exchange", "compressor", "downlink", "memory"] {
+            let Some(v) = train.get(field) else { continue };
+            let Some(n) = name(v).filter(|n| n.eq_ignore_ascii_case("auto")) else {
+                continue;
+            };
+            if field == "downlink" || field == "memory" {
+                return Err(format!(
+                    "train.{field}: \"auto\" is not a choice here: auto chooses train.exchange \
+                     and train.compressor (with its memory and downlink); name one here"
+                ));
             }
-            _ => false,
-        };
+            if n != "auto" {
+                return Err(format!(
+                    "train.{field}: `{n}`: names are lower case, \"auto\""
+                ));
+            }
+            if matches!(v, toml::Value::Table(t) if t.len() > 1) {
+                return Err(format!(
+                    "train.{field}: \"auto\" takes no parameters (it tries each codec at its \
+                     defaults); name a codec to set them"
+                ));
+            }
+        }
+        let is_auto = |v: Option<&toml::Value>| v.and_then(name).is_some_and(|n| n == "auto");
         let auto = Auto {
             exchange: is_auto(train.get("exchange")),
             compressor: is_auto(train.get("compressor")),
@@ -396,7 +443,7 @@ impl Auto {
         if auto.compressor {
             train.remove("compressor");
         }
-        auto
+        Ok(auto)
     }
 }
 
@@ -577,14 +624,14 @@ pub enum JobError {
         source: std::io::Error,
     },
     /// TOML syntax, an unknown field or a value of the wrong type.
-    #[error("{path}: {message}")]
+    #[error("{path}: {}", clip_lines(.message))]
     Parse { path: PathBuf, message: String },
     /// A value out of range; names the field.
-    #[error("{path}: {message}")]
+    #[error("{path}: {}", clip_lines(.message))]
     Invalid { path: PathBuf, message: String },
-    /// A `--set` override that is not `key.path=value`.
-    #[error("bad override '{0}': expected section.field=value")]
-    Override(String),
+    /// A `--set` override that is not `key.path=value`, or whose value cannot be read.
+    #[error("bad override '{}': {}", crate::data::clip(.0), clip_lines(.1))]
+    Override(String, String),
 }
 
 impl Job {
@@ -598,6 +645,32 @@ impl Job {
         };
         let text = toml::to_string(&training).unwrap_or_else(|_| format!("{training:?}"));
         crate::handshake::job_id(&text)
+    }
+
+    /// Every field of the job that a cluster's processes must share (all but `output`), as
+    /// dotted names and TOML values: what the handshake compares, naming the one that differs.
+    pub fn cluster_fields(&self) -> Vec<(String, String)> {
+        fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, String)>) {
+            for (k, v) in table {
+                let name = match prefix {
+                    "" => k.clone(),
+                    p => format!("{p}.{k}"),
+                };
+                match v {
+                    toml::Value::Table(t) => flatten(&name, t, out),
+                    v => out.push((name, v.to_string())),
+                }
+            }
+        }
+        let training = Job {
+            output: OutputSection::default(),
+            ..self.clone()
+        };
+        let mut out = Vec::new();
+        if let Ok(table) = toml::Table::try_from(&training) {
+            flatten("", &table, &mut out);
+        }
+        out
     }
 
     /// The whole job as a job file: every field, `"auto"` where the job file said so. Parsing
@@ -631,13 +704,16 @@ impl Job {
     pub fn parse(text: &str, path: &Path, overrides: &[String]) -> Result<Job, JobError> {
         let parse_err = |e: toml::de::Error| JobError::Parse {
             path: path.into(),
-            message: e.to_string().trim_end().to_string(),
+            message: with_auto(e.to_string().trim_end()),
         };
         let mut table: toml::Table = toml::from_str(text).map_err(parse_err)?;
         for o in overrides {
             apply_override(&mut table, o)?;
         }
-        let auto = Auto::take(&mut table);
+        let auto = Auto::take(&mut table).map_err(|message| JobError::Parse {
+            path: path.into(),
+            message,
+        })?;
         let format_given = table.get("data").and_then(|d| d.get("format")).is_some();
         let loss_given = table.get("model").and_then(|m| m.get("loss")).is_some();
         let mut job = if overrides.is_empty() && !auto.any() {
@@ -645,12 +721,16 @@ impl Job {
             toml::from_str::<Job>(text).map_err(parse_err)?
         } else {
             Job::deserialize(toml::Value::Table(table)).map_err(|e| {
-                let e = e.to_string().trim_end().to_string();
+                let e = with_auto(e.to_string().trim_end());
                 JobError::Parse {
                     path: path.into(),
                     message: match overrides.is_empty() {
                         true => e,
-                        false => format!("after overrides {overrides:?}: {e}"),
+                        false => {
+                            let shown: Vec<_> =
+                                overrides.iter().map(|o| crate::data::clip(o)).collect();
+                            format!("after overrides {shown:?}: {e}")
+                        }
                     },
                 }
             })?
@@ -1734,18 +1814,42 @@ pub fn codec_name(c: &CodecSpec) -> String {
         .unwrap_or_default()
 }
 
+/// A serde message listing the exchanges, with `auto` beside them (it is taken out of the job
+/// before serde sees it, so serde does not list it).
+fn with_auto(message: &str) -> String {
+    let names = "`sharded`, `allgather`, `sketch`";
+    message.replace(names, &format!("{names}, or `auto`"))
+}
+
+/// `message` with each line cut to [`ERROR_LINE_CHARS`] characters and control characters
+/// escaped: a 10 MB value in a job file is not echoed whole.
+fn clip_lines(message: &str) -> String {
+    let lines: Vec<_> = message
+        .lines()
+        .map(|l| crate::data::clip_to(l, ERROR_LINE_CHARS))
+        .collect();
+    lines.join("\n")
+}
+
+/// The longest line of a job error.
+const ERROR_LINE_CHARS: usize = 400;
+
 /// Sets `a.b.c = value` in `table`; the value is parsed as TOML, else taken as a string.
 fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), JobError> {
-    let (key, raw) = o
-        .split_once('=')
-        .ok_or_else(|| JobError::Override(o.into()))?;
+    let shape = || JobError::Override(o.into(), "expected section.field=value".into());
+    let (key, raw) = o.split_once('=').ok_or_else(shape)?;
     let path: Vec<&str> = key.trim().split('.').collect();
     if path.iter().any(|p| p.is_empty()) {
-        return Err(JobError::Override(o.into()));
+        return Err(shape());
     }
     let raw = raw.trim();
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut t) => t.remove("v").unwrap(),
+        // A number TOML cannot hold (past 2^63 - 1, a float that overflows) is not a string.
+        Err(e) if raw.starts_with(|c: char| c.is_ascii_digit() || "+-.".contains(c)) => {
+            let why = e.message().trim_end().to_string();
+            return Err(JobError::Override(o.into(), format!("`{raw}`: {why}")));
+        }
         Err(_) => toml::Value::String(raw.to_string()),
     };
     let mut cur = table;
@@ -1755,7 +1859,7 @@ fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), JobError> {
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         cur = entry
             .as_table_mut()
-            .ok_or_else(|| JobError::Override(format!("{o} ({part} is not a table)")))?;
+            .ok_or_else(|| JobError::Override(o.into(), format!("{part} is not a table")))?;
     }
     cur.insert(path[path.len() - 1].to_string(), value);
     Ok(())

@@ -174,6 +174,7 @@ impl Csv {
         let first = self.file.is_none();
         if first {
             crate::atomic::create_parent(&self.path).map_err(|e| self.err(e))?;
+            crate::atomic::target(&self.path).map_err(|e| self.err(e))?;
             self.file = Some(std::fs::File::create(&self.path).map_err(|e| self.err(e))?);
         }
         // The header goes with the first record.

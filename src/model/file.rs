@@ -329,7 +329,18 @@ impl ModelFile {
                 return Err(err(i, "expected 'weights'"));
             }
         }
-        let mut weights = vec![0f32; dim as usize];
+        // (A header's dim is checked against the reader's limit, but the limit may be raised
+        // past what this process can hold: an error, not an abort.)
+        let mut weights = Vec::new();
+        weights.try_reserve_exact(dim as usize).map_err(|_| {
+            let m = format!(
+                "a model of {dim} features needs {} MiB of weights, more than this process \
+                 can allocate",
+                (dim as u64 * 4) >> 20
+            );
+            err(1, &m)
+        })?;
+        weights.resize(dim as usize, 0f32);
         let (mut count, mut previous) = (0u64, None);
         for (i, line) in lines {
             if line.is_empty() {

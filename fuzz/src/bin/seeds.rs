@@ -286,7 +286,6 @@ fn main() {
     let hello = |from, to| {
         Hello {
             version: VERSION,
-            job: gradflow_fuzz::HANDSHAKE_JOB,
             from,
             to,
             nonce: [3; 16],
@@ -295,14 +294,28 @@ fn main() {
     };
     let mut listener = vec![0u8];
     listener.extend_from_slice(&hello(1, 0));
-    listener.extend_from_slice(&[5; TAG_LEN]);
+    listener.extend_from_slice(&[5; 2 * TAG_LEN]);
     write(&root.join("handshake"), "listener", &listener);
+    // The connector reads the listener's hello, then an answer: ACCEPTED (1) and a MAC, or
+    // DIFFERENT (3), a MAC and a description of one entry.
+    let mut different = vec![1u8];
+    different.extend_from_slice(&hello(0, 1));
+    different.push(3);
+    different.extend_from_slice(&[5; TAG_LEN]);
+    different.extend_from_slice(&1u32.to_le_bytes());
+    different.push(0);
+    for part in [&b"train.seed"[..], b"5"] {
+        different.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        different.extend_from_slice(part);
+    }
+    write(&root.join("handshake"), "different", &different);
     let mut connector = vec![1u8];
     connector.extend_from_slice(&hello(0, 1));
-    connector.extend_from_slice(&[5; TAG_LEN + 1]);
+    connector.push(1);
+    connector.extend_from_slice(&[5; TAG_LEN]);
     write(&root.join("handshake"), "connector", &connector);
     checkpoint_seeds(&root.join("checkpoint"));
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 7 model files, 1 rows file, 1 cache file, 1 IDX pair, 2 handshakes, 2 checkpoint files", CODEC_NAMES.len());
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 7 model files, 1 rows file, 1 cache file, 1 IDX pair, 3 handshakes, 2 checkpoint files", CODEC_NAMES.len());
 }
 
 /// A worker file of the checkpoint target's job (its state, unsealed: the target seals it)

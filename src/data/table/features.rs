@@ -560,6 +560,88 @@ impl FeatureMap {
         }
     }
 
+    /// Checks a map read from a file (a model file's, which may be damaged or hand-edited):
+    /// finite statistics with a positive spread, ascending bucket edges, each vocabulary
+    /// sorted without repeats (a repeated entry made values silently unknown), hash bits that
+    /// fit, and a `dim` that is what the layout makes (a disagreeing one let keys run past the
+    /// weights).
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(b) = self
+            .spec
+            .features
+            .hash_bits
+            .filter(|&b| !(1..=31).contains(&b))
+        {
+            return Err(format!("features.hash_bits = {b}: must be 1 to 31"));
+        }
+        for (i, n) in self.numeric.iter().enumerate() {
+            if !n.mean.is_finite() || !n.std.is_finite() || n.std <= 0.0 {
+                return Err(format!(
+                    "numeric statistics {}: mean {} and std {} (std must be finite and positive)",
+                    i + 1,
+                    n.mean,
+                    n.std
+                ));
+            }
+            if n.edges.iter().any(|e| !e.is_finite()) || n.edges.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!(
+                    "numeric statistics {}: bucket edges must be finite and ascending",
+                    i + 1
+                ));
+            }
+        }
+        for (slot, words) in self.vocabulary.iter().enumerate() {
+            if let Some(w) = words.windows(2).find(|w| w[0] >= w[1]) {
+                return Err(format!(
+                    "vocabulary {}: `{}` then `{}`: entries must be sorted and each once",
+                    slot + 1,
+                    crate::data::clip(&w[0]),
+                    crate::data::clip(&w[1])
+                ));
+            }
+        }
+        if let Some(t) = self
+            .spec
+            .features
+            .text
+            .iter()
+            .find(|t| !(1..=31).contains(&t.hash_bits))
+        {
+            return Err(format!(
+                "a text column's hash_bits = {}: must be 1 to 31",
+                t.hash_bits
+            ));
+        }
+        let text: u64 = self
+            .spec
+            .features
+            .text
+            .iter()
+            .map(|t| TextColumn::width(t) as u64)
+            .sum();
+        let layout = match self.spec.features.hash_bits {
+            Some(b) => 1u64 << b,
+            None => {
+                let other = (self.spec.features.min_count > 1) as u64;
+                let scalars = self.spec.scalars().count() as u64;
+                scalars
+                    + self
+                        .vocabulary
+                        .iter()
+                        .map(|v| v.len() as u64 + other)
+                        .sum::<u64>()
+            }
+        };
+        if layout + text != self.dim as u64 {
+            return Err(format!(
+                "dim = {}, but its columns make {} features",
+                self.dim,
+                layout + text
+            ));
+        }
+        Ok(())
+    }
+
     /// Number of keys before the text columns' ranges.
     fn layout_dim(spec: &TableSpec, vocabulary: &[Vec<String>]) -> u32 {
         match spec.features.hash_bits {

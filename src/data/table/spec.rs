@@ -412,6 +412,12 @@ impl TableSpec {
                     .into(),
             );
         }
+        if let Some(x) = l.above.filter(|x| !x.is_finite()) {
+            return Err(format!(
+                "data.label.above: must be a finite number, got {x} (every value would be \
+                 on one side)"
+            ));
+        }
         if !l.negative.is_empty() && !l.by_string() {
             return Err("data.label.negative: needs `equals` or `positive`".into());
         }
