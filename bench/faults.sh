@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Fault injection: a 2-process job with checkpoints is hit, at a random moment, by one fault
-# (a SIGKILL of one process, a SIGSTOP of one until its peer gives up, or a kill followed by
-# damage to the checkpoint files: a flipped byte in one of them, or a completion marker
-# deleted), then resumed with --resume. Each iteration must end one of two ways:
+# Fault injection: a 2-process job with checkpoints and a row cache is hit, at a random moment,
+# by one fault (a SIGKILL of one process, a SIGSTOP of one until its peer gives up, or a kill
+# followed by damage to the files: a flipped byte in a checkpoint file, a completion marker
+# deleted, a file of the latest checkpoint swapped with the round before's, replaced by the
+# same file of another run, or replaced by a FIFO, or a flipped bit in a row cache file), then
+# resumed with --resume. Each iteration must end one of two ways:
 #   - recovered: the resumed run succeeds and its model equals the uninterrupted run's, byte
 #     for byte;
 #   - refused: the resumed run fails with an error that names its cause (only allowed after
-#     damage to the files, never after a kill or a stop alone).
+#     damage to the checkpoint files, never after a kill, a stop or damage to the cache).
 # Anything else (a resumed run that succeeds with another model, a hang, a refusal after a
 # plain kill) fails the script.
 #
@@ -50,6 +52,8 @@ compressor = { name = "topk", ratio = 0.2 }
 memory = "residual"
 downlink = { name = "topk", ratio = 0.5 }
 checkpoint = { every_rounds = 25, dir = "ckpt" }
+[data]
+cache = "cache"
 [output]
 model = "model.txt"
 metrics = "metrics.csv"
@@ -109,13 +113,36 @@ if ((hung)) || [[ ${codes[*]} != "0 0" ]]; then
   exit 1
 fi
 
+# Another run's checkpoints (another seed), for files that are whole but not this run's.
+echo "faults: a foreign run"
+mkdir -p "$work/foreign"
+sed 's/^seed = 5/seed = 6/' "$work/job.toml" >"$work/foreign/job.toml"
+start "$work/foreign" --set 'train.epochs=8'
+wait_all 120
+foreign_round=$(find "$work/foreign/ckpt" -maxdepth 1 -name 'round-*' | sort | tail -n 1)
+if [[ -z $foreign_round ]]; then
+  echo "faults: the foreign run left no checkpoint: $(cat "$work/foreign/err-0.log")"
+  exit 1
+fi
+
+# latest_file DIR: a random worker or metrics file of the latest complete round in DIR/ckpt
+# and that round's directory, or nothing.
+latest_file() {
+  local round
+  round=$(find "$1/ckpt" -maxdepth 1 -name 'round-*' | sort | tail -n 1)
+  [[ -n $round ]] || return 0
+  mapfile -t fs < <(find "$round" -name '*.bin' -printf '%f\n' | sort)
+  ((${#fs[@]})) || return 0
+  echo "$round/${fs[RANDOM % ${#fs[@]}]}"
+}
+
 recovered=0 refused=0 early=0 failures=0
-faults=(kill stop flip marker)
+faults=(kill stop flip marker swap foreign fifo cache)
 for ((i = 1; i <= iterations; i++)); do
   dir="$work/run-$i"
   mkdir -p "$dir"
   cp "$work/job.toml" "$dir/"
-  fault=${faults[RANDOM % 4]}
+  fault=${faults[RANDOM % ${#faults[@]}]}
   victim=$((RANDOM % 2))
   delay=$((RANDOM % 1500))
   hung=0
@@ -137,7 +164,7 @@ for ((i = 1; i <= iterations; i++)); do
       for ((t = 0; t < 300; t++)); do kill -0 "$other" 2>/dev/null || break; sleep 0.1; done
       kill -CONT "${pids[victim]}" 2>/dev/null || true
       ;;
-    flip | marker) kill -9 "${pids[@]}" 2>/dev/null || true ;;
+    *) kill -9 "${pids[@]}" 2>/dev/null || true ;;
   esac
   wait_all 30
   if [[ ${codes[*]} == "0 0" ]]; then
@@ -160,6 +187,36 @@ for ((i = 1; i <= iterations; i++)); do
     if [[ -n $last ]]; then
       rm "$last"
       what="marker ${last#"$dir"/} deleted"
+    fi
+  elif [[ $fault == swap || $fault == foreign || $fault == fifo ]]; then
+    file=$(latest_file "$dir")
+    what="$fault: nothing to damage"
+    if [[ -n $file ]]; then
+      name=$(basename "$file")
+      previous=$(find "$dir/ckpt" -maxdepth 1 -name 'round-*' | sort | tail -n 2 | head -n 1)
+      case $fault in
+        swap) if [[ -e $previous/$name && $previous != $(dirname "$file") ]]; then
+            cp "$previous/$name" "$file"
+            what="swap ${file#"$dir"/} with ${previous#"$dir"/}'s"
+          fi ;;
+        foreign) if [[ -e $foreign_round/$name ]]; then
+            cp "$foreign_round/$name" "$file"
+            what="foreign ${file#"$dir"/}"
+          fi ;;
+        fifo) rm -f "$file" && mkfifo "$file" && what="fifo in place of ${file#"$dir"/}" ;;
+      esac
+    fi
+  elif [[ $fault == cache ]]; then
+    mapfile -t files < <(find "$dir/cache" -type f -name '*.gfcache' 2>/dev/null | sort)
+    what="cache: no cache file yet"
+    if ((${#files[@]})); then
+      file=${files[RANDOM % ${#files[@]}]}
+      size=$(stat -c %s "$file")
+      at=$(((RANDOM * 32768 + RANDOM) % size))
+      byte=$(od -An -tu1 -j "$at" -N1 "$file" | tr -d ' ')
+      printf "$(printf '\\%03o' $((byte ^ (1 << (RANDOM % 8)))))" \
+        | dd of="$file" bs=1 seek="$at" count=1 conv=notrunc status=none
+      what="cache: flip byte $at of ${file#"$dir"/}"
     fi
   else
     what="$fault process $victim after ${delay} ms"
@@ -184,7 +241,7 @@ for ((i = 1; i <= iterations; i++)); do
     # only have waited for it.
     cause=$(for p in 0 1; do grep -h -m 1 '^error:' "$dir/err-$p.log" | cut -c 1-240; done \
       | paste -sd '|' - || true)
-    if [[ $fault == flip && -n $cause ]]; then
+    if [[ $fault =~ ^(flip|foreign|fifo|swap)$ && -n $cause ]]; then
       refused=$((refused + 1))
       echo "$i $what: refused: $cause"
     else

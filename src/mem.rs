@@ -36,6 +36,23 @@ unsafe impl Zeroable for u32 {}
 // SAFETY: as above.
 unsafe impl Zeroable for u64 {}
 
+/// `len` zeros in a vector, or `None` when the allocation fails: a size read from a file may
+/// be more than the process can hold, which must be an error, not an abort. The memory comes
+/// zeroed from the allocator (untouched pages stay shared zero pages until written).
+pub fn try_zeroed_vec<T: Zeroable>(len: usize) -> Option<Vec<T>> {
+    if len == 0 || std::mem::size_of::<T>() == 0 {
+        return Some(vec![T::default(); len]);
+    }
+    let layout = std::alloc::Layout::array::<T>(len).ok()?;
+    // SAFETY: the layout has a nonzero size; a non-null result is an allocation of `len`
+    // elements of `T` from the global allocator, zeroed, which is a valid `T` (`Zeroable`),
+    // so it may become a `Vec` of that length and capacity.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
+        (!ptr.is_null()).then(|| Vec::from_raw_parts(ptr, len, len))
+    }
+}
+
 /// A fixed-length zero-initialised array, huge-page backed when large (see the module docs).
 pub struct ZeroedArray<T: Zeroable> {
     backing: Backing<T>,

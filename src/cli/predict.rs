@@ -104,6 +104,14 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
                     map.dim
                 ));
             }
+            // A model file names its join tables, and predict reads them: say which.
+            for j in &map.spec.join {
+                eprintln!(
+                    "note: joining {} (named by {})",
+                    crate::data::clip(&j.file.display().to_string()),
+                    a.model.display()
+                );
+            }
             let e = crate::data::table::encode_file(&map, &a.data, a.id.as_deref())?;
             let note = (e.unknown > 0).then(|| {
                 format!(

@@ -6,7 +6,7 @@
 //! column of the offending token; the reader never panics on input.
 
 use std::fmt;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use super::partition::{RowFilter, Side};
@@ -104,13 +104,7 @@ pub fn read_libsvm(
     opts: &LibsvmOptions,
     filter: &RowFilter,
 ) -> Result<Split, DataError> {
-    let file = super::source::open_input(path).map_err(|e| DataError {
-        file: path.to_path_buf(),
-        line: 0,
-        column: 0,
-        message: format!("cannot open: {e}"),
-    })?;
-    parse_libsvm(BufReader::with_capacity(1 << 16, file), path, opts, filter)
+    parse_libsvm(super::source::open_stream(path)?, path, opts, filter)
 }
 
 /// The number of data rows of `path` (lines with anything before a `#`), as [`read_libsvm`]
@@ -122,8 +116,7 @@ pub fn count_rows(path: &Path) -> Result<usize, DataError> {
         column: 0,
         message,
     };
-    let file = super::source::open_input(path).map_err(|e| err(0, format!("cannot open: {e}")))?;
-    let mut reader = BufReader::new(file);
+    let mut reader = super::source::open_stream(path)?;
     let (mut line, mut line_no, mut rows) = (Vec::new(), 0usize, 0usize);
     loop {
         line.clear();
@@ -195,6 +188,9 @@ pub fn read_libsvm_part(
     opts: &LibsvmOptions,
     part: Part,
 ) -> Result<PartRows, DataError> {
+    if super::source::compression(path)?.is_some() {
+        return read_compressed_part(path, opts, part);
+    }
     let size = std::fs::metadata(path)
         .map_err(|e| open_error(path, e))?
         .len();
@@ -226,6 +222,38 @@ pub fn read_libsvm_part(
     })
 }
 
+/// A part of a gzip or zstd file: every worker reads the whole stream (a compressed stream
+/// cannot be entered in the middle) and keeps every `part.count`-th row, as for CSV tables.
+fn read_compressed_part(
+    path: &Path,
+    opts: &LibsvmOptions,
+    part: Part,
+) -> Result<PartRows, DataError> {
+    let mut reader = super::source::open_stream(path)?;
+    let mut parser = LineParser::new(opts);
+    let mut data = Dataset::new(parser.declared);
+    let mut k = 0usize;
+    let parsed = parser.lines(&mut reader, u64::MAX, true, |p, label| {
+        if k % part.count == part.index {
+            data.push_row_unchecked(&p.keys, &p.vals, label);
+        }
+        k += 1;
+    });
+    if let Err((line, column, message)) = parsed {
+        return Err(DataError {
+            file: path.to_path_buf(),
+            line: line + 1,
+            column,
+            message,
+        });
+    }
+    data.dim = parser.dim();
+    Ok(PartRows {
+        data,
+        ignored_features: parser.ignored,
+    })
+}
+
 impl Dataset {
     /// Like [`Dataset::push_row`] but without the debug checks on `dim` (used while the final
     /// dimension is still unknown; the reader validated ordering itself).
@@ -236,6 +264,9 @@ impl Dataset {
         self.row_ptr.push(self.indices.len());
     }
 }
+
+/// The longest line read (a compressed stream could otherwise grow one line without bound).
+const MAX_LINE_BYTES: u64 = crate::data::table::read::MAX_RECORD_BYTES;
 
 /// Parses lines into a label and the row's features (`keys`, `vals`), on bytes: no UTF-8
 /// pass, no allocation per line.
@@ -286,11 +317,16 @@ impl<'o> LineParser<'o> {
         let (mut line, mut offset, mut lines) = (Vec::new(), 0u64, 0usize);
         while offset < limit {
             line.clear();
-            let n = reader
+            // (At most a record's bound: a compressed line grows memory by what it holds.)
+            let n = std::io::Read::take(&mut *reader, MAX_LINE_BYTES + 1)
                 .read_until(b'\n', &mut line)
                 .map_err(|e| (lines, 0, format!("read error: {e}")))?;
             if n == 0 {
                 break;
+            }
+            if n as u64 > MAX_LINE_BYTES {
+                let m = format!("a line longer than {} MiB", MAX_LINE_BYTES >> 20);
+                return Err((lines, 0, m));
             }
             let text = match line.strip_prefix(b"\xef\xbb\xbf") {
                 Some(rest) if at_start && offset == 0 => rest,

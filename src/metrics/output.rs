@@ -152,6 +152,8 @@ struct Csv {
     file: Option<std::fs::File>,
     /// Whole records not yet written.
     pending: Vec<u8>,
+    /// Bytes of whole records in the file.
+    whole: u64,
 }
 
 /// Records are written once this many bytes are pending (and at every flush).
@@ -163,6 +165,7 @@ impl Csv {
             path: path.to_path_buf(),
             file: None,
             pending: Vec::new(),
+            whole: 0,
         }
     }
 
@@ -197,9 +200,24 @@ impl Csv {
         let Some(file) = &mut self.file else {
             return Ok(());
         };
+        use std::io::{Seek, SeekFrom};
         let written = file.write_all(&self.pending);
+        let len = self.pending.len() as u64;
         self.pending.clear();
-        written.map_err(|e| self.err(e))
+        match written {
+            Ok(()) => {
+                self.whole += len;
+                Ok(())
+            }
+            // (A full disk took part of the records: cut the file back to its whole rows.)
+            Err(e) => {
+                let whole = self.whole;
+                let _ = file
+                    .set_len(whole)
+                    .and_then(|()| file.seek(SeekFrom::Start(whole)));
+                Err(self.err(e))
+            }
+        }
     }
 }
 

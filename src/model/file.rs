@@ -331,8 +331,7 @@ impl ModelFile {
         }
         // (A header's dim is checked against the reader's limit, but the limit may be raised
         // past what this process can hold: an error, not an abort.)
-        let mut weights = Vec::new();
-        weights.try_reserve_exact(dim as usize).map_err(|_| {
+        let mut weights = crate::mem::try_zeroed_vec::<f32>(dim as usize).ok_or_else(|| {
             let m = format!(
                 "a model of {dim} features needs {} MiB of weights, more than this process \
                  can allocate",
@@ -340,7 +339,6 @@ impl ModelFile {
             );
             err(1, &m)
         })?;
-        weights.resize(dim as usize, 0f32);
         let (mut count, mut previous) = (0u64, None);
         for (i, line) in lines {
             if line.is_empty() {

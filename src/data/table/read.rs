@@ -111,6 +111,89 @@ impl Cells {
     }
 }
 
+/// The longest record read from a compressed stream: there, memory would follow the
+/// decompressed bytes (a 2 MB gzip can hold a 2 GiB cell), not the bytes received.
+pub const MAX_RECORD_BYTES: u64 = 64 << 20;
+
+/// A reader that fails once more than [`MAX_RECORD_BYTES`] (plus the CSV reader's buffer)
+/// were pulled past `mark`, the start of the record being read.
+struct Bounded<R> {
+    inner: R,
+    pulled: u64,
+    mark: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pulled > self.mark.get() + MAX_RECORD_BYTES + (1 << 20) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a record longer than {} MiB (from byte {} of the decompressed stream): a \
+                     quote opened and never closed, or not a CSV table",
+                    MAX_RECORD_BYTES >> 20,
+                    self.mark.get()
+                ),
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        self.pulled += n as u64;
+        Ok(n)
+    }
+}
+
+/// Refuses a file whose lines end in CR alone (classic Mac): one reader would take the CR as
+/// a line break and workers cutting the file at line feeds would not, so its rows would depend
+/// on the number of workers.
+fn refuse_cr_only(path: &Path) -> Result<(), DataError> {
+    let mut head = Vec::new();
+    open_stream(path)?
+        .take(1 << 16)
+        .read_to_end(&mut head)
+        .map_err(|e| open_error(path, e))?;
+    if head.contains(&b'\r') && !head.contains(&b'\n') {
+        return Err(DataError {
+            file: path.to_path_buf(),
+            line: 1,
+            column: 0,
+            message: "its lines end in CR alone (classic Mac line endings), which gradflow does \
+                      not read: convert them with `tr '\\r' '\\n'`"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether the record at bytes `start..end` of `path`'s (decompressed) stream holds an odd
+/// number of quotes: a quote opened and never closed, which makes the rest of the file one
+/// field. Asked only of a file's last record when one of its fields holds a line break.
+fn unclosed_quote(path: &Path, start: u64, end: u64) -> Result<bool, DataError> {
+    let mut stream = open_stream(path)?;
+    std::io::copy(&mut (&mut stream).take(start), &mut std::io::sink())
+        .map_err(|e| open_error(path, e))?;
+    let quotes = crate::data::source::count_byte(stream.take(end - start), b'"', path)?;
+    Ok(quotes % 2 == 1)
+}
+
+/// The error for a quote opened on the record at byte `id` and never closed.
+fn unclosed_quote_error(path: &Path, id: u64) -> DataError {
+    DataError {
+        file: path.to_path_buf(),
+        line: line_of(path, id).unwrap_or(0),
+        column: 0,
+        message: "a quote opened in this record is never closed, so every line after it would \
+                  be one field: close the quote (a literal quote inside a quoted field is \
+                  written twice, \"\")"
+            .into(),
+    }
+}
+
+/// Whether any field of `rec` holds a line break.
+fn holds_line_break(rec: &csv::ByteRecord) -> bool {
+    rec.iter()
+        .any(|f| f.iter().any(|&b| b == b'\n' || b == b'\r'))
+}
+
 fn csv_reader<R: Read>(r: R, delimiter: u8) -> csv::Reader<R> {
     csv::ReaderBuilder::new()
         .has_headers(false)
@@ -140,7 +223,13 @@ fn csv_error(path: &Path, e: csv::Error) -> DataError {
 
 /// The header of `path` (its first record).
 pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
-    let mut r = csv_reader(open_stream(path)?, delimiter);
+    refuse_cr_only(path)?;
+    let bounded = Bounded {
+        inner: open_stream(path)?,
+        pulled: 0,
+        mark: Default::default(),
+    };
+    let mut r = csv_reader(bounded, delimiter);
     let mut rec = csv::StringRecord::new();
     if !r.read_record(&mut rec).map_err(|e| csv_error(path, e))? {
         return Err(DataError {
@@ -173,6 +262,19 @@ pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
         });
     }
     Ok(names)
+}
+
+/// What an error says of a header without the column it needs: its names when it has several,
+/// but not a one-column "header", which may be any file's first line (a model file's join
+/// path can name any file, and its first line is not for an error message to show).
+fn header_names(head: &[String]) -> String {
+    match head.len() {
+        0 | 1 => format!(
+            "the first line is one column of {} bytes: not a table with this delimiter",
+            head.first().map_or(0, |h| h.len())
+        ),
+        _ => format!("the header has: {}", crate::data::clip(&head.join(", "))),
+    }
 }
 
 /// How a plain file read by several workers is cut into their parts.
@@ -253,9 +355,9 @@ pub fn read_cells(
             line: 1,
             column: 0,
             message: format!(
-                "no column '{}' (the header has: {})",
+                "no column '{}' ({})",
                 crate::data::clip(n),
-                crate::data::clip(&head.join(", "))
+                header_names(&head)
             ),
         })?;
         select.push(at);
@@ -306,15 +408,30 @@ pub fn read_cells(
     let mut rec = csv::ByteRecord::new();
     if compression(path)?.is_some() || part.count == 1 {
         // The whole stream; every `count`-th record after the header.
-        let mut r = csv_reader(open_stream(path)?, delimiter);
+        let mark = std::rc::Rc::new(std::cell::Cell::new(0u64));
+        let bounded = Bounded {
+            inner: open_stream(path)?,
+            pulled: 0,
+            mark: mark.clone(),
+        };
+        let mut r = csv_reader(bounded, delimiter);
         let mut k = 0u64;
         r.read_byte_record(&mut rec)
             .map_err(|e| csv_error(path, e))?;
         cells.numbered = true;
-        while r
-            .read_byte_record(&mut rec)
-            .map_err(|e| csv_error(path, e))?
-        {
+        let mut last = (0u64, false);
+        loop {
+            mark.set(r.position().byte());
+            if !r
+                .read_byte_record(&mut rec)
+                .map_err(|e| csv_error(path, e))?
+            {
+                break;
+            }
+            last = (
+                rec.position().map_or(0, |p| p.byte()),
+                holds_line_break(&rec),
+            );
             if is_blank(&rec) {
                 continue;
             }
@@ -326,6 +443,9 @@ pub fn read_cells(
             k += 1;
         }
         cells.next = r.position().byte();
+        if last.1 && unclosed_quote(path, last.0, cells.next)? {
+            return Err(unclosed_quote_error(path, last.0));
+        }
         return Ok(cells);
     }
     // A plain file: the records that start in this worker's byte range.
@@ -372,6 +492,12 @@ pub fn read_cells(
         }
         if id > 0 && !is_blank(&rec) {
             keep(&mut cells, &rec, id)?;
+        }
+        // The file's last record: one whose field holds a line break may be a quote never
+        // closed, which took the rest of the file.
+        let next = first + r.position().byte();
+        if next >= size && holds_line_break(&rec) && unclosed_quote(path, id, next)? {
+            return Err(unclosed_quote_error(path, id));
         }
     }
     Ok(cells)
