@@ -125,6 +125,16 @@ if [[ -z $foreign_round ]]; then
   exit 1
 fi
 
+# flip_bit FILE: flips one random bit of FILE; sets `at` to its byte.
+flip_bit() {
+  local size byte
+  size=$(stat -c %s "$1")
+  at=$(((RANDOM * 32768 + RANDOM) % size))
+  byte=$(od -An -tu1 -j "$at" -N1 "$1" | tr -d ' ')
+  printf "$(printf '\\%03o' $((byte ^ (1 << (RANDOM % 8)))))" \
+    | dd of="$1" bs=1 seek="$at" count=1 conv=notrunc status=none
+}
+
 # latest_file DIR: a random worker or metrics file of the latest complete round in DIR/ckpt
 # and that round's directory, or nothing.
 latest_file() {
@@ -176,11 +186,7 @@ for ((i = 1; i <= iterations; i++)); do
   if [[ $fault == flip ]]; then
     mapfile -t files < <(find "$dir/ckpt" -type f | sort)
     file=${files[RANDOM % ${#files[@]}]}
-    size=$(stat -c %s "$file")
-    at=$(((RANDOM * 32768 + RANDOM) % size))
-    byte=$(od -An -tu1 -j "$at" -N1 "$file" | tr -d ' ')
-    printf "$(printf '\\%03o' $((byte ^ (1 << (RANDOM % 8)))))" \
-      | dd of="$file" bs=1 seek="$at" count=1 conv=notrunc status=none
+    flip_bit "$file"
     what="flip byte $at of ${file#"$dir"/}"
   elif [[ $fault == marker ]]; then
     last=$(find "$dir/ckpt" -name 'complete-process-1' | sort | tail -n 1)
@@ -211,11 +217,7 @@ for ((i = 1; i <= iterations; i++)); do
     what="cache: no cache file yet"
     if ((${#files[@]})); then
       file=${files[RANDOM % ${#files[@]}]}
-      size=$(stat -c %s "$file")
-      at=$(((RANDOM * 32768 + RANDOM) % size))
-      byte=$(od -An -tu1 -j "$at" -N1 "$file" | tr -d ' ')
-      printf "$(printf '\\%03o' $((byte ^ (1 << (RANDOM % 8)))))" \
-        | dd of="$file" bs=1 seek="$at" count=1 conv=notrunc status=none
+      flip_bit "$file"
       what="cache: flip byte $at of ${file#"$dir"/}"
     fi
   else

@@ -20,7 +20,6 @@ fn invalid(why: String) -> std::io::Error {
 /// What `path` names when it is written: `path` itself when it is missing or a regular file,
 /// the regular file a symlink leads to; an error for anything else.
 pub fn target(path: &Path) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::FileTypeExt;
     let meta = match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
         other => other?,
@@ -36,23 +35,13 @@ pub fn target(path: &Path) -> std::io::Result<PathBuf> {
     } else {
         (path.to_path_buf(), meta)
     };
-    let t = meta.file_type();
-    let kind = if t.is_file() {
+    if meta.file_type().is_file() {
         return Ok(resolved);
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    };
+    }
     Err(invalid(format!(
-        "is {kind}{}: gradflow writes only regular files (or new ones), so that an output \
+        "is {}{}: gradflow writes only regular files (or new ones), so that an output \
          never replaces what is not a file",
+        crate::data::source::kind_name(meta.file_type()),
         if resolved != path {
             format!(" (through the link to {})", resolved.display())
         } else {
@@ -215,7 +204,7 @@ mod tests {
         assert!(write(&fifo, "x")
             .unwrap_err()
             .to_string()
-            .contains("is a FIFO"));
+            .contains("is a pipe or FIFO"));
         assert!(std::fs::symlink_metadata(&fifo)
             .unwrap()
             .file_type()
@@ -225,7 +214,7 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&fifo, &link).unwrap();
         let e = write(&link, "x").unwrap_err().to_string();
-        assert!(e.contains("is a FIFO (through the link to"), "{e}");
+        assert!(e.contains("is a pipe or FIFO (through the link to"), "{e}");
         let real = dir.path().join("real.txt");
         std::fs::write(&real, "old").unwrap();
         let to_real = dir.path().join("to-real");

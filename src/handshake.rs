@@ -131,22 +131,20 @@ pub struct Identity {
 
 impl Identity {
     /// Adds `name` = `value`, sent to a peer as a salted digest unless there is a secret.
-    pub fn field(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.entries.push(Entry {
-            name: name.into(),
-            value: value.into(),
-            public: false,
-        });
-        self.entries.sort();
-        self
+    pub fn field(self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.with(name.into(), value.into(), false)
     }
 
     /// Adds `name` = `value`, always sent in plain text (nothing secret: counts, versions).
-    pub fn public(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+    pub fn public(self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.with(name.into(), value.into(), true)
+    }
+
+    fn with(mut self, name: String, value: String, public: bool) -> Self {
         self.entries.push(Entry {
-            name: name.into(),
-            value: value.into(),
-            public: true,
+            name,
+            value,
+            public,
         });
         self.entries.sort();
         self

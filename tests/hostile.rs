@@ -82,7 +82,7 @@ fn outputs_replace_only_regular_files_and_never_an_input() {
         .args(["c", "1", "3"])
         .status();
     let node = node.map(|s| s.success()).unwrap_or(false);
-    let mut specials = vec![("fifo", "is a FIFO")];
+    let mut specials = vec![("fifo", "is a pipe or FIFO")];
     if node {
         specials.push(("node", "is a device"));
     }
@@ -123,7 +123,7 @@ fn outputs_replace_only_regular_files_and_never_an_input() {
     // predict: a FIFO, the model or the data as -o are refused before any row is scored; a
     // missing directory is made.
     for (out, why) in [
-        ("fifo", "is a FIFO"),
+        ("fifo", "is a pipe or FIFO"),
         ("real.txt", "is an input"),
         ("d.svm", "is an input"),
     ] {

@@ -293,7 +293,9 @@ mod tests {
         let mut bytes = std::fs::read(&p).unwrap();
         bytes.pop();
         std::fs::write(&p, &bytes).unwrap();
-        assert!(read_gradient(&p, 1000).unwrap_err().contains("needs"));
+        assert!(read_gradient(&p, 1000)
+            .unwrap_err()
+            .contains("not a gradient file"));
     }
 
     #[test]

@@ -206,11 +206,24 @@ pub fn read_libsvm_part(
         first == 0,
         |p, label| data.push_row_unchecked(&p.keys, &p.vals, label),
     );
+    // Only an error pays for counting the lines before the part.
+    let first_line = || line_of(path, first);
+    part_rows(path, parsed, first_line, parser, data)
+}
+
+/// A part's rows once its lines are parsed (`parsed`), or the parser's error at its line
+/// (counted from `first_line`, the part's first line).
+fn part_rows(
+    path: &Path,
+    parsed: Result<(), (usize, usize, String)>,
+    first_line: impl FnOnce() -> Result<usize, DataError>,
+    parser: LineParser,
+    mut data: Dataset,
+) -> Result<PartRows, DataError> {
     if let Err((line, column, message)) = parsed {
-        // Only an error pays for counting the lines before the part.
         return Err(DataError {
             file: path.to_path_buf(),
-            line: line_of(path, first)? + line,
+            line: first_line()? + line,
             column,
             message,
         });
@@ -239,19 +252,7 @@ fn read_compressed_part(
         }
         k += 1;
     });
-    if let Err((line, column, message)) = parsed {
-        return Err(DataError {
-            file: path.to_path_buf(),
-            line: line + 1,
-            column,
-            message,
-        });
-    }
-    data.dim = parser.dim();
-    Ok(PartRows {
-        data,
-        ignored_features: parser.ignored,
-    })
+    part_rows(path, parsed, || Ok(1), parser, data)
 }
 
 impl Dataset {
