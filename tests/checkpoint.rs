@@ -420,6 +420,9 @@ fn resuming_on_changed_data_is_an_error_naming_the_file() {
             e.contains("rows.svm: the input changed") && e.contains(why),
             "{e}"
         );
+        // The failed resume does not tell the user to run itself again.
+        assert!(!e.contains("continue with"), "{e}");
+        assert!(e.contains("wrote no newer checkpoint"), "{e}");
     }
 }
 
