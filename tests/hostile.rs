@@ -4,13 +4,15 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
 
 /// Runs `gradflow args` in `dir`; the test fails if it runs longer than 60 s.
 fn run(dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .current_dir(dir)
         .args(args)
         .stdin(Stdio::null())
@@ -18,15 +20,7 @@ fn run(dir: &Path, args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            panic!("gradflow {args:?} still runs after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    common::within(child, Duration::from_secs(60))
 }
 
 /// Standard error of a run that must fail (not crash: exit code 1, or 2 for a command line

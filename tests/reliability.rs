@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::within;
+
 const BIN: &str = env!("CARGO_BIN_EXE_gradflow");
 
 /// Runs `gradflow args` in `dir`, failing the test if it takes more than 60 s (a hang).
@@ -20,19 +22,6 @@ fn run(dir: &Path, args: &[&str]) -> Output {
         .spawn()
         .unwrap();
     within(child, Duration::from_secs(60))
-}
-
-/// The output of `child`, which must end within `limit` (it is killed and the test fails).
-fn within(mut child: std::process::Child, limit: Duration) -> Output {
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > limit {
-            child.kill().unwrap();
-            panic!("a gradflow process still runs after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 fn stderr(out: &Output) -> String {

@@ -88,6 +88,20 @@ pub fn run_processes(job: &Job, n: usize) -> Vec<RunOutcome> {
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// The output of `child`, which must end within `limit`: else it is killed and the test fails
+/// (a hang).
+pub fn within(mut child: std::process::Child, limit: std::time::Duration) -> Output {
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            panic!("a process still runs after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// Runs the `gradflow` binary with `args`.
 pub fn gradflow<I, S>(args: I) -> Output
 where
