@@ -198,7 +198,7 @@ struct ProcessArgs {
     #[arg(short = 'n', long, default_value_t = 1, value_parser = count::<1, MAX_PROCESSES>)]
     processes: usize,
     /// This process's index in the cluster.
-    #[arg(short = 'p', long, default_value_t = 0, value_parser = count::<0, MAX_PROCESSES>)]
+    #[arg(short = 'p', long, default_value_t = 0, value_parser = count::<0, { MAX_PROCESSES - 1 }>)]
     process: usize,
     /// File with one host:port per line, one line per process (default: localhost:2101+i).
     #[arg(long, conflicts_with = "hosts")]
@@ -390,18 +390,25 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
     }
 }
 
+/// A gradient's dimension for `codec compare`/`keys`, at most [`crate::data::MAX_DIM`]: a
+/// codec's buffers may be dense in it.
+fn within_max_dim(what: &str, dim: u32) -> Result<(), String> {
+    match dim > crate::data::MAX_DIM {
+        true => Err(format!(
+            "{what} = {dim} is over {}, the largest model dimension gradflow trains by default \
+             (a codec's buffers may be dense in it)",
+            crate::data::MAX_DIM
+        )),
+        false => Ok(()),
+    }
+}
+
 impl GradientSource {
     fn load(&self) -> Result<(SparseGrad, u32), String> {
         match (&self.input, &self.synth) {
             (Some(path), None) => {
                 let dim = self.dim.ok_or("--input needs --dim")?;
-                if dim > crate::data::MAX_DIM {
-                    return Err(format!(
-                        "--dim {dim} is over {}, the largest model dimension gradflow trains \
-                         by default",
-                        crate::data::MAX_DIM
-                    ));
-                }
+                within_max_dim("--dim", dim)?;
                 Ok((read_gradient(path, dim)?, dim))
             }
             (None, Some(spec)) => {
@@ -420,13 +427,7 @@ impl GradientSource {
                 if dim == 0 || d == 0 || d > dim as usize {
                     return Err(format!("--synth: need 0 < d <= D, got D = {dim}, d = {d}"));
                 }
-                let most = crate::data::MAX_DIM;
-                if dim > most {
-                    return Err(format!(
-                        "--synth: D = {dim} is over {most}, the largest model dimension \
-                         gradflow trains by default (a codec's buffers may be dense in D)"
-                    ));
-                }
+                within_max_dim("--synth: D", dim)?;
                 let seed = if parts.len() == 3 { num(2, "seed")? } else { 1 };
                 Ok((synth_gradient(dim, d, 0.01, seed), dim))
             }
