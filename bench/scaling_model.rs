@@ -91,7 +91,7 @@ fn main() -> Result<(), String> {
             let mut rows = Vec::new();
             for processes in PROCESSES {
                 eprintln!("{shape}: measuring {processes} processes' round");
-                let cal = measure_alone(&data, &plan, processes, &codecs)?;
+                let cal = measure_alone(&data, &plan, processes, &codecs, &[])?;
                 let r = &cal.round;
                 eprintln!(
                     "  gradient {:.3} ms ({:.0} pairs), sum of {processes}: {:.0} keys, add {:.1} \

@@ -1,45 +1,75 @@
 //! `train.exchange = "auto"` and `train.compressor = "auto"`: the job's exchange and compressor
-//! chosen before training, on every worker alike. The cost model of [`crate::exchange::cost`]
-//! ranks every candidate from a round measured on the job's own gradients and link
-//! ([`crate::dataflow::calibrate`]); the first few, and the best uncompressed one of each
-//! exchange, are then tried for a few real rounds each ([`crate::dataflow::trial`]), and the
-//! fastest tried wins (a lossy codec only by a margin). The model ranks; real rounds decide,
-//! because they show what the model misses: processes sharing cores, caches emptied by other
-//! processes' rounds, a parked worker's wake-up.
+//! (and, with the compressor, pipelined rounds and `sharded`'s downlink codec) chosen before
+//! training, on every worker alike. Named steps:
+//! 1. **rank**: the cost model of [`crate::exchange::cost`] ranks every candidate from a round
+//!    measured on the job's own gradients and link ([`crate::dataflow::calibrate`]);
+//! 2. **check the loss**: every candidate that trains another model than the job's own
+//!    settings (a lossy codec, a round in flight, a lossy downlink) is trained for a few real
+//!    rounds from the initial model beside uncompressed training, and scored on rows held out
+//!    of the workers' own training rows; it stays a candidate only when it keeps
+//!    [`KEPT_PROGRESS`] of uncompressed training's progress ([`keeps_progress`]);
+//! 3. **try**: the first few that stay, and the best uncompressed one of each exchange, run a
+//!    few real rounds each ([`crate::dataflow::trial`]), and the fastest wins (a lossy one
+//!    only by a margin). The model ranks; real rounds decide, because they show what the model
+//!    misses: processes sharing cores, caches emptied by other processes' rounds, a parked
+//!    worker's wake-up.
+//!
+//! The choice's time and the bytes it sent are part of the run: [`Choice::cost`].
+
+use std::time::Instant;
 
 use timely::worker::Worker;
 
 use crate::codec::CodecSpec;
-use crate::dataflow::calibrate::{agree, calibrate, median, warmed_memory, Candidate as Measured};
+use crate::data::Dataset;
+use crate::dataflow::calibrate::{
+    agree, agreement_bytes, calibrate, median, warmed_memory, Candidate as Measured, Downlink,
+};
 use crate::dataflow::trial::trial;
-use crate::dataflow::{Supervisor, TrainPlan, WorkerData};
-use crate::exchange::cost::{choose as rank, keeps_the_loss, least, Candidate, Strategy};
+use crate::dataflow::{ChoiceCost, Supervisor, TrainPlan, WorkerData};
+use crate::exchange::cost::{self, choose_among, least, Candidate, Strategy, Variant};
 use crate::exchange::ExchangeKind;
 use crate::job::{codec_name, Auto, Job};
+use crate::model::EvalPart;
 
-/// The job with its `"auto"` fields chosen, and a report of the choice and the numbers
-/// behind it (with the settings that replay it).
+/// What `auto` chose, why, and what choosing cost.
+pub struct Choice {
+    /// The job with its `"auto"` fields chosen.
+    pub job: Job,
+    /// The candidates, the loss check and the trials, with the settings that replay the
+    /// choice (for process 0 to print).
+    pub report: String,
+    /// The choice's time and the payload it sent, every process together.
+    pub cost: ChoiceCost,
+}
+
+/// Chooses the job's `"auto"` fields on this worker; every worker of the run calls it, and all
+/// choose alike.
 pub fn choose(
     worker: &mut Worker,
     job: &Job,
     data: &WorkerData,
     plan: &TrainPlan,
     supervisor: &Supervisor,
-) -> Result<(Job, String), String> {
+) -> Result<Choice, String> {
+    let started = Instant::now();
     let t = &job.train;
+    let workers = worker.peers();
+    let remote = workers.saturating_sub(plan.threads_per_process);
+    // The candidates: each codec with the memory the job gives it (its paper's, unless the job
+    // names one), and, where the codec is chosen, rounds in flight and sharded's downlinks.
     let strategies = match (t.auto.exchange, t.exchange) {
         (true, _) => vec![Strategy::Sharded, Strategy::AllGather],
         (false, ExchangeKind::Allgather) => vec![Strategy::AllGather],
         (false, _) => vec![Strategy::Sharded],
     };
     let specs: Vec<(String, CodecSpec)> = match t.auto.compressor {
-        true => keeps_the_loss(plan.model.name())
+        true => cost::keeps_the_loss(plan.model.name())
             .iter()
             .map(|&n| (n.to_string(), CodecSpec::with_defaults(n).expect("a codec")))
             .collect(),
         false => vec![(codec_name(&t.compressor), t.compressor.clone())],
     };
-    // Each codec with the memory the job gives it (its paper's, unless the job names one).
     let codecs: Vec<Measured> = specs
         .into_iter()
         .map(|(name, spec)| {
@@ -49,61 +79,145 @@ pub fn choose(
             (name, spec, memory)
         })
         .collect();
-    let started = std::time::Instant::now();
-    let measured = calibrate(worker, data, plan, &codecs, supervisor)?;
-    let (ranked, predicted) = rank(&measured.round, &strategies, &measured.codecs);
-    let configured = |c: &Candidate| {
-        let mut job = job.clone();
-        job.train.auto = Auto::default();
-        job.train.exchange = match c.strategy {
-            Strategy::Sharded => ExchangeKind::Sharded,
-            Strategy::AllGather => ExchangeKind::Allgather,
-        };
-        if let Some((_, spec, _)) = codecs.iter().find(|(n, _, _)| *n == c.codec) {
-            job.train.compressor = spec.clone();
-        }
-        job
+    let offers_more = t.auto.compressor && t.staleness == 0 && t.downlink == CodecSpec::default();
+    let downlinks: Vec<Downlink> = match offers_more && strategies.contains(&Strategy::Sharded) {
+        true => DOWNLINKS.iter().map(downlink_spec).collect(),
+        false => Vec::new(),
     };
-    // The shortlist, each tried for a few real rounds on every worker.
-    let tried = shortlist(&ranked, predicted);
-    let rounds = TRIAL_ROUNDS.min(plan.rounds());
+    // Step 1: rank.
+    let (measured, mut sent) = calibrate(worker, data, plan, &codecs, &downlinks, supervisor)?;
+    let mut variants = vec![Variant {
+        staleness: t.staleness,
+        downlink: None,
+    }];
+    if offers_more {
+        variants.extend(measured.downlinks.iter().map(|d| Variant {
+            staleness: 0,
+            downlink: Some(d.clone()),
+        }));
+        let pipelined: Vec<Variant> = variants
+            .iter()
+            .map(|v| Variant {
+                staleness: 1,
+                ..v.clone()
+            })
+            .collect();
+        variants.extend(pipelined);
+    }
+    let r = &measured.round;
+    let (ranked, _) = choose_among(r, &strategies, &measured.codecs, &variants);
+    let configured = |c: &Candidate| configure(job, c, &codecs);
+    let ranked: Vec<Candidate> = ranked
+        .into_iter()
+        .filter(|c| configured(c).validate().is_ok())
+        .collect();
+    // Step 2: check the loss of each codec at the job's staleness and downlink, and of every
+    // lossy setting the trials would pick, until those all passed (or [`CHECK_PASSES`]).
+    let (train, validation) = hold_out(data);
+    let rounds = CHECK_ROUNDS.min(plan.rounds());
+    let mut check = LossCheck::default();
+    for pass in 0..CHECK_PASSES {
+        let open = |i: usize| check.verdict(&ranked[i]).is_none_or(|v| v.kept);
+        let would_try = shortlist(&ranked, t.staleness, open);
+        let mut settings: Vec<(Setting, TrainPlan)> = Vec::new();
+        for (i, c) in ranked.iter().enumerate() {
+            let s = Setting::of(c);
+            let base = pass == 0 && c.staleness == t.staleness && c.downlink.is_none();
+            let wanted = t.auto.compressor && (base || would_try.contains(&i));
+            if wanted && check.verdict(c).is_none() && !settings.iter().any(|(k, _)| *k == s) {
+                settings.push((s, plan_of(plan, &configured(c))));
+            }
+        }
+        if settings.is_empty() {
+            break;
+        }
+        let mut scores = Vec::new();
+        for (_, p) in &settings {
+            let tried = trial(
+                worker,
+                p,
+                &train,
+                rounds,
+                None,
+                Some(&validation),
+                supervisor,
+            )?;
+            sent += tried.sent_bytes;
+            let part = tried.validation.unwrap_or_default();
+            scores.extend([part.loss_sum, part.count as f64]);
+        }
+        if pass == 0 {
+            let initial = initial_part(plan, &validation);
+            scores.extend([initial.loss_sum, initial.count as f64]);
+        }
+        sent += agreement_bytes(scores.len(), remote);
+        let scores = agree(worker, &scores, supervisor)?;
+        let loss = |i: usize| scores[2 * i] / scores[2 * i + 1].max(1e-300);
+        if pass == 0 {
+            check.initial = loss(settings.len());
+            check.rows = (scores[2 * settings.len() + 1] * workers as f64).round() as u64;
+            check.reference = (0..settings.len())
+                .find(|&i| settings[i].0.lossless(t.staleness))
+                .map(loss)
+                .expect("none at the job's staleness is checked first");
+        }
+        for (i, (s, _)) in settings.into_iter().enumerate() {
+            let v = Verdict::of(&s, loss(i), check.reference, check.initial, t.staleness);
+            check.settings.push((s, v));
+        }
+    }
+    let kept = |c: &Candidate| !t.auto.compressor || check.verdict(c).is_some_and(|v| v.kept);
+    // Step 3: try the first that stay.
+    let staying: Vec<usize> = (0..ranked.len()).filter(|&i| kept(&ranked[i])).collect();
+    let tried: Vec<usize> = shortlist(&ranked, t.staleness, |i| staying.contains(&i));
+    let trial_rounds = TRIAL_ROUNDS.min(plan.rounds());
     let plans: Vec<TrainPlan> = tried
         .iter()
-        .map(|&i| {
-            let job = configured(&ranked[i]);
-            TrainPlan {
-                exchange: job.train.exchange,
-                codec: job.train.compressor.clone(),
-                memory: job.memory(),
-                ..plan.clone()
-            }
-        })
+        .map(|&i| plan_of(plan, &configured(&ranked[i])))
         .collect();
     // Each memory warmed as a run's first rounds warm it, so that the trials time the codec on
     // training's messages.
-    let (me, workers) = (worker.index() as u32, worker.peers());
+    let me = worker.index() as u32;
     let warm = WARM_ROUNDS.min(plan.rounds());
     let memories: Vec<Option<Vec<u8>>> = plans
         .iter()
-        .map(|p| warmed_memory(data, p, me, workers, warm))
+        .map(|p| warmed_memory(&train, p, me, workers, warm))
         .collect::<Result<_, _>>()?;
     // In turns, so that a slow spell of the machine falls on every candidate alike; in each,
     // the model's first last, so that training follows the lightest traffic (on a shaped link,
     // training that followed uncompressed trials ran slower: docs/auto.md).
     let mut timed = vec![Vec::new(); plans.len()];
     for _ in 0..TRIAL_TURNS {
-        for ((plan, timed), memory) in plans.iter().zip(&mut timed).zip(&memories).rev() {
-            let times = trial(worker, plan, data, rounds, memory.as_deref(), supervisor)?;
-            timed.extend(typical_rounds(&times));
+        for ((p, timed), memory) in plans.iter().zip(&mut timed).zip(&memories).rev() {
+            let tried = trial(
+                worker,
+                p,
+                &train,
+                trial_rounds,
+                memory.as_deref(),
+                None,
+                supervisor,
+            )?;
+            sent += tried.sent_bytes;
+            timed.extend(typical_rounds(&tried.round_ms));
         }
     }
     let mine: Vec<f64> = timed.into_iter().map(median).collect();
-    let trials = agree(worker, &mine, supervisor)?;
-    let lossless: Vec<bool> = tried.iter().map(|&i| ranked[i].codec == "none").collect();
-    let chosen = tried[least(&trials, &lossless)];
+    let mut numbers = mine;
+    numbers.push(sent as f64);
+    let shared_numbers = agreement_bytes(numbers.len(), remote) as f64;
+    *numbers.last_mut().unwrap() += shared_numbers;
+    let agreed = agree(worker, &numbers, supervisor)?;
+    let (trials, mean_sent) = agreed.split_at(tried.len());
+    let lossless: Vec<bool> = tried.iter().map(|&i| ranked[i].lossless(r)).collect();
+    let chosen = tried[least(trials, &lossless)];
     let choice = &ranked[chosen];
-    let job = configured(choice);
-    let r = &measured.round;
+    let chosen_job = configured(choice);
+    let cost = ChoiceCost {
+        seconds: started.elapsed().as_secs_f64(),
+        sent_bytes: (mean_sent[0] * workers as f64).round() as u64,
+    };
+    // The report.
     let mut report = format!(
         "auto: a round measured before training: gradient {:.2} ms ({:.0} pairs, {:.0} keys \
          summed over {} workers); link {:.3} ms a hop, {}\n",
@@ -114,27 +228,242 @@ pub fn choose(
         r.link.hop_ms,
         rate(r.link.bytes_per_s, r.workers > r.threads),
     );
+    if !check.settings.is_empty() {
+        report.push_str(&check.table(rounds, t.staleness));
+    }
     let mut measured_ms = vec![None; ranked.len()];
-    for (&i, &ms) in tried.iter().zip(&trials) {
+    for (&i, &ms) in tried.iter().zip(trials) {
         measured_ms[i] = Some(ms);
     }
-    report.push_str(&table(&ranked, &measured_ms, chosen));
+    let refused = |c: &Candidate| check.verdict(c).is_some_and(|v| !v.kept);
+    report.push_str(&table(&ranked, &measured_ms, chosen, &refused));
     report.push_str(&format!(
-        "auto: predicted all, tried {} in {TRIAL_TURNS} turns of {rounds} rounds, each memory \
-         warmed for {warm} rounds ({:.2} s in all)\n",
+        "auto: predicted {}, checked the loss of {}, tried {} in {TRIAL_TURNS} turns of \
+         {trial_rounds} rounds, each memory warmed for {warm} rounds ({:.2} s, {:.1} MB sent \
+         by all processes)\n",
+        ranked.len(),
+        check.settings.len(),
         tried.len(),
-        started.elapsed().as_secs_f64()
+        cost.seconds,
+        cost.sent_bytes as f64 / 1e6
     ));
     report.push_str(&format!(
-        "auto: chose {} + {} (memory {}); replay it with --set 'train.exchange=\"{}\"' --set \
-         'train.compressor={{ name = \"{}\" }}'",
-        choice.strategy.name(),
-        choice.codec,
-        job.memory().name(),
-        choice.strategy.name(),
-        choice.codec
+        "auto: chose {}; replay it with {}",
+        describe(choice, &chosen_job),
+        replay(choice, &chosen_job)
     ));
-    Ok((job, report))
+    Ok(Choice {
+        job: chosen_job,
+        report,
+        cost,
+    })
+}
+
+/// The job of candidate `c`: its exchange, codec (of `codecs`), staleness and downlink.
+fn configure(job: &Job, c: &Candidate, codecs: &[Measured]) -> Job {
+    let mut job = job.clone();
+    job.train.auto = Auto::default();
+    job.train.exchange = match c.strategy {
+        Strategy::Sharded => ExchangeKind::Sharded,
+        Strategy::AllGather => ExchangeKind::Allgather,
+    };
+    if let Some((_, spec, _)) = codecs.iter().find(|(n, _, _)| *n == c.codec) {
+        job.train.compressor = spec.clone();
+    }
+    job.train.staleness = c.staleness;
+    if let Some(d) = &c.downlink {
+        job.train.downlink = downlink_spec(DOWNLINKS.iter().find(|t| t.0 == d).expect("offered")).1;
+    }
+    job
+}
+
+/// `plan` with `job`'s exchange, codec, memory, staleness and downlink.
+fn plan_of(plan: &TrainPlan, job: &Job) -> TrainPlan {
+    TrainPlan {
+        exchange: job.train.exchange,
+        codec: job.train.compressor.clone(),
+        memory: job.memory(),
+        staleness: job.train.staleness,
+        downlink: job.train.downlink.clone(),
+        ..plan.clone()
+    }
+}
+
+/// What a candidate changes of the model's training (its exchange does not: `sharded` and
+/// `allgather` train the same model): the loss check's unit.
+#[derive(Clone, Debug, PartialEq)]
+struct Setting {
+    codec: String,
+    staleness: u64,
+    downlink: Option<String>,
+}
+
+impl Setting {
+    fn of(c: &Candidate) -> Setting {
+        Setting {
+            codec: c.codec.clone(),
+            staleness: c.staleness,
+            downlink: c.downlink.clone(),
+        }
+    }
+
+    fn lossless(&self, staleness: u64) -> bool {
+        self.codec == "none" && self.staleness == staleness && self.downlink.is_none()
+    }
+
+    fn name(&self) -> String {
+        let mut s = self.codec.clone();
+        if self.staleness > 0 {
+            s.push_str(&format!(", staleness {}", self.staleness));
+        }
+        if let Some(d) = &self.downlink {
+            s.push_str(&format!(", downlink {d}"));
+        }
+        s
+    }
+}
+
+/// The loss check so far: the settings checked and their verdicts.
+#[derive(Default)]
+struct LossCheck {
+    settings: Vec<(Setting, Verdict)>,
+    /// The initial model's loss on the held-out rows.
+    initial: f64,
+    /// Uncompressed training's loss there after the check's rounds.
+    reference: f64,
+    /// The held-out rows, every worker's together.
+    rows: u64,
+}
+
+impl LossCheck {
+    /// The verdict on `c`'s setting, if it was checked.
+    fn verdict(&self, c: &Candidate) -> Option<&Verdict> {
+        let s = Setting::of(c);
+        self.settings.iter().find(|(k, _)| *k == s).map(|(_, v)| v)
+    }
+
+    /// Each setting's loss and the share of uncompressed training's progress it kept.
+    fn table(&self, rounds: u64, staleness: u64) -> String {
+        let mut s = format!(
+            "auto: the loss after {rounds} rounds on {} held-out training rows (from {:.4}); a \
+             lossy setting must keep {:.0}% of uncompressed training's progress\n",
+            self.rows,
+            self.initial,
+            KEPT_PROGRESS * 100.0
+        );
+        for (c, v) in &self.settings {
+            s.push_str(&format!(
+                "  {:<36} loss {:.4}  progress {:>5.1}%  {}\n",
+                c.name(),
+                v.loss,
+                v.progress * 100.0,
+                match (c.lossless(staleness), v.kept) {
+                    (true, _) => "reference",
+                    (false, true) => "kept",
+                    (false, false) => "refused",
+                }
+            ));
+        }
+        s
+    }
+}
+
+/// The loss check's verdict on a setting.
+struct Verdict {
+    /// Its validation loss after the check's rounds.
+    loss: f64,
+    /// The share of uncompressed training's progress it kept.
+    progress: f64,
+    kept: bool,
+}
+
+impl Verdict {
+    /// A setting of validation loss `loss` where uncompressed training reached `reference`
+    /// from `initial`: kept when it is lossless, or when it lowered the loss by at least
+    /// [`KEPT_PROGRESS`] of what uncompressed training did (which must have lowered it).
+    fn of(s: &Setting, loss: f64, reference: f64, initial: f64, staleness: u64) -> Verdict {
+        let progress = keeps_progress(loss, reference, initial);
+        Verdict {
+            loss,
+            progress: progress.1,
+            kept: s.lossless(staleness) || progress.0,
+        }
+    }
+}
+
+/// Whether a model of validation loss `loss` keeps the loss of uncompressed training, which
+/// went from `initial` to `reference` in the same rounds: whether it made at least
+/// [`KEPT_PROGRESS`] of that progress, and the share it made. When uncompressed training did
+/// not lower the loss there is nothing to keep, and nothing lossy passes.
+pub fn keeps_progress(loss: f64, reference: f64, initial: f64) -> (bool, f64) {
+    let gained = initial - reference;
+    let share = (initial - loss) / gained;
+    let valid = gained > 0.0 && loss.is_finite() && reference.is_finite();
+    (
+        valid && share >= KEPT_PROGRESS,
+        if valid { share } else { 0.0 },
+    )
+}
+
+/// The share of uncompressed training's progress on the held-out rows a lossy setting must keep
+/// over the check's rounds.
+pub const KEPT_PROGRESS: f64 = 0.95;
+/// Rounds of the loss check (fewer when the job has fewer).
+const CHECK_ROUNDS: u64 = 16;
+/// Passes of the loss check: a refusal moves the trials' shortlist down to settings not yet
+/// checked, which the next pass checks; what no pass checked is not tried.
+const CHECK_PASSES: usize = 3;
+/// Most rows each worker holds out of its training rows to score the loss check on.
+const VALIDATION_ROWS: usize = 1024;
+
+/// This worker's training rows split in two: those the loss check and the trials train on, and
+/// every `k`-th row (at most [`VALIDATION_ROWS`]) held out to score the check on. The test rows
+/// are never used.
+fn hold_out(data: &WorkerData) -> (WorkerData, Dataset) {
+    let rows = data.train.rows();
+    let every = rows.div_ceil(VALIDATION_ROWS).max(2);
+    let mut train = Dataset::new(data.train.dim);
+    let mut held = Dataset::new(data.train.dim);
+    for i in 0..rows {
+        let (keys, values) = data.train.row(i);
+        let into = match i % every == every - 1 {
+            true => &mut held,
+            false => &mut train,
+        };
+        into.push_row(keys, values, data.train.labels[i]);
+    }
+    let train = WorkerData {
+        train,
+        test: Dataset::new(data.test.dim),
+        ignored_test_features: 0,
+    };
+    (train, held)
+}
+
+/// The initial model scored on `rows`.
+fn initial_part(plan: &TrainPlan, rows: &Dataset) -> EvalPart {
+    let mut w = vec![0.0; plan.dim as usize];
+    match &plan.initial_weights {
+        Some(init) => w.copy_from_slice(&init.weights),
+        None => plan.model.init(plan.seed, &mut w),
+    }
+    EvalPart::evaluate(rows, &w, &*plan.model, &*plan.loss, plan.auc_bits)
+}
+
+/// The downlink codecs `auto` offers `sharded` besides the job's: a label and the codec as an
+/// inline TOML table.
+const DOWNLINKS: [(&str, &str); 2] = [
+    ("logquant", "{ name = \"logquant\" }"),
+    ("topk 3%", "{ name = \"topk\", ratio = 0.03 }"),
+];
+
+fn downlink_spec((label, table): &(&str, &str)) -> Downlink {
+    let spec = toml::from_str::<toml::Table>(&format!("d = {table}"))
+        .ok()
+        .and_then(|t| t.get("d").cloned())
+        .and_then(|d| d.try_into::<CodecSpec>().ok())
+        .expect("a downlink codec");
+    (label.to_string(), spec)
 }
 
 fn rate(bytes_per_s: f64, measured: bool) -> String {
@@ -151,7 +480,7 @@ const TRIAL_ROUNDS: u64 = 16;
 /// it the messages and the codec's work.
 const WARM_ROUNDS: u64 = 64;
 /// Turns each configuration of the shortlist is tried in.
-const TRIAL_TURNS: usize = 3;
+const TRIAL_TURNS: usize = 2;
 /// A trial's first rounds, not timed: the caches settle.
 const TRIAL_WARMUP: usize = 4;
 /// The cost model's first this many candidates are tried, with the first and the first
@@ -159,21 +488,23 @@ const TRIAL_WARMUP: usize = 4;
 /// against a lossy codec that is slower than none).
 const SHORTLIST: usize = 3;
 
-/// The indices of `ranked` to try: the first [`SHORTLIST`], the model's choice, and each
-/// exchange's first candidate and first uncompressed candidate, in rank order.
-fn shortlist(ranked: &[Candidate], predicted: usize) -> Vec<usize> {
-    let first_of_its_exchange = |i: usize, only_none: bool| {
-        let c = &ranked[i];
-        let like = |o: &Candidate| o.strategy == c.strategy && (!only_none || o.codec == "none");
-        like(c) && !ranked[..i].iter().any(like)
+/// The indices of `ranked` to try among those `eligible`: the first [`SHORTLIST`], and each
+/// exchange's first candidate and first uncompressed candidate (at the job's `staleness`), in
+/// rank order.
+fn shortlist(ranked: &[Candidate], staleness: u64, eligible: impl Fn(usize) -> bool) -> Vec<usize> {
+    let open: Vec<usize> = (0..ranked.len()).filter(|&i| eligible(i)).collect();
+    let first_of_its_exchange = |n: usize, only_none: bool| {
+        let c = &ranked[open[n]];
+        let like = |o: &Candidate| {
+            o.strategy == c.strategy && (!only_none || Setting::of(o).lossless(staleness))
+        };
+        like(c) && !open[..n].iter().any(|&j| like(&ranked[j]))
     };
-    (0..ranked.len())
-        .filter(|&i| {
-            i < SHORTLIST
-                || i == predicted
-                || first_of_its_exchange(i, false)
-                || first_of_its_exchange(i, true)
+    (0..open.len())
+        .filter(|&n| {
+            n < SHORTLIST || first_of_its_exchange(n, false) || first_of_its_exchange(n, true)
         })
+        .map(|n| open[n])
         .collect()
 }
 
@@ -186,27 +517,82 @@ fn typical_rounds(times: &[f64]) -> Vec<f64> {
     }
 }
 
-/// The candidates, fastest predicted first, with the measured round of those tried, the choice
-/// marked.
-fn table(ranked: &[Candidate], measured: &[Option<f64>], chosen: usize) -> String {
+/// The candidates, fastest predicted first, with the measured round of those tried (`loss`:
+/// refused by the loss check), the choice marked; the first [`TABLE_ROWS`] and every one tried.
+fn table(
+    ranked: &[Candidate],
+    measured: &[Option<f64>],
+    chosen: usize,
+    refused: &dyn Fn(&Candidate) -> bool,
+) -> String {
     let mut s = format!(
-        "  {:<10} {:<10} {:>8} {:>10} {:>8} {:>5} {:>9} {:>9}\n",
+        "  {:<10} {:<36} {:>8} {:>10} {:>8} {:>5} {:>9} {:>9}\n",
         "exchange", "codec", "cpu ms", "sent kB", "link ms", "hops", "round ms", "tried ms"
     );
+    let mut left = 0;
     for (i, c) in ranked.iter().enumerate() {
+        if i >= TABLE_ROWS && measured[i].is_none() {
+            left += 1;
+            continue;
+        }
         let p = &c.prediction;
+        let tried = match (measured[i], refused(c)) {
+            (Some(ms), _) => format!("{ms:.3}"),
+            (None, false) => "-".into(),
+            (None, true) => "loss".into(),
+        };
         s.push_str(&format!(
-            "{} {:<10} {:<10} {:>8.3} {:>10.1} {:>8.3} {:>5} {:>9.3} {:>9}\n",
+            "{} {:<10} {:<36} {:>8.3} {:>10.1} {:>8.3} {:>5} {:>9.3} {:>9}\n",
             if i == chosen { '*' } else { ' ' },
             c.strategy.name(),
-            c.codec,
+            Setting::of(c).name(),
             p.cpu_ms,
             p.sent_bytes / 1e3,
             p.wire_ms,
             p.hops,
             p.round_ms,
-            measured[i].map_or("-".into(), |ms| format!("{ms:.3}"))
+            tried
         ));
+    }
+    if left > 0 {
+        s.push_str(&format!("  ... {left} more, predicted slower\n"));
+    }
+    s
+}
+
+/// Rows of the candidates' table beyond those tried.
+const TABLE_ROWS: usize = 12;
+
+/// The choice in words: exchange, codec, memory, and what else it changes.
+fn describe(c: &Candidate, job: &Job) -> String {
+    let mut s = format!(
+        "{} + {} (memory {})",
+        c.strategy.name(),
+        c.codec,
+        job.memory().name()
+    );
+    if c.staleness != 0 {
+        s.push_str(&format!(", staleness {}", c.staleness));
+    }
+    if let Some(d) = &c.downlink {
+        s.push_str(&format!(", downlink {d}"));
+    }
+    s
+}
+
+/// The settings that replay the choice.
+fn replay(c: &Candidate, job: &Job) -> String {
+    let mut s = format!(
+        "--set 'train.exchange=\"{}\"' --set 'train.compressor={{ name = \"{}\" }}'",
+        c.strategy.name(),
+        c.codec
+    );
+    if c.staleness != 0 {
+        s.push_str(&format!(" --set 'train.staleness={}'", job.train.staleness));
+    }
+    if let Some(d) = &c.downlink {
+        let table = DOWNLINKS.iter().find(|t| t.0 == d).expect("offered").1;
+        s.push_str(&format!(" --set 'train.downlink={table}'"));
     }
     s
 }
@@ -216,13 +602,12 @@ mod tests {
     use super::*;
     use crate::exchange::cost::Prediction;
 
-    /// The model's first three, then each exchange's first candidate and first uncompressed one:
-    /// an exchange the model ranks below the first three is still tried.
-    #[test]
-    fn the_shortlist_tries_the_best_of_each_exchange_and_its_best_uncompressed() {
-        let c = |strategy, codec: &str| Candidate {
+    fn c(strategy: Strategy, codec: &str) -> Candidate {
+        Candidate {
             strategy,
             codec: codec.into(),
+            staleness: 0,
+            downlink: None,
             prediction: Prediction {
                 cpu_ms: 0.0,
                 sent_bytes: 0.0,
@@ -230,7 +615,14 @@ mod tests {
                 hops: 1,
                 round_ms: 0.0,
             },
-        };
+        }
+    }
+
+    /// The model's first three, then each exchange's first candidate and first uncompressed one:
+    /// an exchange the model ranks below the first three is still tried; a candidate the loss
+    /// check refused is not, and the next takes its place.
+    #[test]
+    fn the_shortlist_tries_the_best_of_each_exchange_and_its_best_uncompressed() {
         let (a, s) = (Strategy::AllGather, Strategy::Sharded);
         let ranked = [
             c(a, "threshold"),
@@ -242,7 +634,42 @@ mod tests {
             c(a, "none"),
             c(s, "none"),
         ];
-        assert_eq!(shortlist(&ranked, 0), [0, 1, 2, 4, 6, 7]);
-        assert_eq!(shortlist(&ranked, 5), [0, 1, 2, 4, 5, 6, 7]);
+        assert_eq!(shortlist(&ranked, 0, |_| true), [0, 1, 2, 4, 6, 7]);
+        let refused = |i: usize| ranked[i].codec != "threshold";
+        assert_eq!(shortlist(&ranked, 0, refused), [1, 2, 3, 4, 6, 7]);
+    }
+
+    /// A lossy setting is kept when it makes 95% of uncompressed training's progress, not at
+    /// 94%; nothing lossy passes where uncompressed training made none, or on a loss that is
+    /// not a number.
+    #[test]
+    fn the_loss_check_keeps_nineteen_twentieths_of_the_progress() {
+        let (initial, reference) = (0.70, 0.60);
+        assert!(keeps_progress(0.60, reference, initial).0);
+        assert!(keeps_progress(0.605, reference, initial).0);
+        assert!(!keeps_progress(0.606, reference, initial).0);
+        assert!(keeps_progress(0.55, reference, initial).0);
+        assert!(!keeps_progress(0.60, 0.70, 0.70).0);
+        assert!(!keeps_progress(f64::NAN, reference, initial).0);
+        let share = keeps_progress(0.62, reference, initial).1;
+        assert!((share - 0.8).abs() < 1e-9, "{share}");
+    }
+
+    /// Every few rows held out, at most 1024, none lost, the test rows untouched.
+    #[test]
+    fn holding_out_keeps_every_row_once() {
+        let mut train = Dataset::new(10);
+        for i in 0..5000u32 {
+            train.push_row(&[i % 10], &[1.0], (i % 2) as f32);
+        }
+        let data = WorkerData {
+            train,
+            test: Dataset::new(10),
+            ignored_test_features: 0,
+        };
+        let (rest, held) = hold_out(&data);
+        assert_eq!(rest.train.rows() + held.rows(), 5000);
+        assert!(held.rows() <= VALIDATION_ROWS && held.rows() >= VALIDATION_ROWS / 2);
+        assert_eq!(rest.train.nnz() + held.nnz(), 5000);
     }
 }

@@ -384,15 +384,15 @@ pub fn run_program(
                         plan.initial_weights = Some(start.weights_for(&plan, &features)?);
                     }
                     if job.train.auto.any() {
-                        let (chosen, report) =
-                            crate::auto::choose(worker, &job, &data, &plan, &sup)?;
+                        let choice = crate::auto::choose(worker, &job, &data, &plan, &sup)?;
                         if index == 0 {
-                            println!("{report}");
+                            println!("{}", choice.report);
                             crate::metrics::flush_stdout();
                         }
                         let initial = plan.initial_weights.take();
-                        plan = chosen.plan(dim, threads);
+                        plan = choice.job.plan(dim, threads);
                         plan.initial_weights = initial;
+                        plan.choice = Some(choice.cost);
                     }
                     plan.start_round = resume.as_ref().map_or(0, |(_, r)| *r);
                     plan.checkpoints = checkpoints.clone();

@@ -574,31 +574,37 @@ fn auto_chooses_alike_on_every_process_and_its_printed_settings_replay_it() {
             first.starts_with("sharded ") || first.starts_with("allgather ")
         })
         .collect();
-    assert_eq!(candidates.len(), 12, "two exchanges by six codecs:\n{out}");
+    // Two exchanges by six codecs, each also with a round in flight, and sharded with two
+    // downlink codecs: 48, of which the table lists the first 12 and every one tried.
+    let more: usize = out
+        .lines()
+        .find_map(|l| {
+            l.split_once("... ")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert_eq!(candidates.len() + more, 48, "{out}");
     assert_eq!(
         candidates.iter().filter(|l| l.contains('*')).count(),
         1,
         "one marked:\n{out}"
     );
-    // Tried for real rounds: the model's first three, each exchange's best and its best
-    // uncompressed, the choice among them.
-    let tried: Vec<&&str> = candidates
-        .iter()
-        .filter(|l| !l.trim_end().ends_with('-'))
-        .collect();
+    // Tried for real rounds: the first three the loss check kept, each exchange's best and its
+    // best uncompressed, the choice among them.
+    let measured = |l: &&&str| l.split_whitespace().last().unwrap().parse::<f64>().is_ok();
+    let tried: Vec<&&str> = candidates.iter().filter(measured).collect();
     assert!((3..=6).contains(&tried.len()), "{out}");
     assert!(tried.iter().any(|l| l.contains('*')), "{out}");
     for exchange in ["sharded ", "allgather "] {
         assert!(
             tried
                 .iter()
-                .any(|l| l.contains(exchange) && l.contains(" none ")),
+                .any(|l| l.contains(exchange) && l.contains(" none  ")),
             "{exchange}none tried:\n{out}"
-        );
-        let first = candidates.iter().find(|l| l.contains(exchange)).unwrap();
-        assert!(
-            !first.trim_end().ends_with('-'),
-            "{exchange}first tried:\n{out}"
         );
     }
     let replay: Vec<String> = chose
@@ -606,14 +612,15 @@ fn auto_chooses_alike_on_every_process_and_its_printed_settings_replay_it() {
         .skip(1)
         .map(|s| s.trim_end().trim_end_matches('\'').to_string())
         .collect();
-    assert_eq!(replay.len(), 2, "{chose}");
+    assert!((2..=4).contains(&replay.len()), "{chose}");
     let (_, replayed_model) = run("replay", &replay);
     assert_eq!(chosen_model, replayed_model, "{chose}");
 }
 
-/// `compressor = "auto"` chooses among the codecs that keep *this model's* loss: for the
-/// network only `none` and `topk` (the others end 1-4% above uncompressed under plain SGD in
-/// its convergence table), for a factorization machine the linear model's six.
+/// `compressor = "auto"` chooses among the codecs that keep *this model's* loss in its
+/// convergence table, each checked on the job's own rows: for the network only `none` and
+/// `topk` (the others end 1-4% above uncompressed under plain SGD in its table), for a
+/// factorization machine the linear model's six.
 #[test]
 fn auto_chooses_among_the_codecs_that_keep_the_models_loss() {
     let dir = tempfile::tempdir().unwrap();
@@ -637,13 +644,12 @@ fn auto_chooses_among_the_codecs_that_keep_the_models_loss() {
         ];
         args.extend(model);
         let out = gradflow_ok(args);
+        // The loss check's lines: "  SETTING  loss L  progress P%  VERDICT", each codec at
+        // the job's staleness and downlink among them.
         let mut codecs: Vec<String> = out
             .lines()
-            .filter_map(|l| {
-                let first = l.trim_start_matches([' ', '*']);
-                let rest = first.strip_prefix("sharded ")?;
-                Some(rest.split_whitespace().next()?.to_string())
-            })
+            .filter(|l| l.contains(" progress ") && !l.contains(','))
+            .filter_map(|l| Some(l.split_whitespace().next()?.to_string()))
             .collect();
         codecs.sort();
         codecs
@@ -655,5 +661,77 @@ fn auto_chooses_among_the_codecs_that_keep_the_models_loss() {
     assert_eq!(
         candidates(&["--model", "fm", "--factors", "4"]),
         ["fastsgd", "logquant", "none", "threshold", "topk", "zipml"]
+    );
+}
+
+/// The loss check refuses a codec that loses the job's loss and keeps one that keeps it. On a
+/// generated table whose signal is in rare features (10^6 features, 40 a row, Zipf popularity)
+/// with 5% batches, a worker's gradient of a rare key is below `threshold`'s 1e-3: threshold
+/// (with its residual) learns them late and ends 1.7% above uncompressed training after three
+/// epochs, logquant within 0.1%. `auto` must refuse threshold, keep logquant, record what
+/// choosing cost as the metrics' first row, and end within 0.5% of uncompressed training.
+#[test]
+fn auto_refuses_a_codec_that_loses_this_jobs_loss_and_keeps_one_that_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("rare.toml");
+    std::fs::write(
+        &job,
+        "[data]\ntest_fraction = 0.2\n[data.synth]\nrows = 100000\ndim = 1000000\nnnz = 40\n\
+         seed = 3\n[model]\nlambda = 1e-6\n[optimizer]\nkind = \"adam\"\nlr = 0.01\n\
+         [train]\nepochs = 3\nbatch_fraction = 0.05\nseed = 42\n",
+    )
+    .unwrap();
+    let run = |name: &str, sets: &[&str]| {
+        let metrics = dir.path().join(format!("{name}.csv"));
+        let mut args = vec![
+            "cluster".to_string(),
+            job.display().to_string(),
+            "-n=2".into(),
+            format!("--set=output.metrics={:?}", metrics.display().to_string()),
+        ];
+        args.extend(sets.iter().map(|s| format!("--set={s}")));
+        let out = gradflow_ok(args);
+        let rows = gradflow::bench::report::read_metrics(&metrics).unwrap();
+        (out, rows)
+    };
+    let (out, rows) = run(
+        "auto",
+        &["train.exchange=\"auto\"", "train.compressor=\"auto\""],
+    );
+    let verdict = |setting: &str| {
+        out.lines()
+            .find_map(|l| {
+                let l = l.trim_start_matches("[p0]").trim();
+                let rest = l.strip_prefix(setting)?.trim_start();
+                rest.starts_with("loss ")
+                    .then(|| l.split_whitespace().last().unwrap())
+            })
+            .unwrap_or_else(|| panic!("{setting} not checked:\n{out}"))
+            .to_string()
+    };
+    assert_eq!(verdict("none"), "reference", "{out}");
+    assert_eq!(verdict("threshold"), "refused", "{out}");
+    assert_eq!(verdict("logquant"), "kept", "{out}");
+    let chose = out
+        .lines()
+        .find_map(|l| l.split_once("auto: chose ").map(|(_, c)| c.to_string()))
+        .unwrap();
+    assert!(!chose.contains("threshold"), "{chose}");
+    // What choosing cost: the first row, before the first round.
+    assert_eq!(rows[0].kind, "choice");
+    assert!(
+        rows[0].seconds > 0.0 && rows[0].uplink_bytes > 0,
+        "{:?}",
+        rows[0]
+    );
+    assert_eq!(rows[1].kind, "round");
+    let last_loss = |rows: &[gradflow::bench::report::MetricsRecord]| {
+        rows.iter().rev().find_map(|r| r.test_loss).unwrap()
+    };
+    let (_, none) = run("none", &[]);
+    let (auto, none) = (last_loss(&rows), last_loss(&none));
+    assert!(
+        auto <= none * 1.005,
+        "auto {auto} ({chose}), uncompressed {none}"
     );
 }

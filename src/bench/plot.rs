@@ -713,6 +713,7 @@ mod tests {
             min_loss: None,
             target_loss: None,
             time_to_target: None,
+            choice_seconds: 0.0,
             free_link_bound: None,
         }
     }

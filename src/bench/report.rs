@@ -16,7 +16,7 @@ use crate::metrics::StageTimes;
 /// support `#[serde(flatten)]`.)
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct MetricsRecord {
-    /// `round`, `epoch`, `eval` or `process`.
+    /// `choice`, `round`, `epoch`, `eval` or `process`.
     pub kind: String,
     /// Epoch.
     pub epoch: u64,
@@ -103,6 +103,10 @@ pub struct ResultRow {
     pub rounds: u64,
     /// Seconds since training started.
     pub seconds: f64,
+    /// Seconds `auto` took to choose the configuration before training (0 without).
+    pub choice_seconds: f64,
+    /// Payload bytes the choice sent to other processes, per process.
+    pub choice_bytes_per_process: f64,
     /// Test loss.
     pub test_loss: Option<f64>,
     /// Test accuracy.
@@ -163,10 +167,12 @@ pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
     let c = &run.cell;
     let per = c.processes.max(1) as f64;
     let (mut up, mut down, mut eval) = (0u64, 0u64, 0u64);
+    let (mut choice_seconds, mut choice_bytes) = (0.0, 0u64);
     let mut times = StageTimes::default();
     let mut out = Vec::new();
     for r in &run.rows {
         match r.kind.as_str() {
+            "choice" => (choice_seconds, choice_bytes) = (r.seconds, r.uplink_bytes),
             "round" => {
                 up += r.uplink_bytes;
                 down += r.downlink_bytes;
@@ -185,6 +191,8 @@ pub fn result_rows(run: &CellRun) -> Vec<ResultRow> {
                 epoch: r.epoch,
                 rounds: r.round + 1,
                 seconds: r.seconds,
+                choice_seconds,
+                choice_bytes_per_process: choice_bytes as f64 / per,
                 test_loss: r.test_loss,
                 test_accuracy: r.test_accuracy,
                 test_auc: r.test_auc,
@@ -230,6 +238,9 @@ pub struct Summary {
     pub target_loss: Option<f64>,
     /// Seconds to the first evaluation at or below the target loss (None: never reached).
     pub time_to_target: Option<f64>,
+    /// Seconds `auto` took to choose before training (0 without), counted in the time to
+    /// target.
+    pub choice_seconds: f64,
     /// Baseline's time to target over this cell's.
     pub speedup: Option<f64>,
     /// On a shaped link, the speed-up this cell would have if its own traffic cost nothing:
@@ -258,7 +269,8 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
             .iter()
             .find(|r| r.test_loss.is_some_and(|l| l <= loss))
     };
-    let time_to = |i: usize, loss: f64| reached(i, loss).map(|r| r.seconds);
+    // From the start of the choice, when `auto` chose: it is part of the run.
+    let time_to = |i: usize, loss: f64| reached(i, loss).map(|r| r.choice_seconds + r.seconds);
     let unshaped = suite.unshaped_link();
     runs.iter()
         .enumerate()
@@ -288,7 +300,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                     Some(Ok(rate)) => eval_bits / rate as f64,
                     _ => 0.0,
                 };
-                Some(at.seconds + eval_seconds)
+                Some(at.choice_seconds + at.seconds + eval_seconds)
             });
             let last = results[i].last();
             let epochs = results[i]
@@ -311,6 +323,7 @@ pub fn summarize(suite: &Suite, runs: &[CellRun]) -> Vec<Summary> {
                     .min_by(|a, b| a.0.total_cmp(&b.0)),
                 target_loss,
                 time_to_target,
+                choice_seconds: last.map_or(0.0, |r| r.choice_seconds),
                 speedup: base_time.zip(time_to_target).map(|(b, t)| b / t.max(1e-9)),
                 free_link_bound: base_time.zip(free_link_time).map(|(b, t)| b / t.max(1e-9)),
             }
@@ -332,7 +345,8 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
         md,
         "\nTime to target: first evaluation within {:.1}% of the {} test loss of `{be}` / \
          `{bc}` on the same link, processes, model and repeat; speed-up: its time over the \
-         cell's. Bytes are payload sent to other processes, per process, both directions; \
+         cell's, both counted from the start of the run's choice when `auto` chose (choice: \
+         its seconds). Bytes are payload sent to other processes, per process, both directions; \
          eval: round statistics and test evaluations sent to process 0, per process.",
         100.0 * suite.target,
         suite.target_of.word()
@@ -354,12 +368,12 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
         let _ = writeln!(
             md,
             "| W | model | exchange | compressor | runs | s/epoch | up MB/proc | down MB/proc | \
-             eval MB/proc | final loss | final acc | final AUC | min loss @ s | time to target s | speed-up | \
-             bound, free link |"
+             eval MB/proc | final loss | final acc | final AUC | min loss @ s | choice s | time to target s | \
+             speed-up | bound, free link |"
         );
         let _ = writeln!(
             md,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         // One line per cell with its repeats folded in: medians, and how many runs reached
         // the target when not all did.
@@ -407,7 +421,7 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 .map_or("–".into(), |(l, t)| format!("{l:.4} @ {t:.2}"));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c.processes,
                 c.model,
                 c.exchange,
@@ -421,6 +435,10 @@ pub fn summary_markdown(suite: &Suite, summaries: &[Summary], notes: &[String]) 
                 fmt(med(&|r| r.final_accuracy), 4),
                 fmt(med(&|r| r.final_auc), 4),
                 min_loss,
+                match med(&|r| Some(r.choice_seconds)).unwrap_or(0.0) {
+                    0.0 => "–".to_string(),
+                    x => format!("{x:.2}"),
+                },
                 ttt,
                 med(&|r| r.speedup).map_or("–".into(), |x| format!("{x:.2}x")),
                 med(&|r| r.free_link_bound).map_or("–".into(), |x| format!("{x:.2}x")),
@@ -608,6 +626,24 @@ mod tests {
             20.0 * 1000.0 / 2.0,
             "per process, over the run"
         );
+        // The same compressed run after 0.25 s of `auto` choosing: its time to target counts
+        // the choice, and the summary shows it.
+        let mut chose = runs.clone();
+        let choice = MetricsRecord {
+            kind: "choice".into(),
+            seconds: 0.25,
+            uplink_bytes: 4000,
+            ..Default::default()
+        };
+        chose[1].rows.insert(0, choice);
+        let with_choice = summarize(&s, &chose);
+        assert_eq!(with_choice[1].time_to_target, Some(0.75));
+        assert_eq!(with_choice[1].choice_seconds, 0.25);
+        assert!((with_choice[1].speedup.unwrap() - 2.0).abs() < 1e-9);
+        assert_eq!(with_choice[0].choice_seconds, 0.0);
+        assert_eq!(result_rows(&chose[1])[0].choice_bytes_per_process, 2000.0);
+        let md = summary_markdown(&s, &with_choice, &[]);
+        assert!(md.contains("| 0.25 | 0.75 |"), "{md}");
         let rows = result_rows(&runs[1]);
         assert_eq!(rows.len(), 4);
         assert_eq!((rows[0].kind.as_str(), rows[0].rounds), ("eval", 5));

@@ -25,7 +25,7 @@ use timely::worker::Worker;
 
 use super::{Supervisor, TrainPlan, WorkerData};
 use crate::codec::{build_codec, CodecSpec, EncodeContext};
-use crate::exchange::cost::{CodecCost, LinkCost, RoundInputs};
+use crate::exchange::cost::{CodecCost, DownlinkCost, LinkCost, RoundInputs};
 use crate::exchange::ownership::Owners;
 use crate::exchange::ExchangeKind;
 use crate::memory::{Memory, MemorySpec};
@@ -47,25 +47,36 @@ pub struct Calibration {
     pub round: RoundInputs,
     /// Each candidate codec, in the order given.
     pub codecs: Vec<CodecCost>,
+    /// Each candidate downlink codec (`sharded`'s), in the order given.
+    pub downlinks: Vec<DownlinkCost>,
 }
 
-/// Measures a round of `plan` on this worker's `data` for each codec of `codecs`, probes the
-/// link with the other workers and returns the numbers every worker agrees on.
+/// A downlink codec to measure on an owner's change (with the owner's residual): its name and
+/// spec.
+pub type Downlink = (String, CodecSpec);
+
+/// Measures a round of `plan` on this worker's `data` for each codec of `codecs` and each
+/// downlink of `downlinks`, probes the link with the other workers and returns the numbers
+/// every worker agrees on, with the payload bytes this worker sent to other processes.
 pub fn calibrate(
     worker: &mut Worker,
     data: &WorkerData,
     plan: &TrainPlan,
     codecs: &[Candidate],
+    downlinks: &[Downlink],
     supervisor: &Supervisor,
-) -> Result<Calibration, String> {
+) -> Result<(Calibration, u64), String> {
     let (me, workers) = (worker.index() as u32, worker.peers());
-    let numbers = probe(
+    let (numbers, sent) = probe(
         worker,
         plan.threads_per_process,
-        || measure(data, plan, me, workers, codecs),
+        || measure(data, plan, me, workers, codecs, downlinks),
         supervisor,
     )?;
-    Ok(calibration(&numbers, plan, workers, codecs))
+    Ok((
+        calibration(&numbers, plan, workers, codecs, downlinks),
+        sent,
+    ))
 }
 
 /// What one of `workers` workers (one a process) would measure of a round of `plan` on `data`
@@ -76,14 +87,15 @@ pub fn measure_alone(
     plan: &TrainPlan,
     workers: usize,
     codecs: &[Candidate],
+    downlinks: &[Downlink],
 ) -> Result<Calibration, String> {
-    let (mut numbers, _) = measure(data, plan, 0, workers, codecs)?;
+    let (mut numbers, _) = measure(data, plan, 0, workers, codecs, downlinks)?;
     numbers[9] = f64::MAX / 4.0;
     let plan = TrainPlan {
         threads_per_process: 1,
         ..plan.clone()
     };
-    Ok(calibration(&numbers, &plan, workers, codecs))
+    Ok(calibration(&numbers, &plan, workers, codecs, downlinks))
 }
 
 /// The calibration of a worker's measured `link` numbers (in [`measure`]'s layout).
@@ -92,6 +104,7 @@ fn calibration(
     plan: &TrainPlan,
     workers: usize,
     codecs: &[Candidate],
+    downlinks: &[Downlink],
 ) -> Calibration {
     let mut round = RoundInputs {
         workers,
@@ -111,7 +124,7 @@ fn calibration(
         staleness: plan.staleness,
     };
     round.link.bytes_per_s = round.link.bytes_per_s.max(1.0);
-    let codecs = codecs
+    let codecs: Vec<CodecCost> = codecs
         .iter()
         .enumerate()
         .map(|(i, (name, _, _))| {
@@ -127,7 +140,25 @@ fn calibration(
             }
         })
         .collect();
-    Calibration { round, codecs }
+    let after_codecs = FIXED + CODEC_FIELDS * codecs.len();
+    let downlinks = downlinks
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let d = &link[after_codecs + 3 * i..];
+            DownlinkCost {
+                name: name.clone(),
+                change_bytes: d[0],
+                change_encode_ms: d[1],
+                change_decode_ms: d[2],
+            }
+        })
+        .collect();
+    Calibration {
+        round,
+        codecs,
+        downlinks,
+    }
 }
 
 /// Numbers before the codecs' in a worker's measurements.
@@ -143,6 +174,7 @@ fn measure(
     me: u32,
     workers: usize,
     codecs: &[Candidate],
+    downlinks: &[Downlink],
 ) -> Result<(Vec<f64>, usize), String> {
     let dim = plan.dim;
     let weights = initial_weights(plan);
@@ -208,13 +240,12 @@ fn measure(
     owners.split(&union, &mut pieces);
     let change = &pieces[me as usize % pieces.len()];
     // The owner's change, with the residual the owner keeps for a lossy downlink.
-    let downlink = (
-        "train.downlink".into(),
-        plan.downlink.clone(),
-        MemorySpec::Residual,
-    );
-    let downlink = rounds_of(&downlink, &vec![change.clone(); ROUNDS], dim, ctx, None)?;
-    out.extend([downlink.2, downlink.0, downlink.1]);
+    let changes = vec![change.clone(); ROUNDS];
+    let change_cost = |name: String, spec: &CodecSpec| {
+        let downlink = (name, spec.clone(), MemorySpec::Residual);
+        rounds_of(&downlink, &changes, dim, ctx, None).map(|(e, d, b)| [b, e, d])
+    };
+    out.extend(change_cost("train.downlink".into(), &plan.downlink)?);
     out.extend([0.0, 0.0]);
     for c in codecs {
         let whole = rounds_of(c, &grads, dim, ctx, None)?;
@@ -227,6 +258,9 @@ fn measure(
             split.1 / workers as f64,
             split.2,
         ]);
+    }
+    for (name, spec) in downlinks {
+        out.extend(change_cost(format!("downlink {name}"), spec)?);
     }
     Ok((out, pairs * 8))
 }
@@ -453,8 +487,10 @@ fn probe(
     threads: usize,
     measure: impl FnOnce() -> Result<(Vec<f64>, usize), String>,
     supervisor: &Supervisor,
-) -> Result<Vec<f64>, String> {
+) -> Result<(Vec<f64>, u64), String> {
     let (me, workers) = (worker.index() as u32, worker.peers() as u32);
+    let remote = (workers as usize).saturating_sub(threads);
+    let mut sent = 0;
     // (to, payload)
     type Message = (u32, Vec<u8>);
     let mut input = InputHandle::<u64, CapacityContainerBuilder<Vec<Message>>>::new();
@@ -467,6 +503,7 @@ fn probe(
             .0
     });
     let mut run_round = |worker: &mut Worker, payload: &[u8]| {
+        sent += (remote * (MESSAGE_HEADER + payload.len())) as u64;
         let started = Instant::now();
         for to in (0..workers).filter(|&w| w != me) {
             input.send((to, payload.to_vec()));
@@ -499,7 +536,6 @@ fn probe(
         .collect::<Result<_, String>>()?;
     let (hop, full) = (median(small), median(big));
     // Each of a process's `threads` workers sent `large` bytes to each remote worker.
-    let remote = (workers as usize).saturating_sub(threads);
     let bytes = (threads * remote * large) as f64;
     local[8] = hop;
     local[9] = match full > hop && remote > 0 {
@@ -508,7 +544,17 @@ fn probe(
     };
     drop(input);
     wait(worker, supervisor, |_| !probe.done())?;
-    agree(worker, &local, supervisor)
+    let sent = sent + agreement_bytes(local.len(), remote);
+    Ok((agree(worker, &local, supervisor)?, sent))
+}
+
+/// A message's serialized bytes besides its payload (its fields and the payload's length).
+const MESSAGE_HEADER: usize = 16;
+
+/// Bytes a worker with `remote` workers in other processes sends to them to [`agree`] on
+/// `numbers` numbers.
+pub fn agreement_bytes(numbers: usize, remote: usize) -> u64 {
+    (remote * (MESSAGE_HEADER + 8 * numbers)) as u64
 }
 
 /// Steps `worker` (parking, as training does) while `running`, or until the run fails.
@@ -595,7 +641,9 @@ mod tests {
         let results = timely::execute(timely::Config::process(2), move |worker| {
             let (data, dim, _, _) = job.load_on(worker).unwrap();
             let plan = job.plan(dim, 2);
-            calibrate(worker, &data, &plan, &codecs, &Supervisor::new()).unwrap()
+            calibrate(worker, &data, &plan, &codecs, &[], &Supervisor::new())
+                .unwrap()
+                .0
         })
         .unwrap()
         .join()
@@ -637,8 +685,8 @@ mod tests {
         let (alone, one) = timely::execute_directly(move |worker| {
             let (data, dim, _, _) = job.load_on(worker).unwrap();
             let plan = job.plan(dim, 1);
-            let many = measure_alone(&data, &plan, 16, &codecs).unwrap();
-            let one = measure_alone(&data, &plan, 1, &codecs).unwrap();
+            let many = measure_alone(&data, &plan, 16, &codecs, &[]).unwrap();
+            let one = measure_alone(&data, &plan, 1, &codecs, &[]).unwrap();
             (many, one)
         });
         let r = &alone.round;

@@ -123,6 +123,19 @@ pub fn collect(
             Err(e) => supervisor.fail(e),
         }
     }
+    // What choosing the configuration cost, before the first round (`"auto"` is never resumed).
+    if let Some(choice) = plan.choice.filter(|_| stats.scope().index() == 0) {
+        let row = MetricsRow {
+            kind: "choice",
+            seconds: choice.seconds,
+            uplink_bytes: choice.sent_bytes,
+            ..Default::default()
+        };
+        observer(&row);
+        if let Err(e) = output.borrow_mut().push(row) {
+            supervisor.fail(e);
+        }
+    }
     let mut stash: BTreeMap<u64, Vec<RoundStats>> = BTreeMap::new();
     let mut finished = false;
     stats.sink(

@@ -52,7 +52,9 @@ pub mod trial;
 pub use collect::collect;
 pub use evaluations::{evaluations, Evaluation};
 pub use gradient::{gradient, Rows};
-pub use plan::{InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState};
+pub use plan::{
+    ChoiceCost, InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState,
+};
 pub use replica::{Replica, ReplicaMode, ReplicaSlot};
 pub use supervisor::Supervisor;
 

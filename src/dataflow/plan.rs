@@ -96,6 +96,18 @@ pub struct TrainPlan {
     pub start_round: u64,
     /// Where and how often this process writes checkpoints (`train.checkpoint`).
     pub checkpoints: Option<Checkpoints>,
+    /// What choosing the configuration cost before training (`"auto"`): the metrics' first row.
+    pub choice: Option<ChoiceCost>,
+}
+
+/// What choosing a job's `"auto"` fields cost before its first round: every process together.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ChoiceCost {
+    /// Seconds from the first measurement to the choice.
+    pub seconds: f64,
+    /// Payload bytes the probes, the agreements and the trials sent to other processes, every
+    /// process together.
+    pub sent_bytes: u64,
 }
 
 /// A model's weights to start training from, shared by the workers of a process, with the

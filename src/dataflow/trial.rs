@@ -2,7 +2,8 @@
 //! rows, stopped after `rounds` rounds, its model discarded, each round's time kept. `auto`
 //! tries the configurations the cost model ranks first ([`crate::auto`]), because a model of a
 //! round misses what only a real round shows: processes sharing cores, caches that the other
-//! processes' rounds have emptied, a parked worker's wake-up.
+//! processes' rounds have emptied, a parked worker's wake-up. The model a trial ends with can
+//! be scored on rows held out of its training rows: `auto`'s loss check.
 
 use std::time::Instant;
 
@@ -15,20 +16,33 @@ use super::calibrate::wait;
 use super::{Supervisor, TrainPlan, Training, WorkerData};
 use crate::data::Dataset;
 use crate::exchange::Envelope;
+use crate::model::EvalPart;
 
-/// This worker's time of each of `rounds` rounds of `plan` on `data` (ms, round 0 first): from
-/// the moment its previous round's model changes were out (for round 0, the dataflow's start)
-/// to the moment this round's were. Every worker of the run calls it with the same plan. The
-/// uplink memory starts from `memory` (what [`super::calibrate::warmed_memory`] saved), or
-/// empty.
+/// What a trial measured on one worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trial {
+    /// Each round's time, ms, round 0 first: from the moment the worker's previous round's
+    /// model changes were out (for round 0, the dataflow's start) to the moment this round's
+    /// were.
+    pub round_ms: Vec<f64>,
+    /// The model the trial ended with, scored on the `validation` rows (when given).
+    pub validation: Option<EvalPart>,
+    /// Payload bytes this worker sent to other processes, both directions.
+    pub sent_bytes: u64,
+}
+
+/// `rounds` rounds of `plan` on `data`, timed on this worker, with the model they end with
+/// scored on `validation`. Every worker of the run calls it with the same plan. The uplink
+/// memory starts from `memory` (what [`super::calibrate::warmed_memory`] saved), or empty.
 pub fn trial(
     worker: &mut Worker,
     plan: &TrainPlan,
     data: &WorkerData,
     rounds: u64,
     memory: Option<&[u8]>,
+    validation: Option<&Dataset>,
     supervisor: &Supervisor,
-) -> Result<Vec<f64>, String> {
+) -> Result<Trial, String> {
     let data = WorkerData {
         train: data.train.clone(),
         test: Dataset::new(data.test.dim),
@@ -38,6 +52,7 @@ pub fn trial(
     if let Some(saved) = memory {
         t.state.borrow_mut().memory.restore(saved)?;
     }
+    let state = t.state();
     let delay = plan.feedback_delay();
     let id = worker.next_dataflow_index();
     let started = Instant::now();
@@ -69,12 +84,23 @@ pub fn trial(
         }
         w.installed_dataflows().contains(&id)
     })?;
-    Ok(done
+    let round_ms = done
         .iter()
         .scan(0.0, |previous, &at| {
             Some(at - std::mem::replace(previous, at))
         })
-        .collect())
+        .collect();
+    let st = state.borrow();
+    let (model, loss) = (&*plan.model, &*plan.loss);
+    let validation = validation.map(|rows| {
+        st.weights
+            .read(|w| EvalPart::evaluate(rows, w, model, loss, plan.auc_bits))
+    });
+    Ok(Trial {
+        round_ms,
+        validation,
+        sent_bytes: st.traffic_total.total_sent(),
+    })
 }
 
 #[cfg(test)]
@@ -92,20 +118,33 @@ mod tests {
             let (data, dim, _, _) = job.load_on(worker).unwrap();
             let plan = job.plan(dim, 2);
             let sup = Supervisor::new();
-            let first = trial(worker, &plan, &data, 6, None, &sup).unwrap();
+            let first = trial(worker, &plan, &data, 6, None, None, &sup).unwrap();
             let allgather = TrainPlan {
                 exchange: crate::exchange::ExchangeKind::Allgather,
                 ..plan
             };
-            let second = trial(worker, &allgather, &data, 3, None, &sup).unwrap();
+            let second =
+                trial(worker, &allgather, &data, 3, None, Some(&data.train), &sup).unwrap();
             (first, second, worker.installed_dataflows().len())
         })
         .unwrap()
         .join();
         for r in results {
             let (first, second, left) = r.unwrap();
-            assert_eq!((first.len(), second.len(), left), (6, 3, 0));
-            assert!(first.iter().chain(&second).all(|&ms| ms > 0.0), "{first:?}");
+            let (a, b) = (&first.round_ms, &second.round_ms);
+            assert_eq!((a.len(), b.len(), left), (6, 3, 0));
+            assert!(a.iter().chain(b).all(|&ms| ms > 0.0), "{a:?}");
+            // Scored only when asked, on every row given, and below the initial log loss
+            // (ln 2) after three rounds of training.
+            assert_eq!(first.validation, None);
+            let v = second.validation.unwrap();
+            assert!(v.count > 500, "{v:?}");
+            assert!(
+                v.loss_sum / (v.count as f64) < std::f64::consts::LN_2,
+                "{v:?}"
+            );
+            // One process: nothing crosses to another.
+            assert_eq!(first.sent_bytes, 0);
         }
     }
 }

@@ -194,8 +194,58 @@ pub struct Candidate {
     pub strategy: Strategy,
     /// The codec's name (with its defaults and its paper's memory).
     pub codec: String,
+    /// Rounds in flight (`train.staleness`).
+    pub staleness: u64,
+    /// `sharded`'s downlink codec, when the candidate changes the job's ([`Variant`]).
+    pub downlink: Option<String>,
     /// Its round.
     pub prediction: Prediction,
+}
+
+impl Candidate {
+    /// Whether it trains the model the job's own settings train: no lossy codec, and the
+    /// job's staleness and downlink (`r`'s).
+    pub fn lossless(&self, r: &RoundInputs) -> bool {
+        self.codec == "none" && self.staleness == r.staleness && self.downlink.is_none()
+    }
+}
+
+/// `sharded`'s downlink with another codec than the job's: one owner's change encoded with it
+/// (with the owner's residual), measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DownlinkCost {
+    /// The codec's name.
+    pub name: String,
+    /// One owner's change encoded: bytes.
+    pub change_bytes: f64,
+    /// Encoding it, ms.
+    pub change_encode_ms: f64,
+    /// Decoding it, ms.
+    pub change_decode_ms: f64,
+}
+
+/// What a candidate may change of a round besides the exchange and the codec: rounds in flight,
+/// and `sharded`'s downlink codec (`None`: the job's).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Variant {
+    /// `train.staleness`.
+    pub staleness: u64,
+    /// The downlink, for `sharded` only.
+    pub downlink: Option<DownlinkCost>,
+}
+
+impl RoundInputs {
+    /// The round of `variant`: its staleness, and its downlink's change in place of the job's.
+    pub fn with(&self, variant: &Variant) -> RoundInputs {
+        let mut r = self.clone();
+        r.staleness = variant.staleness;
+        if let Some(d) = &variant.downlink {
+            r.change_bytes = d.change_bytes;
+            r.change_encode_ms = d.change_encode_ms;
+            r.change_decode_ms = d.change_decode_ms;
+        }
+        r
+    }
 }
 
 /// Codecs `compressor = "auto"` chooses among for a model (its [`crate::model::Model::name`]):
@@ -226,19 +276,40 @@ pub fn choose(
     strategies: &[Strategy],
     codecs: &[CodecCost],
 ) -> (Vec<Candidate>, usize) {
-    let mut ranked: Vec<Candidate> = strategies
-        .iter()
-        .flat_map(|&strategy| {
-            codecs.iter().map(move |c| Candidate {
+    let job = Variant {
+        staleness: r.staleness,
+        downlink: None,
+    };
+    choose_among(r, strategies, codecs, &[job])
+}
+
+/// [`choose`] over every variant of each pair as well (a downlink variant for `sharded` only):
+/// a candidate that changes the job's staleness or downlink is lossy, as a lossy codec is.
+pub fn choose_among(
+    r: &RoundInputs,
+    strategies: &[Strategy],
+    codecs: &[CodecCost],
+    variants: &[Variant],
+) -> (Vec<Candidate>, usize) {
+    let mut ranked: Vec<Candidate> = Vec::new();
+    for &strategy in strategies {
+        for v in variants {
+            if v.downlink.is_some() && strategy != Strategy::Sharded {
+                continue;
+            }
+            let round = r.with(v);
+            ranked.extend(codecs.iter().map(|c| Candidate {
                 strategy,
                 codec: c.name.clone(),
-                prediction: predict(r, strategy, c),
-            })
-        })
-        .collect();
+                staleness: v.staleness,
+                downlink: v.downlink.as_ref().map(|d| d.name.clone()),
+                prediction: predict(&round, strategy, c),
+            }));
+        }
+    }
     ranked.sort_by(|a, b| a.prediction.round_ms.total_cmp(&b.prediction.round_ms));
     let times: Vec<f64> = ranked.iter().map(|c| c.prediction.round_ms).collect();
-    let lossless: Vec<bool> = ranked.iter().map(|c| c.codec == "none").collect();
+    let lossless: Vec<bool> = ranked.iter().map(|c| c.lossless(r)).collect();
     let chosen = least(&times, &lossless);
     (ranked, chosen)
 }
@@ -380,6 +451,64 @@ mod tests {
         let (ranked, i) = choose(&inputs(1e9, 0), &[Strategy::AllGather], &codecs);
         assert_eq!(ranked[0].codec, "logquant");
         assert_eq!(ranked[i].codec, "none");
+    }
+
+    /// Variants: a downlink codec only for `sharded`, whose predicted change shrinks to its
+    /// bytes; a round in flight costs the larger of CPU and exchange; each is lossy (it trains
+    /// another model than the job's settings), so uncompressed `sharded` at the job's staleness
+    /// is the one lossless candidate of `sharded`.
+    #[test]
+    fn variants_change_the_downlink_of_sharded_only_and_are_lossy() {
+        let r = inputs(1e7, 0);
+        let small = DownlinkCost {
+            name: "logquant".into(),
+            change_bytes: 15_000.0,
+            change_encode_ms: 0.02,
+            change_decode_ms: 0.01,
+        };
+        let variants = [
+            Variant {
+                staleness: 0,
+                downlink: None,
+            },
+            Variant {
+                staleness: 0,
+                downlink: Some(small.clone()),
+            },
+            Variant {
+                staleness: 1,
+                downlink: None,
+            },
+        ];
+        let codecs = [codec("none", 80_000.0, 0.1)];
+        let both = [Strategy::Sharded, Strategy::AllGather];
+        let (ranked, _) = choose_among(&r, &both, &codecs, &variants);
+        // sharded: 3 variants; allgather: 2 (no downlink).
+        assert_eq!(ranked.len(), 5);
+        assert!(ranked
+            .iter()
+            .all(|c| c.downlink.is_none() || c.strategy == Strategy::Sharded));
+        let find = |s: Strategy, st: u64, d: bool| {
+            ranked
+                .iter()
+                .find(|c| c.strategy == s && c.staleness == st && c.downlink.is_some() == d)
+                .unwrap()
+        };
+        let plain = find(Strategy::Sharded, 0, false);
+        let down = find(Strategy::Sharded, 0, true);
+        let expected = plain.prediction.sent_bytes - 3.0 * (60_000.0 - 15_000.0);
+        assert!((down.prediction.sent_bytes - expected).abs() < 1e-6);
+        let piped = find(Strategy::Sharded, 1, false);
+        let p = plain.prediction;
+        assert_eq!(
+            piped.prediction.round_ms,
+            p.cpu_ms.max(p.round_ms - p.cpu_ms)
+        );
+        let lossless: Vec<_> = ranked.iter().filter(|c| c.lossless(&r)).collect();
+        assert_eq!(lossless.len(), 2, "one per exchange");
+        assert!(lossless
+            .iter()
+            .all(|c| c.staleness == 0 && c.downlink.is_none()));
     }
 
     #[test]

@@ -1802,6 +1802,7 @@ impl Job {
             initial_weights: None,
             start_round: 0,
             checkpoints: None,
+            choice: None,
         }
     }
 }

@@ -140,6 +140,8 @@ impl Traffic {
 /// One row of the metrics CSV: a round, an epoch, or (at the end) a process's totals.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct MetricsRow {
+    /// `choice` (the first row of a job with `"auto"`: the seconds choosing took before
+    /// training, and in `uplink_bytes` the payload its probes and trials sent, all processes),
     /// `round`, `epoch`, `eval` (test metrics after a round between epoch ends, with
     /// `train.eval_every`; its traffic and time fields are zero, the round's row has them) or
     /// `process`.
@@ -214,7 +216,7 @@ pub struct MetricsRow {
 pub type RowKind = &'static str;
 
 /// The kinds of [`MetricsRow`].
-pub const ROW_KINDS: [&str; 4] = ["round", "epoch", "eval", "process"];
+pub const ROW_KINDS: [&str; 5] = ["choice", "round", "epoch", "eval", "process"];
 
 fn row_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
     let s = <String as serde::Deserialize>::deserialize(d)?;
