@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use gradflow::codec::CodecSpec;
 use gradflow::dataflow::calibrate::{measure_alone, Candidate};
-use gradflow::exchange::cost::{choose, keeps_the_loss, predict, LinkCost, Strategy};
+use gradflow::exchange::cost::{choose_among, keeps_the_loss, predict, LinkCost, Strategy};
 use gradflow::job::Job;
 use plotters::prelude::*;
 
@@ -84,6 +84,7 @@ fn main() -> Result<(), String> {
         );
         let job = Job::parse(&text, Path::new("job.toml"), &[]).map_err(|e| e.to_string())?;
         let codecs = codecs.clone();
+        let downlinks = gradflow::auto::downlinks();
         let measured = timely::execute_directly(move |worker| -> Result<Vec<Row>, String> {
             let (data, dim, _, _) = job.load_on(worker)?;
             let mut plan = job.plan(dim, 1);
@@ -91,7 +92,8 @@ fn main() -> Result<(), String> {
             let mut rows = Vec::new();
             for processes in PROCESSES {
                 eprintln!("{shape}: measuring {processes} processes' round");
-                let cal = measure_alone(&data, &plan, processes, &codecs, &[])?;
+                let cal = measure_alone(&data, &plan, processes, &codecs, &downlinks)?;
+                let variants = gradflow::auto::variants(&cal.downlinks);
                 let r = &cal.round;
                 eprintln!(
                     "  gradient {:.3} ms ({:.0} pairs), sum of {processes}: {:.0} keys, add {:.1} \
@@ -106,14 +108,13 @@ fn main() -> Result<(), String> {
                         hop_ms: HOP_MS,
                     };
                     let both = [Strategy::Sharded, Strategy::AllGather];
-                    let (ranked, i) = choose(&round, &both, &cal.codecs);
-
+                    let (ranked, i) = choose_among(&round, &both, &cal.codecs, &variants);
                     rows.push(Row {
                         shape,
                         processes,
                         gbit,
                         baseline_ms: predict(&round, Strategy::Sharded, none).round_ms,
-                        chosen: format!("{} + {}", ranked[i].strategy.name(), ranked[i].codec),
+                        chosen: named(&ranked[i]),
                         chosen_ms: ranked[i].prediction.round_ms,
                     });
                 }
@@ -137,6 +138,18 @@ fn main() -> Result<(), String> {
         svg.display()
     );
     Ok(())
+}
+
+/// A candidate in words: exchange + codec, and its round in flight and downlink if any.
+fn named(c: &gradflow::exchange::cost::Candidate) -> String {
+    let mut s = format!("{} + {}", c.strategy.name(), c.codec);
+    if c.staleness > 0 {
+        s.push_str(&format!(", staleness {}", c.staleness));
+    }
+    if let Some(d) = &c.downlink {
+        s.push_str(&format!(", downlink {d}"));
+    }
+    s
 }
 
 fn markdown(rows: &[Row]) -> String {
