@@ -56,10 +56,89 @@ pub fn choose(
 ) -> Result<Choice, String> {
     let started = Instant::now();
     let t = &job.train;
-    let workers = worker.peers();
-    let remote = workers.saturating_sub(plan.threads_per_process);
-    // The candidates: each codec with the memory the job gives it (its paper's, unless the job
-    // names one), and, where the codec is chosen, rounds in flight and sharded's downlinks.
+    let (strategies, codecs) = candidates(job, plan);
+    let offers_more = t.auto.compressor && t.staleness == 0 && t.downlink == CodecSpec::default();
+    let downlinks: Vec<Downlink> = match offers_more && strategies.contains(&Strategy::Sharded) {
+        true => downlinks(),
+        false => Vec::new(),
+    };
+    // Step 1: rank.
+    let (measured, sent) = calibrate(worker, data, plan, &codecs, &downlinks, supervisor)?;
+    let variants = match offers_more {
+        true => variants(&measured.downlinks),
+        false => vec![Variant {
+            staleness: t.staleness,
+            downlink: None,
+        }],
+    };
+    let r = &measured.round;
+    let configured = |c: &Candidate| configure(job, c, &codecs);
+    let (ranked, _) = choose_among(r, &strategies, &measured.codecs, &variants);
+    let ranked: Vec<Candidate> = ranked
+        .into_iter()
+        .filter(|c| configured(c).validate().is_ok())
+        .collect();
+    let (train, validation) = hold_out(data);
+    let mut run = Rounds {
+        remote: worker.peers().saturating_sub(plan.threads_per_process),
+        worker,
+        supervisor,
+        train,
+        sent,
+    };
+    // Step 2: check the loss.
+    let check = match t.auto.compressor {
+        true => run.check_losses(plan, &ranked, &configured, &validation, t.staleness)?,
+        false => LossCheck::default(),
+    };
+    let kept = |c: &Candidate| !t.auto.compressor || check.verdict(c).is_some_and(|v| v.kept);
+    // Step 3: try the first that stay.
+    let staying: Vec<usize> = (0..ranked.len()).filter(|&i| kept(&ranked[i])).collect();
+    let tried: Vec<usize> = shortlist(&ranked, t.staleness, |i| staying.contains(&i));
+    let plans: Vec<TrainPlan> = tried
+        .iter()
+        .map(|&i| plan_of(plan, &configured(&ranked[i])))
+        .collect();
+    let (trials, sent) = run.time(plan, &plans)?;
+    let lossless: Vec<bool> = tried.iter().map(|&i| ranked[i].lossless(r)).collect();
+    let chosen = tried[least(&trials, &lossless)];
+    let cost = ChoiceCost {
+        seconds: started.elapsed().as_secs_f64(),
+        sent_bytes: sent,
+    };
+    let mut measured_ms = vec![None; ranked.len()];
+    for (&i, &ms) in tried.iter().zip(&trials) {
+        measured_ms[i] = Some(ms);
+    }
+    let choice = &ranked[chosen];
+    let chosen_job = configured(choice);
+    let report = Report {
+        round: r,
+        check: &check,
+        staleness: t.staleness,
+        ranked: &ranked,
+        measured_ms: &measured_ms,
+        chosen,
+        cost,
+        rounds: plan.rounds(),
+    }
+    .to_string()
+        + &format!(
+            "auto: chose {}; replay it with {}",
+            describe(choice, &chosen_job),
+            replay(choice, &chosen_job)
+        );
+    Ok(Choice {
+        job: chosen_job,
+        report,
+        cost,
+    })
+}
+
+/// The exchanges and the codecs (each with the memory the job gives it: its paper's, unless
+/// the job names one) that `job`'s `"auto"` fields leave to choose from.
+fn candidates(job: &Job, plan: &TrainPlan) -> (Vec<Strategy>, Vec<Measured>) {
+    let t = &job.train;
     let strategies = match (t.auto.exchange, t.exchange) {
         (true, _) => vec![Strategy::Sharded, Strategy::AllGather],
         (false, ExchangeKind::Allgather) => vec![Strategy::AllGather],
@@ -72,7 +151,7 @@ pub fn choose(
             .collect(),
         false => vec![(codec_name(&t.compressor), t.compressor.clone())],
     };
-    let codecs: Vec<Measured> = specs
+    let codecs = specs
         .into_iter()
         .map(|(name, spec)| {
             let mut with = job.clone();
@@ -81,173 +160,188 @@ pub fn choose(
             (name, spec, memory)
         })
         .collect();
-    let offers_more = t.auto.compressor && t.staleness == 0 && t.downlink == CodecSpec::default();
-    let downlinks: Vec<Downlink> = match offers_more && strategies.contains(&Strategy::Sharded) {
-        true => downlinks(),
-        false => Vec::new(),
-    };
-    // Step 1: rank.
-    let (measured, mut sent) = calibrate(worker, data, plan, &codecs, &downlinks, supervisor)?;
-    let variants = match offers_more {
-        true => variants(&measured.downlinks),
-        false => vec![Variant {
-            staleness: t.staleness,
-            downlink: None,
-        }],
-    };
-    let r = &measured.round;
-    let (ranked, _) = choose_among(r, &strategies, &measured.codecs, &variants);
-    let configured = |c: &Candidate| configure(job, c, &codecs);
-    let ranked: Vec<Candidate> = ranked
-        .into_iter()
-        .filter(|c| configured(c).validate().is_ok())
-        .collect();
-    // Step 2: check the loss of each codec at the job's staleness and downlink, and of every
-    // lossy setting the trials would pick, until those all passed (or [`CHECK_PASSES`]).
-    let (train, validation) = hold_out(data);
-    let rounds = CHECK_ROUNDS.min(plan.rounds());
-    let mut check = LossCheck::default();
-    for pass in 0..CHECK_PASSES {
-        let open = |i: usize| check.verdict(&ranked[i]).is_none_or(|v| v.kept);
-        let would_try = shortlist(&ranked, t.staleness, open);
-        let mut settings: Vec<(Setting, TrainPlan)> = Vec::new();
-        for (i, c) in ranked.iter().enumerate() {
-            let s = Setting::of(c);
-            let base = pass == 0 && c.staleness == t.staleness && c.downlink.is_none();
-            let wanted = t.auto.compressor && (base || would_try.contains(&i));
-            if wanted && check.verdict(c).is_none() && !settings.iter().any(|(k, _)| *k == s) {
-                settings.push((s, plan_of(plan, &configured(c))));
+    (strategies, codecs)
+}
+
+/// Real rounds run for the choice on this worker: the loss check's and the trials', on the
+/// training rows left after the held-out ones, with the payload bytes sent so far.
+struct Rounds<'w, 's> {
+    worker: &'w mut Worker,
+    supervisor: &'s Supervisor,
+    train: WorkerData,
+    /// Payload bytes this worker sent to other processes for the choice so far.
+    sent: u64,
+    /// Workers in other processes.
+    remote: usize,
+}
+
+impl Rounds<'_, '_> {
+    /// Step 2: the loss of each codec at the job's `staleness` and downlink, and of every lossy
+    /// setting the trials would pick, until those all passed (or [`CHECK_PASSES`]), each
+    /// scored on the `validation` rows.
+    fn check_losses(
+        &mut self,
+        plan: &TrainPlan,
+        ranked: &[Candidate],
+        configured: &dyn Fn(&Candidate) -> Job,
+        validation: &Dataset,
+        staleness: u64,
+    ) -> Result<LossCheck, String> {
+        let rounds = CHECK_ROUNDS.min(plan.rounds());
+        let mut check = LossCheck {
+            rounds,
+            ..LossCheck::default()
+        };
+        for pass in 0..CHECK_PASSES {
+            let open = |i: usize| check.verdict(&ranked[i]).is_none_or(|v| v.kept);
+            let would_try = shortlist(ranked, staleness, open);
+            let mut settings: Vec<(Setting, TrainPlan)> = Vec::new();
+            for (i, c) in ranked.iter().enumerate() {
+                let s = Setting::of(c);
+                let base = pass == 0 && c.staleness == staleness && c.downlink.is_none();
+                let new = check.verdict(c).is_none() && !settings.iter().any(|(k, _)| *k == s);
+                if new && (base || would_try.contains(&i)) {
+                    settings.push((s, plan_of(plan, &configured(c))));
+                }
+            }
+            if settings.is_empty() {
+                break;
+            }
+            let mut scores = Vec::new();
+            for (_, p) in &settings {
+                let tried = trial(
+                    self.worker,
+                    p,
+                    &self.train,
+                    rounds,
+                    None,
+                    Some(validation),
+                    self.supervisor,
+                )?;
+                self.sent += tried.sent_bytes;
+                let part = tried.validation.unwrap_or_default();
+                scores.extend([part.loss_sum, part.count as f64]);
+            }
+            if pass == 0 {
+                let initial = initial_part(plan, validation);
+                scores.extend([initial.loss_sum, initial.count as f64]);
+            }
+            let scores = self.agree(scores, false)?;
+            let loss = |i: usize| scores[2 * i] / scores[2 * i + 1].max(1e-300);
+            if pass == 0 {
+                check.initial = loss(settings.len());
+                let workers = self.worker.peers() as f64;
+                check.rows = (scores[2 * settings.len() + 1] * workers).round() as u64;
+                check.reference = (0..settings.len())
+                    .find(|&i| settings[i].0.lossless(staleness))
+                    .map(loss)
+                    .expect("none at the job's staleness is checked first");
+            }
+            for (i, (s, _)) in settings.into_iter().enumerate() {
+                let v = Verdict::of(&s, loss(i), check.reference, check.initial, staleness);
+                check.settings.push((s, v));
             }
         }
-        if settings.is_empty() {
-            break;
-        }
-        let mut scores = Vec::new();
-        for (_, p) in &settings {
-            let tried = trial(
-                worker,
-                p,
-                &train,
-                rounds,
-                None,
-                Some(&validation),
-                supervisor,
-            )?;
-            sent += tried.sent_bytes;
-            let part = tried.validation.unwrap_or_default();
-            scores.extend([part.loss_sum, part.count as f64]);
-        }
-        if pass == 0 {
-            let initial = initial_part(plan, &validation);
-            scores.extend([initial.loss_sum, initial.count as f64]);
-        }
-        sent += agreement_bytes(scores.len(), remote);
-        let scores = agree(worker, &scores, supervisor)?;
-        let loss = |i: usize| scores[2 * i] / scores[2 * i + 1].max(1e-300);
-        if pass == 0 {
-            check.initial = loss(settings.len());
-            check.rows = (scores[2 * settings.len() + 1] * workers as f64).round() as u64;
-            check.reference = (0..settings.len())
-                .find(|&i| settings[i].0.lossless(t.staleness))
-                .map(loss)
-                .expect("none at the job's staleness is checked first");
-        }
-        for (i, (s, _)) in settings.into_iter().enumerate() {
-            let v = Verdict::of(&s, loss(i), check.reference, check.initial, t.staleness);
-            check.settings.push((s, v));
-        }
+        Ok(check)
     }
-    let kept = |c: &Candidate| !t.auto.compressor || check.verdict(c).is_some_and(|v| v.kept);
-    // Step 3: try the first that stay.
-    let staying: Vec<usize> = (0..ranked.len()).filter(|&i| kept(&ranked[i])).collect();
-    let tried: Vec<usize> = shortlist(&ranked, t.staleness, |i| staying.contains(&i));
-    let trial_rounds = TRIAL_ROUNDS.min(plan.rounds());
-    let plans: Vec<TrainPlan> = tried
-        .iter()
-        .map(|&i| plan_of(plan, &configured(&ranked[i])))
-        .collect();
-    // Each memory warmed as a run's first rounds warm it, so that the trials time the codec on
-    // training's messages.
-    let me = worker.index() as u32;
-    let warm = WARM_ROUNDS.min(plan.rounds());
-    let memories: Vec<Option<Vec<u8>>> = plans
-        .iter()
-        .map(|p| warmed_memory(&train, p, me, workers, warm))
-        .collect::<Result<_, _>>()?;
-    // In turns, so that a slow spell of the machine falls on every candidate alike; in each,
-    // the model's first last, so that training follows the lightest traffic (on a shaped link,
-    // training that followed uncompressed trials ran slower: docs/auto.md).
-    let mut timed = vec![Vec::new(); plans.len()];
-    for _ in 0..TRIAL_TURNS {
-        for ((p, timed), memory) in plans.iter().zip(&mut timed).zip(&memories).rev() {
-            let tried = trial(
-                worker,
-                p,
-                &train,
-                trial_rounds,
-                memory.as_deref(),
-                None,
-                supervisor,
-            )?;
-            sent += tried.sent_bytes;
-            timed.extend(typical_rounds(&tried.round_ms));
+
+    /// Step 3: each of `plans` tried in [`TRIAL_TURNS`] turns of [`TRIAL_ROUNDS`] rounds; the
+    /// median round of each, averaged over the workers, and the payload bytes every process
+    /// sent for the choice, all together.
+    fn time(&mut self, plan: &TrainPlan, plans: &[TrainPlan]) -> Result<(Vec<f64>, u64), String> {
+        let rounds = TRIAL_ROUNDS.min(plan.rounds());
+        // Each memory warmed as a run's first rounds warm it, so that the trials time the
+        // codec on training's messages.
+        let (me, workers) = (self.worker.index() as u32, self.worker.peers());
+        let warm = WARM_ROUNDS.min(plan.rounds());
+        let memories: Vec<Option<Vec<u8>>> = plans
+            .iter()
+            .map(|p| warmed_memory(&self.train, p, me, workers, warm))
+            .collect::<Result<_, _>>()?;
+        // In turns, so that a slow spell of the machine falls on every candidate alike; in
+        // each, the model's first last, so that training follows the lightest traffic (on a
+        // shaped link, training that followed uncompressed trials ran slower: docs/auto.md).
+        let mut timed = vec![Vec::new(); plans.len()];
+        for _ in 0..TRIAL_TURNS {
+            for ((p, timed), memory) in plans.iter().zip(&mut timed).zip(&memories).rev() {
+                let tried = trial(
+                    self.worker,
+                    p,
+                    &self.train,
+                    rounds,
+                    memory.as_deref(),
+                    None,
+                    self.supervisor,
+                )?;
+                self.sent += tried.sent_bytes;
+                timed.extend(typical_rounds(&tried.round_ms));
+            }
         }
+        let medians: Vec<f64> = timed.into_iter().map(median).collect();
+        let mut agreed = self.agree(medians, true)?;
+        let sent = agreed.pop().expect("the bytes") * workers as f64;
+        Ok((agreed, sent.round() as u64))
     }
-    let mine: Vec<f64> = timed.into_iter().map(median).collect();
-    let mut numbers = mine;
-    numbers.push(sent as f64);
-    let shared_numbers = agreement_bytes(numbers.len(), remote) as f64;
-    *numbers.last_mut().unwrap() += shared_numbers;
-    let agreed = agree(worker, &numbers, supervisor)?;
-    let (trials, mean_sent) = agreed.split_at(tried.len());
-    let lossless: Vec<bool> = tried.iter().map(|&i| ranked[i].lossless(r)).collect();
-    let chosen = tried[least(trials, &lossless)];
-    let choice = &ranked[chosen];
-    let chosen_job = configured(choice);
-    let cost = ChoiceCost {
-        seconds: started.elapsed().as_secs_f64(),
-        sent_bytes: (mean_sent[0] * workers as f64).round() as u64,
-    };
-    // The report.
-    let mut report = format!(
-        "auto: a round measured before training: gradient {:.2} ms ({:.0} pairs, {:.0} keys \
-         summed over {} workers); link {:.3} ms a hop, {}\n",
-        r.gradient_ms,
-        r.pairs,
-        r.union_keys,
-        r.workers,
-        r.link.hop_ms,
-        rate(r.link.bytes_per_s, r.workers > r.threads),
-    );
-    if !check.settings.is_empty() {
-        report.push_str(&check.table(rounds, t.staleness));
+
+    /// The mean of every worker's `numbers` ([`agree`]), the bytes of sharing them counted;
+    /// `with_sent`: this worker's bytes so far (these included) shared too, as the last.
+    fn agree(&mut self, mut numbers: Vec<f64>, with_sent: bool) -> Result<Vec<f64>, String> {
+        self.sent += agreement_bytes(numbers.len() + with_sent as usize, self.remote);
+        if with_sent {
+            numbers.push(self.sent as f64);
+        }
+        agree(self.worker, &numbers, self.supervisor)
     }
-    let mut measured_ms = vec![None; ranked.len()];
-    for (&i, &ms) in tried.iter().zip(trials) {
-        measured_ms[i] = Some(ms);
+}
+
+/// What process 0 prints of a choice, before the choice itself.
+struct Report<'a> {
+    round: &'a cost::RoundInputs,
+    check: &'a LossCheck,
+    staleness: u64,
+    ranked: &'a [Candidate],
+    measured_ms: &'a [Option<f64>],
+    chosen: usize,
+    cost: ChoiceCost,
+    rounds: u64,
+}
+
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.round;
+        writeln!(
+            f,
+            "auto: a round measured before training: gradient {:.2} ms ({:.0} pairs, {:.0} keys \
+             summed over {} workers); link {:.3} ms a hop, {}",
+            r.gradient_ms,
+            r.pairs,
+            r.union_keys,
+            r.workers,
+            r.link.hop_ms,
+            rate(r.link.bytes_per_s, r.workers > r.threads),
+        )?;
+        if !self.check.settings.is_empty() {
+            write!(f, "{}", self.check.table(self.staleness))?;
+        }
+        let refused = |c: &Candidate| self.check.verdict(c).is_some_and(|v| !v.kept);
+        write!(
+            f,
+            "{}",
+            table(self.ranked, self.measured_ms, self.chosen, &refused)
+        )?;
+        writeln!(
+            f,
+            "auto: predicted {}, checked the loss of {}, tried {} in {TRIAL_TURNS} turns of {} \
+             rounds, each memory warmed for {} rounds ({:.2} s, {:.1} MB sent by all processes)",
+            self.ranked.len(),
+            self.check.settings.len(),
+            self.measured_ms.iter().flatten().count(),
+            TRIAL_ROUNDS.min(self.rounds),
+            WARM_ROUNDS.min(self.rounds),
+            self.cost.seconds,
+            self.cost.sent_bytes as f64 / 1e6
+        )
     }
-    let refused = |c: &Candidate| check.verdict(c).is_some_and(|v| !v.kept);
-    report.push_str(&table(&ranked, &measured_ms, chosen, &refused));
-    report.push_str(&format!(
-        "auto: predicted {}, checked the loss of {}, tried {} in {TRIAL_TURNS} turns of \
-         {trial_rounds} rounds, each memory warmed for {warm} rounds ({:.2} s, {:.1} MB sent \
-         by all processes)\n",
-        ranked.len(),
-        check.settings.len(),
-        tried.len(),
-        cost.seconds,
-        cost.sent_bytes as f64 / 1e6
-    ));
-    report.push_str(&format!(
-        "auto: chose {}; replay it with {}",
-        describe(choice, &chosen_job),
-        replay(choice, &chosen_job)
-    ));
-    Ok(Choice {
-        job: chosen_job,
-        report,
-        cost,
-    })
 }
 
 /// The job of candidate `c`: its exchange, codec (of `codecs`), staleness and downlink.
@@ -318,6 +412,8 @@ impl Setting {
 #[derive(Default)]
 struct LossCheck {
     settings: Vec<(Setting, Verdict)>,
+    /// Rounds each setting ran.
+    rounds: u64,
     /// The initial model's loss on the held-out rows.
     initial: f64,
     /// Uncompressed training's loss there after the check's rounds.
@@ -334,10 +430,11 @@ impl LossCheck {
     }
 
     /// Each setting's loss and the share of uncompressed training's progress it kept.
-    fn table(&self, rounds: u64, staleness: u64) -> String {
+    fn table(&self, staleness: u64) -> String {
         let mut s = format!(
-            "auto: the loss after {rounds} rounds on {} held-out training rows (from {:.4}); a \
-             lossy setting must keep {:.0}% of uncompressed training's progress\n",
+            "auto: the loss after {} rounds on {} held-out training rows (from {:.4}); a lossy \
+             setting must keep {:.0}% of uncompressed training's progress\n",
+            self.rounds,
             self.rows,
             self.initial,
             KEPT_PROGRESS * 100.0
