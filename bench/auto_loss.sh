@@ -33,6 +33,8 @@ epochs = 3
 batch_fraction = 0.05
 seed = 42
 EOF
+# jobs/linear_regression.toml reads a generated LibSVM file.
+[ -f datasets/gspar.svm ] || "$bin" data synth --kind gspar --rows 4000 --dim 512 --out datasets/gspar.svm > /dev/null
 jobs=("$@")
 if [ ${#jobs[@]} -eq 0 ]; then
   jobs=(bench/exchange.toml bench/convergence_fm.toml jobs/ctr.toml jobs/quickstart.toml
@@ -50,20 +52,21 @@ rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["kind"] == "epoch"]
 print(rows[-1]["test_loss"])
 PY
 }
-echo "| job | setting | check | final loss | vs uncompressed |"
-echo "|---|---|---|---|---|"
+echo "| job | setting | at the check | check | final loss | vs uncompressed |"
+echo "|---|---|---|---|---|---|"
 for job in "${jobs[@]}"; do
   name=$(basename "$job" .toml)
   "$bin" cluster "$job" -n 2 --set "output.metrics=\"$out/a.csv\"" \
     --set "output.model=\"$out/model.txt\"" --set 'train.exchange="auto"' --set 'train.compressor="auto"' > "$out/auto.log" 2>&1 \
     || { cat "$out/auto.log" >&2; exit 1; }
   none=$(final_loss "$job" --set 'train.exchange="sharded"')
-  echo "| $name | none | reference | $none | |"
-  # "[p0]   SETTING  loss L  progress P%  VERDICT", SETTING = "codec[, staleness S][, downlink D]"
-  grep -E '^\[p0\]   .* loss [0-9.]+ +progress' "$out/auto.log" | sed 's/^\[p0\] *//' |
+  printf '| %s | none | | reference | %.4f | |\n' "$name" "$none"
+  # "[p0]   SETTING  loss L (G%)  progress P%  VERDICT", SETTING = "codec[, staleness S][, downlink D]"
+  grep -E '^\[p0\]   .* loss [0-9.]+ .*progress' "$out/auto.log" | sed 's/^\[p0\] *//' |
     while IFS= read -r line; do
       verdict=${line##* }
       setting=$(echo "$line" | sed -E 's/ +loss [0-9.]+ .*//')
+      measured=$(echo "$line" | sed -E 's/.* loss [0-9.]+ +//; s/ +(kept|refused)$//')
       [ "$verdict" = reference ] && continue
       codec=${setting%%,*}
       sets=(--set 'train.exchange="sharded"' --set "train.compressor={ name = \"$codec\" }")
@@ -71,6 +74,6 @@ for job in "${jobs[@]}"; do
       [[ $setting == *"downlink logquant"* ]] && sets+=(--set 'train.downlink={ name = "logquant" }')
       [[ $setting == *"downlink topk 3%"* ]] && sets+=(--set 'train.downlink={ name = "topk", ratio = 0.03 }')
       loss=$(final_loss "$job" "${sets[@]}")
-      python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'| $name | $setting | $verdict | {a:.4f} | {100 * (a / b - 1):+.2f}% |')" "$loss" "$none"
+      python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print(f'| $name | $setting | $measured | $verdict | {a:.4f} | {100 * (a / b - 1):+.2f}% |')" "$loss" "$none"
     done
 done

@@ -35,7 +35,7 @@ use crate::sparse::SparseGrad;
 /// Repeats of each timed step (the median is kept).
 const REPEATS: usize = 5;
 /// Probe rounds of each payload size (the median is kept).
-const PROBE_ROUNDS: usize = 11;
+const PROBE_ROUNDS: usize = 7;
 /// The probe's large payload per receiver: a gradient's uncompressed size, within these (at
 /// least enough for a loopback's rate to show above a hop's time).
 const PROBE_BYTES: (usize, usize) = (64 << 10, 1 << 20);
