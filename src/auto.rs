@@ -32,7 +32,7 @@ use crate::exchange::cost::{
     self, choose_among, least, Candidate, DownlinkCost, Strategy, Variant,
 };
 use crate::exchange::ExchangeKind;
-use crate::job::{codec_name, Auto, Job};
+use crate::job::{Auto, Job};
 use crate::memory::MemorySpec;
 use crate::model::EvalPart;
 
@@ -65,7 +65,7 @@ pub fn choose(
     let downlinks: Vec<Downlink> = match offers_more && strategies.contains(&Strategy::Sharded) {
         true => downlinks()
             .into_iter()
-            .filter(|(_, spec)| listed.contains(&codec_name(spec).as_str()))
+            .filter(|(_, spec)| listed.contains(&spec.name()))
             .collect(),
         false => Vec::new(),
     };
@@ -161,7 +161,7 @@ fn candidates(job: &Job, plan: &TrainPlan) -> (Vec<Strategy>, Vec<Measured>) {
             .iter()
             .map(|&n| (n.to_string(), CodecSpec::with_defaults(n).expect("a codec")))
             .collect(),
-        false => vec![(codec_name(&t.compressor), t.compressor.clone())],
+        false => vec![(t.compressor.name().to_string(), t.compressor.clone())],
     };
     let codecs = specs
         .into_iter()

@@ -34,6 +34,14 @@ macro_rules! registry {
         pub const CODEC_NAMES: &[&str] = &[$($name),*];
 
         impl CodecSpec {
+            /// The job-file name of the codec (a program's own codec: the name it was given).
+            pub fn name(&self) -> &str {
+                match self {
+                    $( CodecSpec::$variant(_) => $name, )*
+                    CodecSpec::Custom(c) => &c.name,
+                }
+            }
+
             /// The spec of `name` with default parameters.
             pub fn with_defaults(name: &str) -> Option<CodecSpec> {
                 match name {
@@ -90,6 +98,7 @@ mod tests {
         for name in CODEC_NAMES {
             let spec = CodecSpec::with_defaults(name).unwrap();
             assert_eq!(build_codec(&spec).unwrap().name(), *name);
+            assert_eq!(spec.name(), *name);
         }
     }
 

@@ -400,7 +400,7 @@ pub fn warmed_memory(
         worker: me,
         ..Default::default()
     };
-    let name = crate::job::codec_name(&plan.codec);
+    let name = plan.codec.name().to_string();
     let memory = plan.memory.build(dim);
     let mut codec = CodecRounds::new(&name, &plan.codec, memory, dim, ctx, split)?;
     let weights = initial_weights(plan);

@@ -22,6 +22,7 @@ use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
 use crate::model::{Fm, Linear, LossFn, LossName, Mlp, ModelFn, Task};
+pub use crate::model::{MAX_CLASSES, MAX_FACTORS, MAX_HIDDEN};
 use crate::optim::OptimizerConfig;
 
 /// What a worker loads: its rows, the model's number of features, the feature map of a table
@@ -315,12 +316,6 @@ pub enum TestSplit {
     Tail,
 }
 
-/// The most factors `model.factors` allows.
-pub const MAX_FACTORS: u32 = 256;
-
-/// The most classes `model.classes` allows.
-pub const MAX_CLASSES: u32 = 1 << 16;
-
 /// Which model `[model]` trains.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -334,9 +329,6 @@ pub enum ModelKind {
     /// ([`crate::model::Mlp`]).
     Mlp,
 }
-
-/// The most units `model.hidden` allows in a layer.
-pub const MAX_HIDDEN: u32 = 4096;
 
 /// `[model]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1109,12 +1101,12 @@ impl Job {
         if t.auto.any() {
             let fixed = match (t.auto.exchange, t.auto.compressor) {
                 (true, true) => String::new(),
-                (true, false) => format!(" among compressor {}", codec_name(&t.compressor)),
+                (true, false) => format!(" among compressor {}", t.compressor.name()),
                 _ => format!(" among the {} exchange's compressors", t.exchange.name()),
             };
             return format!("auto{fixed} (chosen from a round measured before training)");
         }
-        let name = codec_name;
+        let name = |c: &CodecSpec| c.name().to_string();
         match t.exchange {
             ExchangeKind::Sketch => {
                 let s = &t.sketch;
@@ -1805,14 +1797,6 @@ impl Job {
             choice: None,
         }
     }
-}
-
-/// A codec spec's name (`topk` for `{ name = "topk", ratio = 0.01 }`).
-pub fn codec_name(c: &CodecSpec) -> String {
-    toml::Value::try_from(c)
-        .ok()
-        .and_then(|v| v.get("name").and_then(|n| n.as_str().map(String::from)))
-        .unwrap_or_default()
 }
 
 /// A serde message listing the exchanges, with `auto` beside them (it is taken out of the job

@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::{Fm, Linear, LossFn, LossName, Mlp, Model, ModelFn};
-use crate::job::MAX_HIDDEN;
+use super::{MAX_CLASSES, MAX_FACTORS, MAX_HIDDEN};
 
 /// A trained linear model.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,7 +91,7 @@ impl ModelFile {
                 }
                 Ok(ModelFn::new(Linear::new(k)))
             }
-            ("fm", Ok(k)) if (1..=crate::job::MAX_FACTORS).contains(&k) => {
+            ("fm", Ok(k)) if (1..=MAX_FACTORS).contains(&k) => {
                 let width = 1 + k;
                 let dim = self.weights.len() as u32;
                 if !dim.is_multiple_of(width) || self.intercept.is_some_and(|i| i % width != 0) {
@@ -289,9 +289,9 @@ impl ModelFile {
             if let Some(k) = line.strip_prefix("classes ") {
                 let k = k.trim();
                 classes = match k.parse::<u32>() {
-                    Ok(k) if (2..=crate::job::MAX_CLASSES).contains(&k) => Some(k),
+                    Ok(k) if (2..=MAX_CLASSES).contains(&k) => Some(k),
                     _ => {
-                        let m = format!("bad classes '{k}' (2 to {})", crate::job::MAX_CLASSES);
+                        let m = format!("bad classes '{k}' (2 to {})", MAX_CLASSES);
                         return Err(err(i, &m));
                     }
                 };

@@ -20,6 +20,15 @@ pub use metrics::{auc, EvalPart, EvalSummary, PartialEval, ScoreBins};
 pub use mlp::Mlp;
 pub use softmax::Softmax;
 
+/// The most factors a factorization machine may have (`model.factors`).
+pub const MAX_FACTORS: u32 = 256;
+
+/// The most classes a softmax model may have (`model.classes`).
+pub const MAX_CLASSES: u32 = 1 << 16;
+
+/// The most units a network's layer may have (`model.hidden`).
+pub const MAX_HIDDEN: u32 = 4096;
+
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
