@@ -24,7 +24,8 @@ use timely::worker::Worker;
 use crate::codec::CodecSpec;
 use crate::data::Dataset;
 use crate::dataflow::calibrate::{
-    agree, agreement_bytes, calibrate, median, warmed_memory, Candidate as Measured, Downlink,
+    agree, agreement_bytes, calibrate, initial_weights, median, warmed_memory,
+    Candidate as Measured, Downlink,
 };
 use crate::dataflow::trial::trial;
 use crate::dataflow::{ChoiceCost, Supervisor, TrainPlan, WorkerData};
@@ -583,11 +584,7 @@ fn hold_out(data: &WorkerData) -> (WorkerData, Dataset) {
 
 /// The initial model scored on `rows`.
 fn initial_part(plan: &TrainPlan, rows: &Dataset) -> EvalPart {
-    let mut w = vec![0.0; plan.dim as usize];
-    match &plan.initial_weights {
-        Some(init) => w.copy_from_slice(&init.weights),
-        None => plan.model.init(plan.seed, &mut w),
-    }
+    let w = initial_weights(plan);
     EvalPart::evaluate(rows, &w, &*plan.model, &*plan.loss, plan.auc_bits)
 }
 
@@ -606,20 +603,17 @@ pub fn downlinks() -> Vec<Downlink> {
 /// The variants `compressor = "auto"` offers a job of staleness 0 without a downlink codec:
 /// its own, each of `downlinks` (measured), and each of those with a round in flight.
 pub fn variants(downlinks: &[DownlinkCost]) -> Vec<Variant> {
-    let own = Variant {
-        staleness: 0,
-        downlink: None,
-    };
-    let unpipelined = std::iter::once(own).chain(downlinks.iter().map(|d| Variant {
-        staleness: 0,
-        downlink: Some(d.clone()),
-    }));
-    let all: Vec<Variant> = unpipelined.collect();
-    let pipelined = all.iter().map(|v| Variant {
-        staleness: 1,
-        ..v.clone()
-    });
-    all.clone().into_iter().chain(pipelined).collect()
+    let downlink = std::iter::once(None).chain(downlinks.iter().cloned().map(Some));
+    let downlinks: Vec<Option<DownlinkCost>> = downlink.collect();
+    [0, 1]
+        .into_iter()
+        .flat_map(|staleness| {
+            downlinks.iter().map(move |d| Variant {
+                staleness,
+                downlink: d.clone(),
+            })
+        })
+        .collect()
 }
 
 fn downlink_spec((label, table): &(&str, &str)) -> Downlink {

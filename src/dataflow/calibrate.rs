@@ -438,7 +438,7 @@ fn batch_gradient(
 }
 
 /// The model a run starts from.
-fn initial_weights(plan: &TrainPlan) -> Vec<f32> {
+pub(crate) fn initial_weights(plan: &TrainPlan) -> Vec<f32> {
     match &plan.initial_weights {
         Some(w) => w.weights.to_vec(),
         None => {
