@@ -818,6 +818,41 @@ mod tests {
         assert!((share - 0.8).abs() < 1e-9, "{share}");
     }
 
+    /// The check's rounds stand for a trial only of the same setting on the same exchange, and
+    /// only when they were timed (a codec without memory): another exchange, another staleness
+    /// or an untimed setting is tried for real.
+    #[test]
+    fn the_checks_rounds_time_only_the_same_setting_on_the_same_exchange() {
+        let verdict = || Verdict {
+            loss: 0.5,
+            progress: 1.0,
+            kept: true,
+        };
+        let (a, s) = (Strategy::AllGather, Strategy::Sharded);
+        let check = LossCheck {
+            settings: vec![
+                (
+                    Setting::of(&c(a, "logquant")),
+                    verdict(),
+                    Some((ExchangeKind::Allgather, vec![1.0, 2.0])),
+                ),
+                (Setting::of(&c(a, "topk")), verdict(), None),
+            ],
+            ..LossCheck::default()
+        };
+        let timed = |cand: &Candidate, e| check.timed(cand, e);
+        assert_eq!(
+            timed(&c(a, "logquant"), ExchangeKind::Allgather),
+            Some(vec![1.0, 2.0])
+        );
+        assert_eq!(timed(&c(s, "logquant"), ExchangeKind::Sharded), None);
+        let mut pipelined = c(a, "logquant");
+        pipelined.staleness = 1;
+        assert_eq!(timed(&pipelined, ExchangeKind::Allgather), None);
+        assert_eq!(timed(&c(a, "topk"), ExchangeKind::Allgather), None);
+        assert_eq!(timed(&c(a, "zipml"), ExchangeKind::Allgather), None);
+    }
+
     /// Every few rows held out, at most 1024, none lost, the test rows untouched.
     #[test]
     fn holding_out_keeps_every_row_once() {
