@@ -21,10 +21,13 @@ use std::sync::Arc;
 
 use gradflow::codec::{build_codec, check_keys, read_header, write_header};
 use gradflow::codec::{Codec, CodecError, EncodeContext};
-use gradflow::dataflow::{build_training, TrainPlan, Training, WorkerData, WorkerState};
+use gradflow::data::WorkerData;
+use gradflow::dataflow::{build_training, Training};
 use gradflow::exchange::aggregate::Update;
 use gradflow::exchange::uplink::add_change;
-use gradflow::exchange::{broadcast, Endpoint, Envelope, Exchange, Place, Step};
+use gradflow::exchange::{
+    broadcast, Endpoint, Envelope, Exchange, ExchangePlan, ModelState, Place, Step,
+};
 use gradflow::optim::UpdateRule;
 use gradflow::sparse::SparseGrad;
 use rand::RngExt;
@@ -141,7 +144,7 @@ impl Exchange for Central {
 struct Client {
     me: u32,
     peers: u32,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     codec: Box<dyn Codec>,
     scratch: SparseGrad,
 }
@@ -155,7 +158,7 @@ impl Endpoint for Client {
         &mut self,
         r: u64,
         changes: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
     ) -> Result<(), String> {
         let at = Place {
             me: self.me,
@@ -187,7 +190,7 @@ impl Endpoint for Client {
         r: u64,
         grad: &mut SparseGrad,
         rows: u32,
-        _: &mut WorkerState,
+        _: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String> {
         let ctx = EncodeContext {
@@ -209,7 +212,7 @@ impl Endpoint for Client {
 struct Server {
     me: u32,
     peers: u32,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     update: Update,
     codec: Box<dyn Codec>,
 }
@@ -227,7 +230,7 @@ impl Step for Server {
         &mut self,
         r: u64,
         mut msgs: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(), String> {
         let plan = &self.plan;

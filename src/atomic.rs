@@ -41,7 +41,7 @@ pub fn target(path: &Path) -> std::io::Result<PathBuf> {
     Err(invalid(format!(
         "is {}{}: gradflow writes only regular files (or new ones), so that an output \
          never replaces what is not a file",
-        crate::data::source::kind_name(meta.file_type()),
+        kind_name(meta.file_type()),
         if resolved != path {
             format!(" (through the link to {})", resolved.display())
         } else {
@@ -160,6 +160,24 @@ pub fn create_parent(path: &Path) -> std::io::Result<()> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir),
         _ => Ok(()),
+    }
+}
+
+/// What a file that is not a regular file is, for an error message.
+pub fn kind_name(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a pipe or FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else {
+        "a device"
     }
 }
 

@@ -1,10 +1,11 @@
 //! gradflow: data-parallel SGD for sparse linear models on timely dataflow, with the gradient
 //! exchange (codec and pattern) pluggable and measured.
 //!
-//! Layers, each ignorant of the ones above it:
-//! [`sparse`] (the shared sparse vector) → [`data`] → [`model`] → [`codec`] with [`memory`]
-//! (error feedback) beside it → [`exchange`] → [`optim`] → [`dataflow`] (timely operators) →
-//! [`job`] (TOML + CLI) and [`runtime`] (timely configuration, processes); [`metrics`] observes.
+//! Layers, each ignorant of the ones above it (`tests/layers.rs` checks every import):
+//! [`sparse`] and small helpers, with [`metrics`]'s counters → [`data`] → [`model`], [`codec`],
+//! [`memory`] (error feedback) and [`optim`] → [`exchange`] (strategies, with their own view of
+//! the plan and the worker's model state) → [`dataflow`] (timely operators) → [`job`] (TOML) →
+//! [`auto`] → [`runtime`] (timely configuration, processes) → `cli` and `bench`.
 //!
 //! Cargo features (both default): `cli`, the command line (`gradflow::cli`, with clap and
 //! indicatif), and `bench`, the benchmark harness (`gradflow::bench`, with plotters). With

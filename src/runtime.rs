@@ -498,16 +498,16 @@ pub fn run_program(
                 };
                 FirstWorker {
                     output,
-                    weights: st.weights.to_vec(),
+                    weights: st.model.weights.to_vec(),
                     plan,
                     stopped: st.stopped.clone(),
                 }
             });
             Ok(WorkerReport {
                 index: index as u32,
-                traffic: st.traffic_total,
-                digest: st.weights.read(replica_digest),
-                shared: st.weights.is_shared(),
+                traffic: st.model.traffic_total,
+                digest: st.model.weights.read(replica_digest),
+                shared: st.model.weights.is_shared(),
                 first,
                 notes,
                 features,

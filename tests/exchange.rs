@@ -398,7 +398,7 @@ fn run_with_faulty_changes(
         };
         let (state, rows) = (WorkerState::shared(&plan), Rc::new(RefCell::default()));
         if shared {
-            slot.share(&mut state.borrow_mut().weights, worker.index(), 2)
+            slot.share(&mut state.borrow_mut().model.weights, worker.index(), 2)
                 .unwrap();
         }
         let (plan, sup) = (plan.clone(), sup.clone());

@@ -555,7 +555,6 @@ fn a_programs_bad_data_stops_every_process_with_its_place() {
 #[test]
 fn a_programs_rows_are_ordered_by_id_and_checked() {
     use gradflow::data::table::PreparedRow;
-    use gradflow::dataflow::WorkerData;
     let row = |id: u64, test: bool, keys: &[u32], label: f32| PreparedRow {
         id,
         test,
@@ -570,7 +569,7 @@ fn a_programs_rows_are_ordered_by_id_and_checked() {
         row(3, true, &[0], -1.0),
         row(5, false, &[1], 0.0),
     ];
-    let data = WorkerData::from_rows(rows, &logistic).unwrap();
+    let data = gradflow::dataflow::worker_data(rows, &logistic).unwrap();
     // Ordered by id, the intercept (key 10) appended to every row.
     assert_eq!(data.train.labels, vec![0.0, 1.0]);
     assert_eq!(data.train.row(0).0, &[1, 10]);
@@ -602,19 +601,22 @@ fn a_programs_rows_are_ordered_by_id_and_checked() {
             "row id 4: 1 keys but 0 values",
         ),
     ] {
-        let e = WorkerData::from_rows(bad, &logistic).unwrap_err();
+        let e = gradflow::dataflow::worker_data(bad, &logistic).unwrap_err();
         assert!(e.contains(says), "{e}");
     }
     let mut nan = row(4, false, &[1], 1.0);
     nan.values[0] = f32::INFINITY;
-    let e = WorkerData::from_rows(vec![nan], &logistic).unwrap_err();
+    let e = gradflow::dataflow::worker_data(vec![nan], &logistic).unwrap_err();
     assert!(e.contains("value inf is not finite"), "{e}");
     let softmax =
         job("[data]\nformat = \"program\"\ndim = 10\n[model]\nloss = \"softmax\"\nclasses = 3\n");
-    let e =
-        WorkerData::from_rows(vec![row(4, false, &[1], 3.0)], &softmax.plan(11, 1)).unwrap_err();
+    let e = gradflow::dataflow::worker_data(vec![row(4, false, &[1], 3.0)], &softmax.plan(11, 1))
+        .unwrap_err();
     assert!(e.contains("row id 4") && e.contains('3'), "{e}");
-    assert!(WorkerData::from_rows(vec![row(4, false, &[1], 2.0)], &softmax.plan(11, 1)).is_ok());
+    assert!(
+        gradflow::dataflow::worker_data(vec![row(4, false, &[1], 2.0)], &softmax.plan(11, 1))
+            .is_ok()
+    );
 }
 
 #[test]

@@ -10,11 +10,13 @@ pub mod partition;
 pub mod source;
 pub mod synth;
 pub mod table;
+mod worker;
 
 pub use column::Column;
 pub use libsvm::{count_rows, read_libsvm, write_libsvm, DataError, LibsvmOptions};
 pub use partition::RowFilter;
 pub use source::Part;
+pub use worker::WorkerData;
 
 /// The largest model dimension a job allocates unless it raises `data.max_dim` (2^27 =
 /// 134,217,728 features). Every worker holds a dense weight per feature, and beside it the

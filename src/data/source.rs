@@ -32,24 +32,6 @@ impl Part {
     }
 }
 
-/// What a file that is not a regular file is, for an error message.
-pub fn kind_name(kind: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_file() {
-        "a regular file"
-    } else if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a pipe or FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_symlink() {
-        "a symbolic link"
-    } else {
-        "a device"
-    }
-}
-
 /// Opens the input file `path` for reading; anything but a regular file (a FIFO, a pipe such
 /// as `<(cat x)`, a directory, a device) is an error at once. Opening a FIFO without a writer
 /// would block forever, and inputs are read by byte ranges and more than once, which a stream
@@ -72,7 +54,7 @@ pub fn open_input(path: &Path) -> std::io::Result<File> {
         }
         return Ok(file);
     }
-    let what = kind_name(kind);
+    let what = crate::atomic::kind_name(kind);
     Err(std::io::Error::other(format!(
         "{what}, not a regular file: gradflow reads its inputs by byte ranges and more than \
          once, so a stream must be saved to a file first"

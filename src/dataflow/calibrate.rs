@@ -203,7 +203,7 @@ fn measure(
         }
         let started = Instant::now();
         gradient(&mut workspace, &rows, &mut grad);
-        gradient_ms.push(super::ms(started));
+        gradient_ms.push(crate::metrics::ms(started));
         if b < workers {
             union.add_scaled(&grad, 1.0, &mut scratch);
         }
@@ -342,7 +342,7 @@ impl<'a> CodecRounds<'a> {
         let (mut e, mut d, mut b) = (0.0, 0.0, 0);
         let started = Instant::now();
         self.memory.compensate(&mut g, &mut self.scratch);
-        e += super::ms(started);
+        e += crate::metrics::ms(started);
         match self.owners {
             Some(o) => o.split(&g, &mut self.pieces),
             None => self.pieces = vec![g.clone()],
@@ -359,18 +359,18 @@ impl<'a> CodecRounds<'a> {
             self.codec
                 .encode(&piece.keys, &piece.values, self.dim, ctx, &mut self.buf)
                 .map_err(|e| format!("{name}: {e}"))?;
-            e += super::ms(started);
+            e += crate::metrics::ms(started);
             let started = Instant::now();
             self.codec
                 .decode(&self.buf, &mut self.decoded)
                 .map_err(|e| format!("{name}: {e}"))?;
-            d += super::ms(started);
+            d += crate::metrics::ms(started);
             b += self.buf.len();
             self.sent.add_scaled(&self.decoded, 1.0, &mut self.scratch);
         }
         let started = Instant::now();
         self.memory.update(&g, &self.sent);
-        e += super::ms(started);
+        e += crate::metrics::ms(started);
         Ok((e, d, b))
     }
 }
@@ -467,7 +467,7 @@ fn time(mut f: impl FnMut()) -> f64 {
             .map(|_| {
                 let started = Instant::now();
                 f();
-                super::ms(started)
+                crate::metrics::ms(started)
             })
             .collect(),
     )
@@ -520,7 +520,7 @@ fn probe(
             }
             std::thread::yield_now();
         }
-        Ok(super::ms(started))
+        Ok(crate::metrics::ms(started))
     };
     // A first round is a barrier: every worker then measures at once, its processes sharing
     // the machine's cores as they will in training.

@@ -300,11 +300,11 @@ impl Checkpoints {
     /// Whether a checkpoint is taken at the start of round `r` of `plan` (not the last, and
     /// not the round a resumed run starts at: that one exists).
     pub fn due(&self, r: u64, plan: &super::TrainPlan) -> bool {
-        let every = self.every();
-        every > 0 && r > 0 && r != plan.start_round && r < plan.rounds() && r.is_multiple_of(every)
+        plan.checkpoint_rounds().due(r)
     }
 
-    fn every(&self) -> u64 {
+    /// Rounds between checkpoints (0: none).
+    pub fn every(&self) -> u64 {
         self.0.spec.as_ref().map_or(0, |s| s.every_rounds)
     }
 
@@ -330,13 +330,16 @@ impl Checkpoints {
             round,
             worker,
             workers: self.0.workers as u32,
-            dim: st.weights.len() as u32,
-            weights: st.weights.read(NonZero::of),
-            memory: saved(&format!("memory '{}'", st.memory.name()), st.memory.save())?,
-            optimizer: saved("update rule", st.optimizer.save())?,
+            dim: st.model.weights.len() as u32,
+            weights: st.model.weights.read(NonZero::of),
+            memory: saved(
+                &format!("memory '{}'", st.model.memory.name()),
+                st.model.memory.save(),
+            )?,
+            optimizer: saved("update rule", st.model.optimizer.save())?,
             downlink: saved(
                 "downlink residual",
-                crate::memory::Memory::save(&st.downlink),
+                crate::memory::Memory::save(&st.model.downlink),
             )?,
             carried,
         };
@@ -798,22 +801,25 @@ pub fn restore_worker_from(
     let f = worker_file(bytes, path, at)?;
     let name = path.display().to_string();
     let mismatch = |what: String| Err(format!("{name}: {what}"));
-    if f.dim as usize != st.weights.len() {
+    if f.dim as usize != st.model.weights.len() {
         return mismatch(format!(
             "a model of {} features, this job's data makes {}",
             f.dim,
-            st.weights.len()
+            st.model.weights.len()
         ));
     }
     let field = |what: &str| format!("{name}: {what}");
-    st.weights.restore_with(|weights| {
+    st.model.weights.restore_with(|weights| {
         weights.fill(0.0); // a warm start's weights: the checkpoint's replace them
         f.weights.restore(weights, &field("weights"))
     })?;
-    st.memory.restore(&f.memory).map_err(|e| field(&e))?;
-    st.optimizer.restore(&f.optimizer).map_err(|e| field(&e))?;
+    st.model.memory.restore(&f.memory).map_err(|e| field(&e))?;
+    st.model
+        .optimizer
+        .restore(&f.optimizer)
+        .map_err(|e| field(&e))?;
     st.restored_optimizer = Some(f.optimizer);
-    crate::memory::Memory::restore(&mut st.downlink, &f.downlink).map_err(|e| field(&e))?;
+    crate::memory::Memory::restore(&mut st.model.downlink, &f.downlink).map_err(|e| field(&e))?;
     Ok(f.carried)
 }
 

@@ -16,11 +16,12 @@ use timely::dataflow::operators::Capability;
 use timely::dataflow::Stream;
 
 use super::checkpoint::Carried;
-use super::{at, ms, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
+use super::{at, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
 use super::{Arrivals, WorkerData, WorkerState};
 use crate::data::partition::mix64;
 use crate::data::table::PreparedRow;
-use crate::exchange::{Ahead, Endpoint, Envelope, Place};
+use crate::exchange::{Ahead, Endpoint, Envelope, ModelState, Place};
+use crate::metrics::ms;
 use crate::metrics::WireCounters;
 use crate::model::{EvalPart, GradientWorkspace, PartialEval};
 use crate::sparse::SparseGrad;
@@ -44,7 +45,7 @@ use crate::sparse::SparseGrad;
 ///
 /// With rows from a stream ([`Rows::Stream`], a program's own data preparation in the same
 /// dataflow), the operator gathers the worker's rows until that input is complete, orders and
-/// checks them ([`WorkerData::from_rows`]), and only then starts round 0.
+/// checks them ([`super::plan::worker_data`]), and only then starts round 0.
 ///
 /// With a `stop` input (decisions to end training, each with its reason; see
 /// [`super::Training::gradient_until`]), round `r` also waits until every decision that can
@@ -132,7 +133,7 @@ pub fn gradient<'s>(
                 if !frontiers[rows_at].is_empty() {
                     return;
                 }
-                match WorkerData::from_rows(std::mem::take(&mut arrived), &plan) {
+                match super::plan::worker_data(std::mem::take(&mut arrived), &plan) {
                     Ok(data) => {
                         let rows = (data.train.rows() as u64, data.test.rows() as u64);
                         state.borrow_mut().prepared_rows = Some(rows);
@@ -309,7 +310,12 @@ impl GradientStep {
         sup: &Supervisor,
         wire: Option<WireCounters>,
     ) -> Self {
-        let at = Place { me, peers, plan };
+        let exchange = plan.exchange_plan();
+        let at = Place {
+            me,
+            peers,
+            plan: &exchange,
+        };
         let endpoint = plan.strategy().endpoint(&at, &data).unwrap_or_else(|e| {
             sup.fail(e);
             Box::new(Inert)
@@ -398,7 +404,7 @@ impl GradientStep {
         (stats.offered_keys, stats.sent_keys) = self.send(r, stats.rows as u32, st, out)?;
         self.ask(r, st, out);
         stats.encode_ms = ms(encoding);
-        stats.traffic = std::mem::take(&mut st.traffic);
+        stats.traffic = std::mem::take(&mut st.model.traffic);
         self.last_emit = Some(Instant::now());
         Ok(stats)
     }
@@ -415,7 +421,7 @@ impl GradientStep {
                 0 => stats.traffic.eval_sent = bytes,
                 _ => stats.prev_traffic.eval_sent = bytes,
             }
-            st.traffic_total.eval_sent += bytes;
+            st.model.traffic_total.eval_sent += bytes;
         }
         stats
     }
@@ -435,18 +441,19 @@ impl GradientStep {
             stats.prev_update_ms = c.update_ms;
             stats.prev_aggregate_ms = c.aggregate_ms;
             stats.prev_wait_ms = c.wait_ms;
-            st.traffic = c.traffic;
-            st.traffic_total = c.traffic_total;
+            st.model.traffic = c.traffic;
+            st.model.traffic_total = c.traffic_total;
         } else if r > 0 {
-            stats.prev_update_ms = st.update_ms + ms(started);
-            stats.prev_aggregate_ms = st.aggregate_ms;
+            stats.prev_update_ms = st.model.update_ms + ms(started);
+            stats.prev_aggregate_ms = st.model.aggregate_ms;
             if let Some(t) = self.last_emit {
                 let between = ms(t) - std::mem::take(&mut self.overlapped_eval_ms);
-                stats.prev_wait_ms = (between - st.aggregate_ms - st.update_ms).max(0.0);
+                stats.prev_wait_ms =
+                    (between - st.model.aggregate_ms - st.model.update_ms).max(0.0);
             }
         }
-        stats.prev_traffic = std::mem::take(&mut st.traffic);
-        (st.aggregate_ms, st.update_ms) = (0.0, 0.0);
+        stats.prev_traffic = std::mem::take(&mut st.model.traffic);
+        (st.model.aggregate_ms, st.model.update_ms) = (0.0, 0.0);
     }
 
     /// Saves this worker's state when a checkpoint is due at round `r` (the model after round
@@ -465,7 +472,7 @@ impl GradientStep {
             aggregate_ms: stats.prev_aggregate_ms,
             update_ms: stats.prev_update_ms,
             traffic: stats.prev_traffic,
-            traffic_total: st.traffic_total,
+            traffic_total: st.model.traffic_total,
         };
         c.save_worker(r, self.me, st, carried)
     }
@@ -487,7 +494,7 @@ impl GradientStep {
         let started = Instant::now();
         let (model, loss) = (&*self.plan.model, &*self.plan.loss);
         // SAFETY: the gradient step's window (see `Replica::in_round`).
-        let weights = unsafe { st.weights.in_round() };
+        let weights = unsafe { st.model.weights.in_round() };
         if r == self.rounds {
             let (test, bits) = (&self.data.test, self.plan.auc_bits);
             stats.eval = Some(EvalPart::evaluate(test, weights, model, loss, bits));
@@ -555,7 +562,7 @@ impl GradientStep {
         let (model, loss) = (&*self.plan.model, &*self.plan.loss);
         // SAFETY: the gradient step's window: every owner's change of the last round is in,
         // and no owner writes this round's before this worker's gradient reaches it.
-        let weights = unsafe { st.weights.in_round() };
+        let weights = unsafe { st.model.weights.in_round() };
         let data = &self.data.train;
         let sums = (self.workspace).minibatch(data, rows, weights, model, loss, l2, &mut self.grad);
         stats.gradient_ms = ms(started);
@@ -580,7 +587,7 @@ impl GradientStep {
         changes: Vec<Envelope>,
         st: &mut WorkerState,
     ) -> Result<(), String> {
-        self.endpoint.receive(r, changes, st)
+        self.endpoint.receive(r, changes, &mut st.model)
     }
 
     /// The positions in `order` of round `r`'s mini-batch. Each epoch shuffles the worker's
@@ -627,7 +634,7 @@ impl GradientStep {
             evaluates: self.plan.evaluates_after(next),
             batch: &mut batch,
         };
-        self.endpoint.ask(ahead, st, out);
+        self.endpoint.ask(ahead, &mut st.model, out);
     }
 
     /// Checks the gradient, gives it to the exchange's endpoint (memory, codec, addressing:
@@ -643,10 +650,12 @@ impl GradientStep {
     ) -> Result<(u64, u64), String> {
         crate::codec::check_finite(&self.grad.keys, &self.grad.values)
             .map_err(|e| format!("worker {}, round {r}: {e}", self.me))?;
-        let keys = self.endpoint.send(r, &mut self.grad, rows, st, out)?;
+        let keys = self
+            .endpoint
+            .send(r, &mut self.grad, rows, &mut st.model, out)?;
         for env in out.iter() {
             let remote = self.plan.process_of(env.dest) != self.plan.process_of(self.me);
-            st.sent(true, env.len(), remote);
+            st.model.sent(true, env.len(), remote);
         }
         Ok(keys)
     }
@@ -660,7 +669,7 @@ impl Endpoint for Inert {
         None
     }
 
-    fn receive(&mut self, _: u64, _: Vec<Envelope>, _: &mut WorkerState) -> Result<(), String> {
+    fn receive(&mut self, _: u64, _: Vec<Envelope>, _: &mut ModelState) -> Result<(), String> {
         Ok(())
     }
 
@@ -669,7 +678,7 @@ impl Endpoint for Inert {
         _: u64,
         _: &mut SparseGrad,
         _: u32,
-        _: &mut WorkerState,
+        _: &mut ModelState,
         _: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String> {
         Ok((0, 0))

@@ -45,23 +45,22 @@ mod evaluations;
 mod gradient;
 pub mod heartbeat;
 mod plan;
-mod replica;
 pub mod supervisor;
 pub mod trial;
 
+pub use crate::data::WorkerData;
+pub use crate::exchange::{Replica, ReplicaMode, ReplicaSlot};
 pub use collect::collect;
 pub use evaluations::{evaluations, Evaluation};
 pub use gradient::{gradient, Rows};
 pub use plan::{
-    ChoiceCost, InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerData, WorkerState,
+    worker_data, ChoiceCost, InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerState,
 };
-pub use replica::{Replica, ReplicaMode, ReplicaSlot};
 pub use supervisor::Supervisor;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::Instant;
 
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
@@ -196,7 +195,7 @@ impl Training {
         }
         let threads = self.plan.threads_per_process;
         let place = worker as usize % threads;
-        slot.share(&mut self.state.borrow_mut().weights, place, threads)
+        slot.share(&mut self.state.borrow_mut().model.weights, place, threads)
     }
 
     /// Trains `model` instead of the job's linear model (call it before [`Self::gradient`] and
@@ -267,10 +266,10 @@ impl Training {
             std::sync::Arc::new(make);
         self.plan.custom_optimizer = Some(crate::named::Named::new(name, make));
         let st = &mut *self.state.borrow_mut();
-        st.optimizer = self.plan.update_rule(0, self.plan.dim);
+        st.model.optimizer = self.plan.update_rule(0, self.plan.dim);
         if let Some(saved) = &st.restored_optimizer {
             // Resumed: the rule continues from the checkpoint's state.
-            if let Err(e) = st.optimizer.restore(saved) {
+            if let Err(e) = st.model.optimizer.restore(saved) {
                 self.supervisor
                     .fail(format!("--resume: update rule '{name}': {e}"));
             }
@@ -487,10 +486,11 @@ pub fn exchange<'s>(
     supervisor: Supervisor,
 ) -> Stream<'s, RoundTime, Vec<Envelope>> {
     let scope = grads.scope();
+    let exchange = plan.exchange_plan();
     let at = Place {
         me: scope.index() as u32,
         peers: scope.peers() as u32,
-        plan,
+        plan: &exchange,
     };
     let steps = match plan.strategy().steps(&at) {
         Ok(steps) => steps,
@@ -506,7 +506,7 @@ pub fn exchange<'s>(
             &name,
             expected,
             supervisor.clone(),
-            move |r, msgs, out| step.run(r, msgs, &mut state.borrow_mut(), out),
+            move |r, msgs, out| step.run(r, msgs, &mut state.borrow_mut().model, out),
         )
     })
 }
@@ -677,11 +677,6 @@ impl<C> Arrivals<C> {
             None => (None, Vec::new()),
         })
     }
-}
-
-/// Milliseconds since `since`.
-pub fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
 }
 
 fn round_of(t: &RoundTime) -> u64 {

@@ -6,14 +6,16 @@ use std::rc::Rc;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{Carried, Checkpoints};
-use super::replica::ReplicaMode;
 use crate::codec::CodecSpec;
 use crate::data::table::PreparedRow;
-use crate::data::Dataset;
+use crate::data::WorkerData;
+use crate::exchange::replica::{ReplicaMode, SHARE_FROM_BYTES};
 use crate::exchange::sketch::SketchParams;
-use crate::exchange::{build_exchange, CustomExchange, Exchange, ExchangeKind, Ownership};
-use crate::memory::residual::Residual;
-use crate::memory::{Memory, MemorySpec};
+use crate::exchange::{
+    build_exchange, CheckpointRounds, CustomExchange, Exchange, ExchangeKind, ExchangePlan,
+    ModelState, Ownership, Replica,
+};
+use crate::memory::MemorySpec;
 use crate::metrics::{RowOutput, Traffic};
 use crate::model::{EvalPart, LossFn, ModelFn, ModelLoss, Task};
 use std::sync::Arc;
@@ -87,7 +89,7 @@ pub struct TrainPlan {
     /// The round trip of a cache line between the cores of the process's two workers, in ns,
     /// when the runtime measured it ([`crate::cores::CoreDistance`]; only where it decides
     /// `replica = "auto"`: a sharded job of two workers in one process with a model below
-    /// [`super::replica::SHARE_FROM_BYTES`]).
+    /// [`SHARE_FROM_BYTES`]).
     pub core_distance_ns: Option<f64>,
     /// Warm start: the weights every replica starts from (zeros when `None`).
     pub initial_weights: Option<InitialWeights>,
@@ -159,6 +161,49 @@ impl InitialWeights {
 }
 
 impl TrainPlan {
+    /// What the exchange's parts read of the plan.
+    pub fn exchange_plan(&self) -> ExchangePlan {
+        ExchangePlan {
+            dim: self.dim,
+            seed: self.seed,
+            codec: self.codec.clone(),
+            downlink: self.downlink.clone(),
+            ownership: self.ownership,
+            pull: self.pull,
+            sketch: self.sketch.clone(),
+            staleness: self.staleness,
+            delay_compensation: self.delay_compensation,
+            threads_per_process: self.threads_per_process,
+            model_width: self.model.width(),
+            dense_keys: self.dense_keys(),
+            checkpoints: self.checkpoint_rounds(),
+        }
+    }
+
+    /// The rounds at which this run writes checkpoints.
+    pub fn checkpoint_rounds(&self) -> CheckpointRounds {
+        CheckpointRounds {
+            every: self.checkpoints.as_ref().map_or(0, |c| c.every()),
+            start: self.start_round,
+            end: self.rounds(),
+        }
+    }
+
+    /// A worker's model state at the start: the plan's initial model (zeros, or a warm start),
+    /// fresh memory and optimizer.
+    pub fn model_state(&self) -> ModelState {
+        let mut weights = crate::mem::ZeroedArray::new(self.dim as usize);
+        match &self.initial_weights {
+            Some(init) => weights.copy_from_slice(&init.weights),
+            None => self.model.init(self.seed, &mut weights),
+        }
+        ModelState::new(
+            Replica::own(weights),
+            self.memory.build(self.dim),
+            self.update_rule(0, self.dim),
+        )
+    }
+
     /// The update rule for keys `lo..hi`: the program's own, or the job's optimizer.
     pub fn update_rule(&self, lo: u32, hi: u32) -> Box<dyn UpdateRule> {
         match &self.custom_optimizer {
@@ -211,7 +256,7 @@ impl TrainPlan {
 
     /// Whether `replica = "auto"` asks how far apart the cores of the `peers` workers are
     /// ([`Self::core_distance_ns`]): two workers in one process that could share a model
-    /// smaller than [`super::replica::SHARE_FROM_BYTES`]. Sharing it was 3-6% faster per epoch
+    /// smaller than [`SHARE_FROM_BYTES`]. Sharing it was 3-6% faster per epoch
     /// when their cores share a cache, and 10% slower when they do not (`docs/architecture.md`,
     /// "The two CPUs' distance"); larger models are shared either way, and more workers were not
     /// measured.
@@ -219,7 +264,7 @@ impl TrainPlan {
         self.replica == ReplicaMode::Auto
             && peers == 2
             && self.can_share_replica(peers)
-            && (self.dim as usize * 4) < super::replica::SHARE_FROM_BYTES
+            && (self.dim as usize * 4) < SHARE_FROM_BYTES
     }
 
     /// Whether the `peers` workers keep one replica of the model instead of one each
@@ -234,7 +279,7 @@ impl TrainPlan {
             ReplicaMode::Worker => Ok(false),
             ReplicaMode::Auto => Ok(possible
                 && peers > 1
-                && (self.dim as usize * 4 >= super::replica::SHARE_FROM_BYTES
+                && (self.dim as usize * 4 >= SHARE_FROM_BYTES
                     || (self.replica_depends_on_distance(peers)
                         && crate::cores::CoreDistance::near(self.core_distance_ns)))),
             ReplicaMode::Process if possible => Ok(peers > 1),
@@ -274,58 +319,35 @@ impl TrainPlan {
     }
 }
 
-/// The rows one worker trains and tests on.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct WorkerData {
-    /// Training rows.
-    pub train: Dataset,
-    /// Test rows.
-    pub test: Dataset,
-    /// Features of a separate test file beyond the training data's dimension, ignored (the
-    /// whole file's count).
-    pub ignored_test_features: u64,
-}
-
-impl WorkerData {
-    /// No rows, of dimension `dim`.
-    pub fn empty(dim: u32) -> WorkerData {
-        WorkerData {
-            train: Dataset::new(dim),
-            test: Dataset::new(dim),
-            ignored_test_features: 0,
-        }
+/// The rows a program's dataflow prepared for this worker
+/// ([`crate::dataflow::Training::gradient_on`]), in the order of their ids (so that a run
+/// does not depend on the order in which they arrived), with the plan's intercept. Every
+/// row is checked: a unique id, keys ascending and below the plan's number of features,
+/// finite values, a label the loss reads; the first bad row is an error naming its id.
+pub fn worker_data(mut rows: Vec<PreparedRow>, plan: &TrainPlan) -> Result<WorkerData, String> {
+    rows.sort_unstable_by_key(|r| r.id);
+    if let Some(w) = rows.windows(2).find(|w| w[0].id == w[1].id) {
+        return Err(format!(
+            "row id {}: two rows have it (ids must be unique)",
+            w[0].id
+        ));
     }
-
-    /// The rows a program's dataflow prepared for this worker
-    /// ([`crate::dataflow::Training::gradient_on`]), in the order of their ids (so that a run
-    /// does not depend on the order in which they arrived), with the plan's intercept. Every
-    /// row is checked: a unique id, keys ascending and below the plan's number of features,
-    /// finite values, a label the loss reads; the first bad row is an error naming its id.
-    pub fn from_rows(mut rows: Vec<PreparedRow>, plan: &TrainPlan) -> Result<WorkerData, String> {
-        rows.sort_unstable_by_key(|r| r.id);
-        if let Some(w) = rows.windows(2).find(|w| w[0].id == w[1].id) {
-            return Err(format!(
-                "row id {}: two rows have it (ids must be unique)",
-                w[0].id
-            ));
-        }
-        let dim = plan.data_dim();
-        let mut data = WorkerData::empty(dim);
-        for row in &rows {
-            check_row(row, dim, &*plan.loss).map_err(|e| format!("row id {}: {e}", row.id))?;
-            let side = if row.test {
-                &mut data.test
-            } else {
-                &mut data.train
-            };
-            side.push_row(&row.keys, &row.values, row.label);
-        }
-        if plan.intercept.is_some() {
-            data.train.add_intercept();
-            data.test.add_intercept();
-        }
-        Ok(data)
+    let dim = plan.data_dim();
+    let mut data = WorkerData::empty(dim);
+    for row in &rows {
+        check_row(row, dim, &*plan.loss).map_err(|e| format!("row id {}: {e}", row.id))?;
+        let side = if row.test {
+            &mut data.test
+        } else {
+            &mut data.train
+        };
+        side.push_row(&row.keys, &row.values, row.label);
     }
+    if plan.intercept.is_some() {
+        data.train.add_intercept();
+        data.test.add_intercept();
+    }
+    Ok(data)
 }
 
 /// Why a program's row cannot be trained on, if it cannot.
@@ -363,32 +385,17 @@ fn check_row(row: &PreparedRow, dim: u32, loss: &dyn ModelLoss) -> Result<(), St
     loss.check_label(row.label)
 }
 
-/// Model state a worker's operators share: its replica of the weights, its error-feedback
-/// memory, and what the downstream operators leave for the next round's statistics.
+/// A worker's state in the training loop: its model state, which the exchange's parts update
+/// ([`ModelState`]), and what the loop itself carries from round to round.
 pub struct WorkerState {
-    /// Full replica of the model: this worker's own, or shared by the workers of its process
-    /// ([`super::Training::share_replica`]).
-    pub weights: super::Replica,
-    /// The uplink memory.
-    pub memory: Box<dyn Memory>,
-    /// The update rule of the keys this worker updates (`sharded`: those it owns; `allgather`
-    /// and `sketch`: every key of its replica).
-    pub optimizer: Box<dyn UpdateRule>,
-    /// The residual of this worker's `sharded` downlink (what its lossy downlink codec has not
-    /// sent yet of its keys' changes).
-    pub downlink: Residual,
-    /// Traffic since the last statistics report.
-    pub traffic: Traffic,
-    /// Traffic of the whole run.
-    pub traffic_total: Traffic,
+    /// The replica, memory, update rule, downlink residual and counters the exchange updates.
+    pub model: ModelState,
     /// An early stop ([`super::Training::gradient_until`]): the round training ended at, and
     /// the decision's reason.
     pub stopped: Option<(u64, String)>,
     /// The rows a program's dataflow handed this worker ([`super::Training::gradient_on`]):
     /// training and test rows.
     pub prepared_rows: Option<(u64, u64)>,
-    pub(crate) aggregate_ms: f64,
-    pub(crate) update_ms: f64,
     /// Resuming: the statistics of the round before the checkpoint, for the first report.
     pub(crate) carried: Option<Carried>,
     /// Resuming: the update rule's saved state (a program's own rule, set after the restore,
@@ -400,37 +407,13 @@ impl WorkerState {
     /// A shared state holding the plan's initial model (zeros, or a warm start) and fresh
     /// memory for `plan`.
     pub fn shared(plan: &TrainPlan) -> Rc<RefCell<WorkerState>> {
-        let mut weights = crate::mem::ZeroedArray::new(plan.dim as usize);
-        match &plan.initial_weights {
-            Some(init) => weights.copy_from_slice(&init.weights),
-            None => plan.model.init(plan.seed, &mut weights),
-        }
         Rc::new(RefCell::new(WorkerState {
-            weights: super::Replica::own(weights),
-            memory: plan.memory.build(plan.dim),
-            optimizer: plan.update_rule(0, plan.dim),
-            downlink: Residual::new(plan.dim),
-            traffic: Traffic::default(),
-            traffic_total: Traffic::default(),
-            aggregate_ms: 0.0,
-            update_ms: 0.0,
+            model: plan.model_state(),
             carried: None,
             restored_optimizer: None,
             stopped: None,
             prepared_rows: None,
         }))
-    }
-
-    /// Records a message sent by this worker.
-    pub fn sent(&mut self, uplink: bool, bytes: usize, remote: bool) {
-        self.traffic.sent(uplink, bytes, remote);
-        self.traffic_total.sent(uplink, bytes, remote);
-    }
-
-    /// Records a message received by this worker.
-    pub fn received(&mut self, uplink: bool, bytes: usize, remote: bool) {
-        self.traffic.received(uplink, bytes, remote);
-        self.traffic_total.received(uplink, bytes, remote);
     }
 }
 

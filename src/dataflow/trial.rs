@@ -50,7 +50,7 @@ pub fn trial(
     };
     let mut t = Training::new(plan, data, supervisor.clone(), None, Box::new(|_| {}));
     if let Some(saved) = memory {
-        t.state.borrow_mut().memory.restore(saved)?;
+        t.state.borrow_mut().model.memory.restore(saved)?;
     }
     let state = t.state();
     let delay = plan.feedback_delay();
@@ -80,7 +80,7 @@ pub fn trial(
     wait(worker, supervisor, |w| {
         while (done.len() as u64) < rounds && !out.less_equal(&Product::new((), done.len() as u64))
         {
-            done.push(super::ms(started));
+            done.push(crate::metrics::ms(started));
         }
         w.installed_dataflows().contains(&id)
     })?;
@@ -93,13 +93,14 @@ pub fn trial(
     let st = state.borrow();
     let (model, loss) = (&*plan.model, &*plan.loss);
     let validation = validation.map(|rows| {
-        st.weights
+        st.model
+            .weights
             .read(|w| EvalPart::evaluate(rows, w, model, loss, plan.auc_bits))
     });
     Ok(Trial {
         round_ms,
         validation,
-        sent_bytes: st.traffic_total.total_sent(),
+        sent_bytes: st.model.traffic_total.total_sent(),
     })
 }
 

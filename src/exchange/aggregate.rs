@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use super::{one_from_each, Envelope, Owners, Place};
+use super::{ExchangePlan, ModelState};
 use crate::codec::{build_codec, Codec, CodecError, Combine};
-use crate::dataflow::{TrainPlan, WorkerState};
 use crate::optim::delay::DelayCompensation;
 use crate::sparse::{DenseSum, SparseGrad};
 
@@ -118,7 +118,7 @@ impl Aggregator {
 pub struct Update {
     me: u32,
     peers: usize,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     codec: Box<dyn Codec>,
     aggregator: Aggregator,
     /// `train.delay_compensation`: records the change this worker's replica adds each round
@@ -155,7 +155,7 @@ impl Update {
         r: u64,
         gradients: &mut [Envelope],
         owners: Option<&Owners>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
     ) -> Result<Instant, String> {
         let me = self.me;
         one_from_each(gradients, self.peers)
@@ -173,13 +173,13 @@ impl Update {
                 ));
             }
         }
-        st.aggregate_ms = crate::dataflow::ms(t_agg);
+        st.aggregate_ms = crate::metrics::ms(t_agg);
         // Optimizer step on the summed keys.
         let t_update = Instant::now();
         self.change.keys.clone_from(&sum.keys);
         let grads = match self.delay.as_mut() {
             Some(dc) => {
-                if (self.plan.checkpoints.as_ref()).is_some_and(|c| c.due(r, &self.plan)) {
+                if self.plan.checkpoints.due(r) {
                     // A checkpoint's round is computed on the whole model.
                     dc.clear();
                 }

@@ -7,8 +7,9 @@
 use super::uplink::{add_change, CodecUplink};
 use super::{aggregate::Update, local_message};
 use super::{Endpoint, Envelope, Exchange, Place, Step, DATA};
+use super::{ExchangePlan, ModelState};
 use crate::codec::none::NoneCodec;
-use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
+use crate::data::WorkerData;
 use crate::sparse::SparseGrad;
 
 /// The `allgather` strategy.
@@ -43,7 +44,7 @@ impl Exchange for Allgather {
 struct AllgatherEndpoint {
     me: u32,
     peers: u32,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     uplink: CodecUplink,
     scratch: SparseGrad,
 }
@@ -58,7 +59,7 @@ impl Endpoint for AllgatherEndpoint {
         &mut self,
         r: u64,
         changes: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
     ) -> Result<(), String> {
         let at = Place {
             me: self.me,
@@ -84,7 +85,7 @@ impl Endpoint for AllgatherEndpoint {
         r: u64,
         grad: &mut SparseGrad,
         rows: u32,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String> {
         self.uplink.send(r, grad, rows, st, out)
@@ -96,7 +97,7 @@ impl Endpoint for AllgatherEndpoint {
 struct Aggregate {
     me: u32,
     peers: u32,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     update: Update,
 }
 
@@ -113,7 +114,7 @@ impl Step for Aggregate {
         &mut self,
         r: u64,
         mut msgs: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(), String> {
         let (me, plan) = (self.me, &self.plan);
@@ -127,7 +128,7 @@ impl Step for Aggregate {
             dc.record(change);
         }
         out.push(local_message(me, me, 0, plan.dim, change.clone(), 0));
-        st.update_ms = crate::dataflow::ms(t_update);
+        st.update_ms = crate::metrics::ms(t_update);
         Ok(())
     }
 }
@@ -161,13 +162,14 @@ mod tests {
     #[test]
     fn a_change_from_another_worker_is_an_error() {
         let plan = plan("exchange = \"allgather\"", "", 10, 2);
+        let exchange = plan.exchange_plan();
         let at = Place {
             me: 0,
             peers: 2,
-            plan: &plan,
+            plan: &exchange,
         };
         let mut endpoint = Allgather.endpoint(&at, &WorkerData::default()).unwrap();
-        let st = WorkerState::shared(&plan);
+        let st = std::cell::RefCell::new(plan.model_state());
         let forged = local_message(1, 0, 0, 10, grad(&[(2, 1.0)]), 0);
         let e = endpoint
             .receive(1, vec![forged], &mut st.borrow_mut())

@@ -1,8 +1,9 @@
 //! Exchange strategies: how messages move between workers and how the receiving side turns
 //! them into one update. Each strategy is one file behind the [`Exchange`] trait, built by
 //! name ([`build_exchange`]); it knows the codec and memory layers (messages are opaque codec
-//! bytes inside an [`Envelope`]), the optimizer and the worker's state, but not timely: the
-//! dataflow layer runs its parts as operators, round by round.
+//! bytes inside an [`Envelope`]) and the optimizer, reads the job through its own
+//! [`ExchangePlan`] and updates the worker's [`ModelState`], but knows neither timely nor the
+//! training plan: the dataflow layer runs its parts as operators, round by round.
 //!
 //! * `sharded` (parameter-server style, without a single driver): every key has an owner
 //!   ([`Owners`]: a seeded hash by default, or contiguous ranges); worker `j` receives from
@@ -22,24 +23,29 @@ pub mod aggregate;
 pub mod allgather;
 pub mod cost;
 pub mod downlink;
+mod envelope;
 pub mod ownership;
+mod place;
 pub mod pull;
 mod registry;
+pub mod replica;
 pub mod router;
 pub mod sharded;
 pub mod sketch;
+mod state;
 pub mod uplink;
 
 pub use aggregate::Aggregator;
 pub use downlink::Downlink;
+pub use envelope::*;
 pub use ownership::{Owners, Ownership};
+pub use place::{CheckpointRounds, ExchangePlan, Place};
 pub use registry::{build_exchange, CustomExchange, ExchangeKind, EXCHANGE_NAMES};
+pub use replica::{Replica, ReplicaMode, ReplicaSlot};
 pub use router::Router;
+pub use state::ModelState;
 
-use serde::{Deserialize, Serialize};
-
-use crate::codec::{Codec, CodecError};
-use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
+use crate::data::WorkerData;
 use crate::sparse::SparseGrad;
 
 /// An exchange strategy (GRACE's Communicator, beside its Compressor and Memory): how one
@@ -63,24 +69,6 @@ pub trait Exchange: Send + Sync {
     fn steps(&self, at: &Place<'_>) -> Result<Vec<Box<dyn Step>>, String>;
 }
 
-/// Where an exchange's parts run: the worker, the number of workers, the job's plan.
-#[derive(Clone, Copy)]
-pub struct Place<'a> {
-    /// This worker.
-    pub me: u32,
-    /// Workers in the job.
-    pub peers: u32,
-    /// The job's plan.
-    pub plan: &'a TrainPlan,
-}
-
-impl Place<'_> {
-    /// Whether worker `w` is in another process than this one (its messages cross a socket).
-    pub fn remote(&self, w: u32) -> bool {
-        self.plan.process_of(w) != self.plan.process_of(self.me)
-    }
-}
-
 /// A worker's side of an exchange, in its gradient operator: the uplink (the memory, the
 /// codec and the addressing of the worker's gradient) and the application of the changes
 /// that come back.
@@ -97,7 +85,7 @@ pub trait Endpoint {
         &mut self,
         r: u64,
         changes: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
     ) -> Result<(), String>;
 
     /// Sends round `r`'s gradient `grad` of `rows` rows (finite, checked): passes it through
@@ -108,7 +96,7 @@ pub trait Endpoint {
         r: u64,
         grad: &mut SparseGrad,
         rows: u32,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String>;
 
@@ -119,7 +107,7 @@ pub trait Endpoint {
 
     /// After [`Self::send`], when it [`Self::looks_ahead`]: messages that depend on the next
     /// round's batch (pull requests), in `out`.
-    fn ask(&mut self, _next: Ahead<'_>, _st: &mut WorkerState, _out: &mut Vec<Envelope>) {}
+    fn ask(&mut self, _next: Ahead<'_>, _st: &mut ModelState, _out: &mut Vec<Envelope>) {}
 }
 
 /// What [`Endpoint::ask`] knows of the round after the one that sent.
@@ -148,248 +136,16 @@ pub trait Step {
         &mut self,
         r: u64,
         msgs: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(), String>;
-}
-
-/// A message between workers: routing fields plus an opaque payload (codec bytes).
-///
-/// On the wire (bincode, inside timely's own framing): `dest`, `src`, `rows` as u32 LE, `kind`
-/// as one byte, then the payload as a u64 length and the raw bytes, written in one piece (`serde_bytes`, not element by
-/// element as a plain `Vec<u8>` would be).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Envelope {
-    /// Receiving worker.
-    pub dest: u32,
-    /// Sending worker.
-    pub src: u32,
-    /// Mini-batch rows behind a gradient (0 for model updates).
-    pub rows: u32,
-    /// What the payload is: [`DATA`] (codec message, sketch slice, values), [`PULL_REQUEST`]
-    /// or [`APPLIED`].
-    pub kind: u8,
-    /// Codec bytes.
-    #[serde(with = "serde_bytes")]
-    pub payload: Vec<u8>,
-    /// A lossless codec message for a worker of the sender's process, as the pairs themselves
-    /// instead of `payload` ([`LocalPairs`]). Never serialized: across a process boundary it
-    /// does not exist, and the receiver finds only `payload` (empty, which no codec decodes).
-    #[serde(skip)]
-    pub local: Option<Box<LocalPairs>>,
-}
-
-/// A lossless codec message between two workers of one process, unencoded: timely moves it from
-/// one worker's thread to the other's as it is, and only what crosses a process boundary is
-/// serialized (as timely treats all data). The receiver gets the very pairs the codec would
-/// have decoded; the metrics count the message's encoded length.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LocalPairs {
-    /// The dimension the message declares.
-    pub dim: u32,
-    /// The pairs.
-    pub pairs: SparseGrad,
-    /// The length of the codec's message for these pairs.
-    pub encoded_len: usize,
-}
-
-impl Envelope {
-    /// The message's length in bytes: its payload's, or a local message's encoded length.
-    pub fn len(&self) -> usize {
-        self.local
-            .as_ref()
-            .map_or(self.payload.len(), |l| l.encoded_len)
-    }
-
-    /// Whether the message is empty (an [`APPLIED`] mark).
-    pub fn is_empty(&self) -> bool {
-        self.payload.is_empty() && self.local.is_none()
-    }
-
-    /// The pairs the message carries, a gradient of dimension `dim` (the job's): a local
-    /// message's own, or the payload decoded with `codec` into `scratch`. The dimension the
-    /// message declares is checked before anything is decoded, so that a message from a peer
-    /// costs work and memory bounded by the job's dimension, not by one it claims.
-    pub fn pairs<'a>(
-        &'a self,
-        codec: &mut dyn Codec,
-        dim: u32,
-        scratch: &'a mut SparseGrad,
-    ) -> Result<&'a SparseGrad, CodecError> {
-        let declared = match &self.local {
-            Some(l) => l.dim,
-            None => crate::codec::declared_dim(&self.payload)?,
-        };
-        if declared != dim {
-            return Err(CodecError::Corrupt(format!(
-                "message dimension {declared}, job dimension {dim}"
-            )));
-        }
-        match &self.local {
-            Some(l) => Ok(&l.pairs),
-            None => codec.decode(&self.payload, scratch).map(|_| &*scratch),
-        }
-    }
-}
-
-/// Bytes an envelope adds around its payload in bincode: three u32, the kind byte and the u64
-/// length.
-pub const ENVELOPE_OVERHEAD: usize = 3 * 4 + 1 + 8;
-
-/// [`Envelope::kind`] of every message but pull requests.
-pub const DATA: u8 = 0;
-/// [`Envelope::kind`] of a [`pull::Request`].
-pub const PULL_REQUEST: u8 = 1;
-/// [`Envelope::kind`] of the empty envelope an owner sends in place of its change where it
-/// added the change to the replica itself (a replica shared by the workers of a process, or
-/// `train.pull`, whose answers carry the new weights): with the other owners' changes, it
-/// completes the next round's input by count (see [`applied`]). Elsewhere every replica adds
-/// every change in its own gradient step.
-pub const APPLIED: u8 = 2;
-/// [`Envelope::kind`] of what a worker's exchange step passes to its own next step (the
-/// vector a sketch's candidates are read from, the candidates): [`LocalPairs`] that never
-/// leave the worker's thread. One from another worker, or serialized, is refused
-/// ([`take_carry`]).
-pub const CARRY: u8 = 3;
-
-/// The envelope that tells worker `dest`'s gradient step that worker `src`'s update of the
-/// round is in `dest`'s replica.
-pub fn applied(src: u32, dest: u32) -> Envelope {
-    Envelope {
-        dest,
-        src,
-        rows: 0,
-        kind: APPLIED,
-        payload: Vec::new(),
-        local: None,
-    }
-}
-
-/// The envelope of a lossless codec message from `src` to `dest`, a worker of the same process:
-/// `pairs` of dimension `dim` themselves, whose encoded message is `encoded_len` bytes long.
-pub fn local_message(
-    src: u32,
-    dest: u32,
-    rows: u32,
-    dim: u32,
-    pairs: SparseGrad,
-    encoded_len: usize,
-) -> Envelope {
-    Envelope {
-        dest,
-        src,
-        rows,
-        kind: DATA,
-        payload: Vec::new(),
-        local: Some(Box::new(LocalPairs {
-            dim,
-            pairs,
-            encoded_len,
-        })),
-    }
-}
-
-/// Emits one envelope of `payload` from `src` to each of `dests`: the same bytes, copied for
-/// all but the last destination.
-pub fn broadcast(
-    src: u32,
-    rows: u32,
-    dests: impl IntoIterator<Item = u32>,
-    payload: Vec<u8>,
-    mut emit: impl FnMut(Envelope),
-) {
-    let mut dests = dests.into_iter().peekable();
-    let mut payload = Some(payload);
-    while let Some(dest) = dests.next() {
-        let payload = if dests.peek().is_some() {
-            payload.clone().unwrap_or_default()
-        } else {
-            payload.take().unwrap_or_default()
-        };
-        emit(Envelope {
-            dest,
-            src,
-            rows,
-            kind: DATA,
-            payload,
-            local: None,
-        });
-    }
-}
-
-/// The envelope of `pairs` that worker `me`'s exchange step passes to its own next step.
-pub fn carry(me: u32, pairs: SparseGrad) -> Envelope {
-    Envelope {
-        kind: CARRY,
-        ..local_message(me, me, 0, 0, pairs, 0)
-    }
-}
-
-/// Takes the one [`CARRY`] envelope out of a round's envelopes at worker `me`, and returns
-/// its pairs: it must be `me`'s own, unserialized; none, two, or one from another worker is
-/// an error.
-pub fn take_carry(msgs: &mut Vec<Envelope>, me: u32) -> Result<SparseGrad, String> {
-    let mut carried = None;
-    let mut error = None;
-    msgs.retain_mut(|m| {
-        if m.kind != CARRY {
-            return true;
-        }
-        match m.local.take() {
-            Some(l) if m.src == me && carried.is_none() => carried = Some(l.pairs),
-            _ => error = Some(format!("a carried envelope from worker {}", m.src)),
-        }
-        false
-    });
-    match (error, carried) {
-        (Some(e), _) => Err(e),
-        (None, Some(pairs)) => Ok(pairs),
-        (None, None) => Err("nothing carried from this worker's previous step".into()),
-    }
-}
-
-/// Sorts one round's messages by sender and checks there is exactly one from each of `peers`
-/// workers (steps that expect one message from every worker per round, empty ones included).
-pub fn one_from_each(msgs: &mut [Envelope], peers: usize) -> Result<(), String> {
-    msgs.sort_by_key(|m| m.src);
-    let senders: Vec<u32> = msgs.iter().map(|m| m.src).collect();
-    if senders.len() == peers && senders.iter().enumerate().all(|(i, &s)| s == i as u32) {
-        Ok(())
-    } else {
-        Err(format!(
-            "expected one message from each of {peers} workers, got senders {senders:?}"
-        ))
-    }
-}
-
-/// Appends `values` as little-endian f32 (sketch slices, exact values, pulled weights).
-pub fn write_f32s(values: impl IntoIterator<Item = f32>, out: &mut Vec<u8>) {
-    for v in values {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-}
-
-/// Reads exactly `expected` little-endian f32 values, each finite, into `out` (cleared first).
-pub fn read_f32s(bytes: &[u8], expected: usize, out: &mut Vec<f32>) -> Result<(), String> {
-    if bytes.len() != expected * 4 {
-        return Err(format!(
-            "expected {expected} values ({} bytes), got {} bytes",
-            expected * 4,
-            bytes.len()
-        ));
-    }
-    out.clear();
-    crate::le::get_le(bytes, out, f32::from_le_bytes);
-    match out.iter().position(|v| !v.is_finite()) {
-        Some(i) => Err(format!("value {i} is not finite ({})", out[i])),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codec::none::NoneCodec;
+    use crate::codec::Codec;
     use crate::codec::EncodeContext;
     use crate::sparse::SparseGrad;
 
@@ -576,8 +332,10 @@ pub(crate) mod harness {
     use std::path::Path;
     use std::rc::Rc;
 
+    use super::ModelState;
     use super::{Envelope, Place};
-    use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
+    use crate::data::WorkerData;
+    use crate::dataflow::TrainPlan;
     use crate::sparse::SparseGrad;
 
     /// The plan of a job of `[train]` fields `train` (plain SGD at rate 0.5 unless it says
@@ -589,7 +347,7 @@ pub(crate) mod harness {
     }
 
     /// Each worker's state after a round, and what each step sent.
-    pub type Round = (Vec<Rc<RefCell<WorkerState>>>, Vec<Vec<Envelope>>);
+    pub type Round = (Vec<Rc<RefCell<ModelState>>>, Vec<Vec<Envelope>>);
 
     /// The sparse vector of `pairs`.
     pub fn grad(pairs: &[(u32, f32)]) -> SparseGrad {
@@ -616,7 +374,14 @@ pub(crate) mod harness {
     pub fn round(plan: &TrainPlan, grads: &[(SparseGrad, u32)]) -> Result<Round, String> {
         let peers = grads.len() as u32;
         let strategy = plan.strategy();
-        let places: Vec<Place> = (0..peers).map(|me| Place { me, peers, plan }).collect();
+        let exchange = plan.exchange_plan();
+        let places: Vec<Place> = (0..peers)
+            .map(|me| Place {
+                me,
+                peers,
+                plan: &exchange,
+            })
+            .collect();
         let data = WorkerData::default();
         let mut endpoints = Vec::new();
         let mut steps = Vec::new();
@@ -624,7 +389,9 @@ pub(crate) mod harness {
             endpoints.push(strategy.endpoint(at, &data)?);
             steps.push(strategy.steps(at)?);
         }
-        let states: Vec<_> = (0..peers).map(|_| WorkerState::shared(plan)).collect();
+        let states: Vec<_> = (0..peers)
+            .map(|_| Rc::new(RefCell::new(plan.model_state())))
+            .collect();
         let mut inbox: Vec<Vec<Envelope>> = vec![Vec::new(); peers as usize];
         let deliver = |out: Vec<Envelope>, inbox: &mut Vec<Vec<Envelope>>| {
             for e in out {

@@ -16,9 +16,10 @@ use super::pull::{keys_by_owner, Request};
 use super::uplink::{add_change, CodecUplink};
 use super::{aggregate::Update, applied, broadcast, local_message, read_f32s, write_f32s};
 use super::{Ahead, Downlink, Endpoint, Envelope, Exchange, Owners, Place, Step};
+use super::{ExchangePlan, ModelState};
 use super::{APPLIED, DATA, PULL_REQUEST};
 use crate::codec::{build_codec, Codec, EncodeContext};
-use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
+use crate::data::WorkerData;
 use crate::sparse::SparseGrad;
 
 /// The `sharded` strategy.
@@ -36,7 +37,7 @@ impl Exchange for Sharded {
             let (mut seen, mut test_keys) = (Vec::new(), Vec::new());
             let test = &data.test;
             let rows = (0..test.rows()).map(|i| test.row(i).0);
-            let (width, dense) = (plan.model.width(), plan.dense_keys());
+            let (width, dense) = (plan.model_width, plan.dense_keys.clone());
             keys_by_owner(
                 rows,
                 width,
@@ -87,7 +88,7 @@ impl Exchange for Sharded {
 struct ShardedEndpoint {
     me: u32,
     peers: u32,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     uplink: CodecUplink,
     downlink: Box<dyn Codec>,
     owners: Owners,
@@ -118,7 +119,7 @@ impl Endpoint for ShardedEndpoint {
         &mut self,
         r: u64,
         changes: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
     ) -> Result<(), String> {
         let me = self.me;
         let at = Place {
@@ -180,7 +181,7 @@ impl Endpoint for ShardedEndpoint {
         r: u64,
         grad: &mut SparseGrad,
         rows: u32,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String> {
         self.uplink.send(r, grad, rows, st, out)
@@ -193,12 +194,12 @@ impl Endpoint for ShardedEndpoint {
     /// `train.pull`: asks each owner for the weights this worker needs next round: the keys of
     /// its next batch, those of its test rows before an evaluation, and (worker 0, after the
     /// last round) every key, for the model it writes.
-    fn ask(&mut self, next: Ahead<'_>, st: &mut WorkerState, out: &mut Vec<Envelope>) {
+    fn ask(&mut self, next: Ahead<'_>, st: &mut ModelState, out: &mut Vec<Envelope>) {
         let (me, peers) = (self.me, self.peers);
         let Some(p) = self.pull.as_mut() else {
             return;
         };
-        let (width, dense) = (self.plan.model.width(), self.plan.dense_keys());
+        let (width, dense) = (self.plan.model_width, self.plan.dense_keys.clone());
         let batch = next.batch;
         keys_by_owner(
             batch,
@@ -251,7 +252,7 @@ fn merge_sorted(a: &[u32], b: &[u32]) -> Vec<u32> {
 struct Aggregate {
     me: u32,
     peers: u32,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     owners: Owners,
     update: Update,
     downlink: Downlink,
@@ -275,7 +276,7 @@ impl Step for Aggregate {
         &mut self,
         r: u64,
         mut msgs: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(), String> {
         let (me, peers, plan) = (self.me, self.peers, &self.plan);
@@ -387,7 +388,7 @@ impl Step for Aggregate {
         if in_place {
             out.push(applied(me, me));
         }
-        st.update_ms = crate::dataflow::ms(t_update);
+        st.update_ms = crate::metrics::ms(t_update);
         Ok(())
     }
 }
@@ -456,10 +457,11 @@ mod tests {
         let plan = plan("exchange = \"sharded\"", "", 10, 1);
         let owners = Owners::new(plan.ownership, plan.dim, 2, plan.seed);
         let k = (0..10).find(|&k| owners.owner(k) == 0).unwrap();
+        let exchange = plan.exchange_plan();
         let at = Place {
             me: 0,
             peers: 2,
-            plan: &plan,
+            plan: &exchange,
         };
         let mut endpoint = Sharded.endpoint(&at, &WorkerData::default()).unwrap();
         let mut payload = Vec::new();
@@ -474,7 +476,7 @@ mod tests {
             payload,
             local: None,
         };
-        let st = WorkerState::shared(&plan);
+        let st = std::cell::RefCell::new(plan.model_state());
         let e = endpoint
             .receive(1, vec![forged], &mut st.borrow_mut())
             .unwrap_err();

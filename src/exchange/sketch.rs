@@ -33,9 +33,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{broadcast, carry, local_message, one_from_each, read_f32s, take_carry, write_f32s};
 use super::{Endpoint, Envelope, Exchange, Place, Step, DATA};
+use super::{ExchangePlan, ModelState};
 use crate::codec::countsketch::CountSketch;
 use crate::codec::{largest, EncodeContext};
-use crate::dataflow::{TrainPlan, WorkerData, WorkerState};
+use crate::data::WorkerData;
 use crate::optim::delay::DelayCompensation;
 use crate::sparse::SparseGrad;
 
@@ -345,7 +346,7 @@ impl Endpoint for SketchEndpoint {
         &mut self,
         r: u64,
         changes: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
     ) -> Result<(), String> {
         let me = self.me;
         for msg in changes {
@@ -380,7 +381,7 @@ impl Endpoint for SketchEndpoint {
         _r: u64,
         grad: &mut SparseGrad,
         rows: u32,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String> {
         st.memory.compensate(grad, &mut self.scratch);
@@ -437,7 +438,7 @@ impl Step for SumStep {
         &mut self,
         r: u64,
         mut msgs: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(), String> {
         let (me, what, len) = (self.me, self.what, self.len);
@@ -464,7 +465,7 @@ impl Step for SumStep {
             out.push(e);
         });
         out.push(carry(me, carried));
-        st.aggregate_ms += crate::dataflow::ms(t);
+        st.aggregate_ms += crate::metrics::ms(t);
         Ok(())
     }
 }
@@ -497,7 +498,7 @@ impl Step for Candidates {
         &mut self,
         r: u64,
         mut msgs: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(), String> {
         let (me, peers, shape) = (self.me, self.peers, self.shape);
@@ -542,7 +543,7 @@ impl Step for Candidates {
             values: Vec::new(),
         };
         out.push(carry(me, chosen));
-        st.aggregate_ms += crate::dataflow::ms(t);
+        st.aggregate_ms += crate::metrics::ms(t);
         Ok(())
     }
 }
@@ -553,7 +554,7 @@ struct ApplyTopK {
     me: u32,
     peers: usize,
     threads: usize,
-    plan: TrainPlan,
+    plan: ExchangePlan,
     /// `train.delay_compensation`, from this worker's own updates (every worker's are the
     /// same).
     delay: Option<DelayCompensation>,
@@ -578,7 +579,7 @@ impl Step for ApplyTopK {
         &mut self,
         r: u64,
         mut msgs: Vec<Envelope>,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(), String> {
         let (me, peers) = (self.me, self.peers);
@@ -608,7 +609,7 @@ impl Step for ApplyTopK {
         (update.values).extend(top.iter().map(|&i| self.total[i as usize] / peers as f32));
         let grads = match self.delay.as_mut() {
             Some(dc) => {
-                if (self.plan.checkpoints.as_ref()).is_some_and(|c| c.due(r, &self.plan)) {
+                if self.plan.checkpoints.due(r) {
                     // A checkpoint's round is computed on the whole model.
                     dc.clear();
                 }
@@ -623,7 +624,7 @@ impl Step for ApplyTopK {
             dc.record(update);
         }
         out.push(local_message(me, me, 0, self.plan.dim, update.clone(), 0));
-        st.update_ms = crate::dataflow::ms(t);
+        st.update_ms = crate::metrics::ms(t);
         Ok(())
     }
 }

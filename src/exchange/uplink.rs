@@ -1,9 +1,9 @@
 //! The worker's side that `sharded` and `allgather` share: the uplink through the memory and
 //! the codec ([`CodecUplink`]), and adding a decoded change to the replica ([`add_change`]).
 
+use super::ModelState;
 use super::{Envelope, Owners, Place, Router};
 use crate::codec::{build_codec, Codec, EncodeContext};
-use crate::dataflow::WorkerState;
 use crate::sparse::SparseGrad;
 
 /// A worker's gradient through its error-feedback memory and its codec, addressed to every
@@ -43,7 +43,7 @@ impl CodecUplink {
         r: u64,
         grad: &mut SparseGrad,
         rows: u32,
-        st: &mut WorkerState,
+        st: &mut ModelState,
         out: &mut Vec<Envelope>,
     ) -> Result<(u64, u64), String> {
         st.memory.compensate(grad, &mut self.scratch);
@@ -82,7 +82,7 @@ pub fn add_change(
     codec: &mut dyn Codec,
     scratch: &mut SparseGrad,
     owners: Option<&Owners>,
-    st: &mut WorkerState,
+    st: &mut ModelState,
 ) -> Result<(), String> {
     let me = at.me;
     let remote = at.remote(msg.src);

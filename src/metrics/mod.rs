@@ -303,6 +303,11 @@ impl SilentCodec {
     }
 }
 
+/// Milliseconds since `since`.
+pub fn ms(since: std::time::Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
 /// Formats a byte count for people (B, kB, MB, GB; powers of 1000).
 pub fn human_bytes(b: u64) -> String {
     let b = b as f64;
