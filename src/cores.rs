@@ -2,8 +2,8 @@
 //!
 //! Everything two workers of a process share crosses between their cores at this cost: the
 //! channels, the gradient pieces and changes, and the lines of a shared replica. On a VM the
-//! two vCPUs may sit on cores that share a cache (a round trip of ~120 ns on this project's
-//! AMD EPYC) or on different chiplets (~450-630 ns), and the hypervisor moves them; what the
+//! two vCPUs may sit on cores that share a cache or on different chiplets, several times
+//! farther (figures: `docs/results.md`, "Design measurements"), and the hypervisor moves them; what the
 //! operating system reports (`/sys/devices/system/cpu/*/cache`) stays the same either way. So
 //! the runtime measures it ([`CoreDistance`]) where a choice depends on it: whether the two
 //! workers of a process share one replica of a small model
@@ -82,8 +82,8 @@ impl LinePair {
     }
 }
 
-/// Round trips per run of [`CoreDistance::measure`], and runs: 8 x 250 take ~0.25 ms on near
-/// cores and ~1.2 ms on far ones.
+/// Round trips per run of [`CoreDistance::measure`], and runs: a fraction of a millisecond to
+/// about a millisecond in all.
 const TRIPS: u64 = 250;
 const RUNS: usize = 8;
 

@@ -12,13 +12,10 @@
 //! and its first write then replaces that mapping, which in a process whose threads run on
 //! several cores flushes every one of those cores' TLBs (an inter-processor interrupt, dear on
 //! a virtual machine). The optimizer's moments and the weights are read before they are
-//! written, key by key, so left lazy they took one such fault per page in the first epoch:
-//! with two workers (600k x 100k), the faults and their interrupts were 12 ms of the first
-//! epoch's CPU time (`perf`: `do_wp_page` → `flush_tlb_mm_range`). A page written first takes
-//! one ordinary fault and no flush.
-//!
-//! Measured (`cargo bench --bench epoch`, 150k x 1M, this machine): 156-163 ms per epoch with
-//! half of each array on huge pages (malloc alignment), 137-151 ms with all of it.
+//! written, key by key, so left lazy they took one such fault per page in the first epoch (`perf`:
+//! `do_wp_page` → `flush_tlb_mm_range`). A page written first takes one ordinary fault and no
+//! flush. Arrays wholly on huge pages train faster per epoch than half-aligned ones
+//! (figures: `docs/results.md`, "Design measurements").
 
 use std::ops::{Deref, DerefMut};
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
 use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
+use timely::worker::Worker;
 use timely::CommunicationConfig;
 
 use crate::cores::CoreDistance;
@@ -18,6 +19,7 @@ use crate::dataflow::checkpoint::{self, Checkpoints};
 use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{
     build_training, InitialWeights, ReplicaSlot, Supervisor, TrainHandle, TrainPlan, Training,
+    WorkerData,
 };
 use crate::handshake::{self, Credentials, Identity};
 use crate::job::Job;
@@ -252,6 +254,12 @@ struct WorkerReport {
 
 type WorkerResult = Result<WorkerReport, String>;
 
+/// A table job's feature map (TOML).
+type Features = Option<String>;
+
+/// Notes about the data, for the user.
+type Notes = Vec<String>;
+
 /// A digest of a replica's exact bits.
 pub fn replica_digest(weights: &[f32]) -> u64 {
     weights.iter().fold(0x9e37_79b9_7f4a_7c15, |h, w| {
@@ -295,51 +303,296 @@ pub fn run_program(
     program: Program,
 ) -> Result<RunOutcome, String> {
     let started = Instant::now();
-    if cluster.process == 0 {
-        check_outputs(job)?;
-    }
-    // Only process 0 writes metrics rows, with their per-round wire bytes.
-    let wire = match cluster.process {
-        0 => WireCounters::new(),
-        _ => WireCounters::totals_only(),
-    };
-    // What a checkpoint records of the inputs, and a resumed run checks.
-    // (A cluster's processes also compare them at start-up: same names, other content is
-    // refused by name.)
-    let inputs =
-        match job.train.checkpoint.is_some() || cluster.resume.is_some() || cluster.processes > 1 {
+    let (builders, workers) = Process::start(job, cluster, supervisor, observer, program)?;
+    let wire = workers.wire.clone();
+    let guards = timely::execute::execute_from(
+        builders.0,
+        builders.1,
+        timely::WorkerConfig::default(),
+        move |worker| workers.run(worker),
+    )?;
+    let results = join_workers(guards, supervisor)?;
+    let mut outcome = gather_reports(results, supervisor, &wire)?;
+    outcome.seconds = started.elapsed().as_secs_f64();
+    Ok(outcome)
+}
+
+/// What every worker thread of this process shares: the job, the cluster's shape, and what
+/// the process prepared before its workers started (communication, checkpoints, a warm
+/// start, the shared replica's slot).
+struct Process {
+    job: Arc<Job>,
+    job_id: [u8; 16],
+    process: usize,
+    threads: usize,
+    processes: usize,
+    peer_timeout: Duration,
+    keep_rows: bool,
+    supervisor: Supervisor,
+    wire: WireCounters,
+    resume: Resume,
+    checkpoints: Option<Checkpoints>,
+    warm_start: Option<Arc<WarmStart>>,
+    replica: ReplicaSlot,
+    distance: Arc<CoreDistance>,
+    observer: ObserverFactory,
+    program: Program,
+}
+
+impl Process {
+    /// Prepares this process of `cluster`: its outputs checked (process 0), its connections to
+    /// the others, the checkpoints it writes or resumes from, the warm start read once.
+    fn start(
+        job: &Job,
+        cluster: &ClusterSpec,
+        supervisor: &Supervisor,
+        observer: ObserverFactory,
+        program: Program,
+    ) -> Result<(Builders, Process), String> {
+        if cluster.process == 0 {
+            check_outputs(job)?;
+        }
+        // Only process 0 writes metrics rows, with their per-round wire bytes.
+        let wire = match cluster.process {
+            0 => WireCounters::new(),
+            _ => WireCounters::totals_only(),
+        };
+        // What a checkpoint records of the inputs, and a resumed run checks. (A cluster's
+        // processes also compare them at start-up: same names, other content is refused by
+        // name.)
+        let fingerprinted =
+            job.train.checkpoint.is_some() || cluster.resume.is_some() || cluster.processes > 1;
+        let inputs = match fingerprinted {
             true => job
                 .input_files()
                 .map(|p| checkpoint::InputPrint::of(p))
                 .collect::<Result<Vec<_>, String>>()?,
             false => Vec::new(),
         };
-    let (builders, resume) = start_communication(job, &wire, cluster, &inputs)?;
-    let job_id = job.cluster_id();
-    let job = Arc::new(job.clone());
-    let (threads, processes, peer_timeout) =
-        (cluster.workers, cluster.processes, cluster.peer_timeout);
-    let (process, keep_rows) = (cluster.process, cluster.keep_rows);
-    let checkpoints = match (&job.train.checkpoint, &resume) {
-        (None, None) => None,
-        (spec, _) => Some(Checkpoints::new(
+        let (builders, resume) = start_communication(job, &wire, cluster, &inputs)?;
+        let job_id = job.cluster_id();
+        let checkpoints = open_checkpoints(job, cluster, job_id, inputs, &resume)?;
+        if cluster.processes > 1 {
+            supervisor.watch_own_progress(cluster.process, cluster.peer_timeout);
+        }
+        // Read once per process; every worker checks it against the data it loads.
+        let warm_start = match &job.train.init_model {
+            Some(path) => Some(Arc::new(WarmStart::load(path, job.data.max_dim)?)),
+            None => None,
+        };
+        let process = Process {
+            job: Arc::new(job.clone()),
+            job_id,
+            process: cluster.process,
+            threads: cluster.workers,
+            processes: cluster.processes,
+            peer_timeout: cluster.peer_timeout,
+            keep_rows: cluster.keep_rows,
+            supervisor: supervisor.clone(),
+            wire,
+            resume,
+            checkpoints,
+            warm_start,
+            // The workers of a process keep one replica of the model when the job allows it;
+            // for a small model, when their cores are near (measured once the data is loaded).
+            replica: ReplicaSlot::default(),
+            distance: Arc::new(CoreDistance::default()),
+            observer,
+            program,
+        };
+        Ok((builders, process))
+    }
+
+    /// One worker thread from start to end. Any failure is the supervisor's (the first one
+    /// wins), and stops this worker's heartbeat.
+    fn run(&self, worker: &mut Worker) -> WorkerResult {
+        let sup = &self.supervisor;
+        // Once installed, timely's logger records every operator's schedule and every message
+        // (~1 µs a round per worker). Only a cluster needs it, to tell progress bytes from
+        // data bytes on the network; one process has no network.
+        let cluster = self.processes > 1;
+        if cluster {
+            self.wire.register_worker(worker);
+        }
+        let heartbeat = cluster
+            .then(|| Heartbeat::start(worker, self.processes, self.peer_timeout, sup.clone()));
+        let report = self.train(worker, heartbeat.as_ref());
+        if let Some(h) = heartbeat {
+            h.stop(worker);
+        }
+        report.inspect_err(|e| sup.fail(e.clone()))
+    }
+
+    /// The worker's steps: load and plan, build the loop, run it, report.
+    fn train(&self, worker: &mut Worker, heartbeat: Option<&Heartbeat>) -> WorkerResult {
+        let index = worker.index();
+        let started = Instant::now();
+        let (data, plan, features, mut notes) = self.plan(worker)?;
+        let loaded = format!(
+            "data: read and prepared in {:.2} s ({} training and {} test rows on worker {index})",
+            started.elapsed().as_secs_f64(),
+            data.train.rows(),
+            data.test.rows()
+        );
+        if data.ignored_test_features > 0 {
+            notes.push(format!(
+                "the test file has {} features beyond the training data's dimension {}; they \
+                 have no weight and were ignored",
+                data.ignored_test_features,
+                plan.data_dim()
+            ));
+        }
+        let training = self.training(index, &plan, data, &loaded)?;
+        let handle = worker.dataflow::<(), _, _>(|scope| (self.program)(scope, training));
+        self.drive(worker, heartbeat)?;
+        let st = handle.state.borrow();
+        let first = (index == 0).then(|| FirstWorker {
+            output: std::mem::take(&mut *handle.output.borrow_mut()),
+            weights: st.model.weights.to_vec(),
+            plan: TrainPlan {
+                loss: handle.loss.clone(),
+                model: handle.model.clone(),
+                ..plan
+            },
+            stopped: st.stopped.clone(),
+        });
+        Ok(WorkerReport {
+            index: index as u32,
+            traffic: st.model.traffic_total,
+            digest: st.model.weights.read(replica_digest),
+            shared: st.model.weights.is_shared(),
+            first,
+            notes,
+            features,
+            loaded,
+            prepared: st.prepared_rows,
+        })
+    }
+
+    /// The worker's rows and its plan: the warm start, the `"auto"` choice, the resumed round,
+    /// the checkpoints and the cores' distance.
+    fn plan(
+        &self,
+        worker: &mut Worker,
+    ) -> Result<(WorkerData, TrainPlan, Features, Notes), String> {
+        let (job, threads, index) = (&self.job, self.threads, worker.index());
+        let (data, dim, features, notes) = job.load_on(worker)?;
+        let mut plan = job.plan(dim, threads);
+        if let Some(start) = &self.warm_start {
+            plan.initial_weights = Some(start.weights_for(&plan, &features)?);
+        }
+        if job.train.auto.any() {
+            let choice = crate::auto::choose(worker, job, &data, &plan, &self.supervisor)?;
+            if index == 0 {
+                println!("{}", choice.report);
+                crate::metrics::flush_stdout();
+            }
+            let initial = plan.initial_weights.take();
+            plan = choice.job.plan(dim, threads);
+            plan.initial_weights = initial;
+            plan.choice = Some(choice.cost);
+        }
+        plan.start_round = self.resume.as_ref().map_or(0, |(_, r)| *r);
+        plan.checkpoints = self.checkpoints.clone();
+        if plan.replica_depends_on_distance(threads * self.processes) {
+            let sup = &self.supervisor;
+            plan.core_distance_ns =
+                (self.distance)
+                    .measure(index % threads, Duration::from_secs(5), || sup.is_failed());
+        }
+        Ok((data, plan, features, notes))
+    }
+
+    /// The worker's [`Training`]: its observer and output (worker 0), the program's inputs,
+    /// the shared replica, and the state restored from a checkpoint.
+    fn training(
+        &self,
+        index: usize,
+        plan: &TrainPlan,
+        data: WorkerData,
+        loaded: &str,
+    ) -> Result<Training, String> {
+        let (job, peers) = (&self.job, self.threads * self.processes);
+        let observer = if index == 0 {
+            let program = job.data.format == crate::job::Format::Program;
+            (self.observer)(plan, if program { "" } else { loaded })
+        } else {
+            Box::new(|_: &MetricsRow| {})
+        };
+        let (sup, wire) = (self.supervisor.clone(), Some(self.wire.clone()));
+        let mut training = Training::new(plan, data, sup, wire, observer);
+        if let Some(inputs) = job.program_inputs() {
+            training.expect_rows(inputs);
+        }
+        training.share_replica(&self.replica, index as u32, peers)?;
+        if index == 0 && self.process == 0 {
+            let csv = job.output.metrics.as_deref();
+            let output = RowOutput::new(csv, self.keep_rows, Some(self.wire.clone()));
+            training.set_output(output);
+        }
+        if let Some((dir, round)) = &self.resume {
+            let state = training.state();
+            let st = &mut *state.borrow_mut();
+            let at = checkpoint::WorkerSlot {
+                job: self.job_id,
+                round: *round,
+                worker: index as u32,
+                workers: peers,
+            };
+            st.carried = Some(checkpoint::restore_worker(dir, at, st)?);
+        }
+        Ok(training)
+    }
+
+    /// Steps the worker until its dataflows are done, or until the run failed anywhere (its
+    /// dataflows are then dropped).
+    fn drive(&self, worker: &mut Worker, heartbeat: Option<&Heartbeat>) -> Result<(), String> {
+        let running = |w: &Worker| match heartbeat {
+            Some(h) => h.others_installed(w),
+            None => w.has_dataflows(),
+        };
+        let sup = &self.supervisor;
+        while running(worker) {
+            if sup.is_failed() {
+                for id in worker.installed_dataflows() {
+                    worker.drop_dataflow(id);
+                }
+                return Err(sup.message().unwrap_or_else(|| "failed".into()));
+            }
+            worker.step_or_park(Some(Duration::from_millis(100)));
+        }
+        Ok(())
+    }
+}
+
+/// The checkpoints a run writes or resumes from, with stale ones of earlier runs discarded.
+fn open_checkpoints(
+    job: &Job,
+    cluster: &ClusterSpec,
+    job_id: [u8; 16],
+    inputs: Vec<checkpoint::InputPrint>,
+    resume: &Resume,
+) -> Result<Option<Checkpoints>, String> {
+    let threads = cluster.workers;
+    let checkpoints = match (&job.train.checkpoint, resume) {
+        (None, None) => return Ok(None),
+        (spec, _) => Checkpoints::new(
             spec.clone(),
             job_id,
             inputs,
             cluster.process,
             threads,
-            threads * processes,
-        )?),
+            threads * cluster.processes,
+        )?,
     };
-    if let Some(c) = &checkpoints {
-        let resumed = resume.as_ref().map(|(dir, round)| (dir.as_path(), *round));
-        if let Some(note) = c.discard_stale(resumed) {
-            eprintln!("note: process {}: {note}", cluster.process);
-        }
+    let resumed = resume.as_ref().map(|(dir, round)| (dir.as_path(), *round));
+    if let Some(note) = checkpoints.discard_stale(resumed) {
+        eprintln!("note: process {}: {note}", cluster.process);
     }
-    if let (Some((dir, round)), Some(c)) = (&resume, &checkpoints) {
+    if let Some((dir, round)) = resume {
         if cluster.process == 0 {
-            c.set_restored_metrics(dir, checkpoint::read_metrics(dir, &job_id, *round)?);
+            let metrics = checkpoint::read_metrics(dir, &job_id, *round)?;
+            checkpoints.set_restored_metrics(dir, metrics);
         }
         eprintln!(
             "note: process {}: resuming from round {round} of {}",
@@ -347,187 +600,25 @@ pub fn run_program(
             dir.display()
         );
     }
-    if processes > 1 {
-        supervisor.watch_own_progress(process, peer_timeout);
-    }
-    let (sup, w) = (supervisor.clone(), wire.clone());
-    // Read once per process; every worker checks it against the data it loads.
-    let warm_start = match &job.train.init_model {
-        Some(path) => Some(Arc::new(WarmStart::load(path, job.data.max_dim)?)),
-        None => None,
-    };
-    // The workers of a process keep one replica of the model when the job allows it; for a
-    // small model, when their cores are near (measured once the data is loaded).
-    let replica = ReplicaSlot::default();
-    let distance = Arc::new(CoreDistance::default());
-    let guards = timely::execute::execute_from(
-        builders.0,
-        builders.1,
-        timely::WorkerConfig::default(),
-        move |worker| -> WorkerResult {
-            // Once installed, timely's logger records every operator's schedule and every
-            // message (~1 µs a round per worker). Only a cluster needs it, to tell progress
-            // bytes from data bytes on the network; one process has no network.
-            let cluster = processes > 1;
-            if cluster {
-                w.register_worker(worker);
-            }
-            let heartbeat =
-                cluster.then(|| Heartbeat::start(worker, processes, peer_timeout, sup.clone()));
-            let index = worker.index();
-            let started = std::time::Instant::now();
-            let loaded = job
-                .load_on(worker)
-                .and_then(|(data, dim, features, notes)| {
-                    let mut plan = job.plan(dim, threads);
-                    if let Some(start) = &warm_start {
-                        plan.initial_weights = Some(start.weights_for(&plan, &features)?);
-                    }
-                    if job.train.auto.any() {
-                        let choice = crate::auto::choose(worker, &job, &data, &plan, &sup)?;
-                        if index == 0 {
-                            println!("{}", choice.report);
-                            crate::metrics::flush_stdout();
-                        }
-                        let initial = plan.initial_weights.take();
-                        plan = choice.job.plan(dim, threads);
-                        plan.initial_weights = initial;
-                        plan.choice = Some(choice.cost);
-                    }
-                    plan.start_round = resume.as_ref().map_or(0, |(_, r)| *r);
-                    plan.checkpoints = checkpoints.clone();
-                    if plan.replica_depends_on_distance(threads * processes) {
-                        plan.core_distance_ns =
-                            distance.measure(index % threads, Duration::from_secs(5), || {
-                                sup.is_failed()
-                            });
-                    }
-                    Ok((data, plan, features, notes))
-                });
-            let (data, plan, features, data_notes) = match loaded {
-                Ok(x) => x,
-                Err(e) => {
-                    sup.fail(e.clone());
-                    if let Some(h) = heartbeat {
-                        h.stop(worker);
-                    }
-                    return Err(e);
-                }
-            };
-            let loaded = format!(
-                "data: read and prepared in {:.2} s ({} training and {} test rows on worker {index})",
-                started.elapsed().as_secs_f64(),
-                data.train.rows(),
-                data.test.rows()
-            );
-            let mut notes = data_notes;
-            if data.ignored_test_features > 0 {
-                notes.push(format!(
-                    "the test file has {} features beyond the training data's dimension {}; \
-                     they have no weight and were ignored",
-                    data.ignored_test_features,
-                    plan.data_dim()
-                ));
-            }
-            let observer = if index == 0 {
-                let program = job.data.format == crate::job::Format::Program;
-                observer(&plan, if program { "" } else { &loaded })
-            } else {
-                Box::new(|_: &MetricsRow| {})
-            };
-            let mut training = Training::new(&plan, data, sup.clone(), Some(w.clone()), observer);
-            if let Some(inputs) = job.program_inputs() {
-                training.expect_rows(inputs);
-            }
-            if let Err(e) = training.share_replica(&replica, index as u32, threads * processes) {
-                sup.fail(e.clone());
-                if let Some(h) = heartbeat {
-                    h.stop(worker);
-                }
-                return Err(e);
-            }
-            if index == 0 && process == 0 {
-                let csv = job.output.metrics.as_deref();
-                training.set_output(RowOutput::new(csv, keep_rows, Some(w.clone())));
-            }
-            if let Some((dir, round)) = &resume {
-                let state = training.state();
-                let st = &mut *state.borrow_mut();
-                let peers = threads * processes;
-                let at = checkpoint::WorkerSlot {
-                    job: job_id,
-                    round: *round,
-                    worker: index as u32,
-                    workers: peers,
-                };
-                match checkpoint::restore_worker(dir, at, st) {
-                    Ok(carried) => st.carried = Some(carried),
-                    Err(e) => {
-                        sup.fail(e.clone());
-                        if let Some(h) = heartbeat {
-                            h.stop(worker);
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            let handle = worker.dataflow::<(), _, _>(|scope| program(scope, training));
-            let running = |w: &timely::worker::Worker| match &heartbeat {
-                Some(h) => h.others_installed(w),
-                None => w.has_dataflows(),
-            };
-            while running(worker) {
-                if sup.is_failed() {
-                    for id in worker.installed_dataflows() {
-                        worker.drop_dataflow(id);
-                    }
-                    return Err(sup.message().unwrap_or_else(|| "failed".into()));
-                }
-                worker.step_or_park(Some(Duration::from_millis(100)));
-            }
-            if let Some(h) = heartbeat {
-                h.stop(worker);
-            }
-            let st = handle.state.borrow();
-            let first = (index == 0).then(|| {
-                let output = std::mem::take(&mut *handle.output.borrow_mut());
-                let plan = TrainPlan {
-                    loss: handle.loss.clone(),
-                    model: handle.model.clone(),
-                    ..plan
-                };
-                FirstWorker {
-                    output,
-                    weights: st.model.weights.to_vec(),
-                    plan,
-                    stopped: st.stopped.clone(),
-                }
-            });
-            Ok(WorkerReport {
-                index: index as u32,
-                traffic: st.model.traffic_total,
-                digest: st.model.weights.read(replica_digest),
-                shared: st.model.weights.is_shared(),
-                first,
-                notes,
-                features,
-                loaded,
-                prepared: st.prepared_rows,
-            })
-        },
-    )?;
+    Ok(Some(checkpoints))
+}
 
-    // Join on another thread, so that a failure anywhere in the process (flagged by operators,
-    // or by the panic hook when a peer's connection breaks) ends the wait promptly.
+/// Waits for the worker threads on another thread, so that a failure anywhere in the process
+/// (flagged by operators, or by the panic hook when a peer's connection breaks) ends the wait
+/// promptly.
+fn join_workers(
+    guards: timely::communication::initialize::WorkerGuards<WorkerResult>,
+    supervisor: &Supervisor,
+) -> Result<Vec<Result<WorkerResult, String>>, String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let results = guards.join();
         let _ = tx.send(results);
     });
     let mut failed_at: Option<Instant> = None;
-    let results = loop {
+    loop {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(results) => break results,
+            Ok(results) => return Ok(results),
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(supervisor
                     .message()
@@ -542,32 +633,40 @@ pub fn run_program(
                 }
             }
         }
-    };
+    }
+}
+
+/// The process's outcome from its workers' reports: traffic, replicas, worker 0's model and
+/// metrics rows, the wire's totals.
+fn gather_reports(
+    results: Vec<Result<WorkerResult, String>>,
+    supervisor: &Supervisor,
+    wire: &WireCounters,
+) -> Result<RunOutcome, String> {
     let mut outcome = RunOutcome::default();
     let mut output = None;
     let mut prepared: Option<(u64, u64)> = None;
     for r in results {
-        match r {
-            Ok(Ok(report)) => {
-                if let Some((train, test)) = report.prepared {
-                    let total = prepared.get_or_insert((0, 0));
-                    (total.0, total.1) = (total.0 + train, total.1 + test);
-                }
-                outcome.traffic.add(&report.traffic);
-                outcome.replica_digests.push((report.index, report.digest));
-                outcome.shared_replica |= report.shared;
-                if let Some(first) = report.first {
-                    output = Some(first.output);
-                    outcome.stopped = first.stopped;
-                    outcome.weights = Some(first.weights);
-                    outcome.plan = Some(first.plan);
-                    outcome.notes = report.notes;
-                    outcome.features = report.features;
-                    outcome.loaded = report.loaded;
-                }
-            }
+        let report = match r {
+            Ok(Ok(report)) => report,
             Ok(Err(e)) => return Err(supervisor.message().unwrap_or(e)),
             Err(panic) => return Err(supervisor.message().unwrap_or(panic)),
+        };
+        if let Some((train, test)) = report.prepared {
+            let total = prepared.get_or_insert((0, 0));
+            (total.0, total.1) = (total.0 + train, total.1 + test);
+        }
+        outcome.traffic.add(&report.traffic);
+        outcome.replica_digests.push((report.index, report.digest));
+        outcome.shared_replica |= report.shared;
+        if let Some(first) = report.first {
+            output = Some(first.output);
+            outcome.stopped = first.stopped;
+            outcome.weights = Some(first.weights);
+            outcome.plan = Some(first.plan);
+            outcome.notes = report.notes;
+            outcome.features = report.features;
+            outcome.loaded = report.loaded;
         }
     }
     if let Some(m) = supervisor.message() {
@@ -585,7 +684,6 @@ pub fn run_program(
              in this process"
         );
     }
-    outcome.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)
 }
 

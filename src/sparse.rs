@@ -31,7 +31,7 @@ impl SparseGrad {
     /// one or both inputs by comparison results, so interleaved keys (two workers' gradient
     /// pieces) cost no mispredicted branches. A step waits for the loads the previous one
     /// chose (about 10 cycles), so two lanes merge the halves below and above a splitter key
-    /// in turn, each hiding the other's wait: 29 → 17 µs for 6,500 + 7,000 keys. From 64 pairs
+    /// in turn, each hiding the other's wait (figures: `docs/results.md`, "Design measurements"). From 64 pairs
     /// on, on a CPU with AVX-512, a merge network on packed pairs does it instead (see
     /// the `vector` module's docs), with the same result bit for bit.
     pub fn add_scaled(&mut self, other: &SparseGrad, scale: f32, scratch: &mut SparseGrad) {
@@ -260,10 +260,8 @@ fn vector_merge_available() -> bool {
 /// each such pair's values into its first word, drops the second (a key is at most once in
 /// each input, so at most twice here) and unpacks. The sum of a pair is `u + v` either way
 /// round (addition commutes bit for bit), and a key of one input keeps its value (`+ -0.0`,
-/// the identity): the same values, bit for bit, as the scalar merge. Two workers' pieces
-/// (6,200 keys each, the 600k x 100k job): about 14.5 µs against 19 µs a round (`perf`
-/// samples, three alternating runs of each build: 279-311 against 376-393; two lanes, as in
-/// the scalar merge; four measured the same).
+/// the identity): the same values, bit for bit, as the scalar merge, in fewer steps (figures: `docs/results.md`, "Design measurements"); two
+/// lanes, as in the scalar merge.
 #[cfg(target_arch = "x86_64")]
 mod vector {
     use super::SparseGrad;
@@ -576,7 +574,7 @@ fn or_negative_zero(x: f32, keep: bool) -> f32 {
 
 /// `x`, hidden from the optimiser: a mask made from a comparison stays a mask. Seen as one,
 /// the compiler turns the masked value into a conditional load and the merge into a branch
-/// on every step (that measured 50 µs against 17 for the two lanes' 13,500 keys).
+/// on every step, three times slower (figures: `docs/results.md`, "Design measurements").
 #[inline(always)]
 fn opaque(x: u32) -> u32 {
     #[cfg(target_arch = "x86_64")]

@@ -309,34 +309,41 @@ pub fn plots(
             files.extend(draw_stages(dir, &name, &link.name, &cells)?);
         }
     }
-    // Bytes per process per round against W, per (link, exchange, compressor).
     if suite.processes.len() > 1 {
-        let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-        for (r, rows) in &results {
-            if let Some(last) = rows.last() {
-                let c = &r.cell;
-                let key = format!("{} {} {}", c.link.name, c.exchange, c.compressor);
-                let bytes = (last.up_bytes_per_process + last.down_bytes_per_process)
-                    / last.rounds.max(1) as f64;
-                lines
-                    .entry(key)
-                    .or_default()
-                    .push((c.processes as f64, bytes / 1e3));
-            }
-        }
-        let chart = Chart::new(
-            "bytes per process per round against processes".to_string(),
-            "processes (W)",
-            "kB per process per round",
-            lines.into_iter().collect(),
-            true,
-        );
-        files.extend(draw_both(dir, "bytes-vs-processes", &chart)?);
+        files.extend(draw_both(
+            dir,
+            "bytes-vs-processes",
+            &bytes_chart(&results),
+        )?);
     }
     if let Some(chart) = speedup_chart(suite, summaries) {
         files.extend(draw_both(dir, "speedup-vs-bandwidth", &chart)?);
     }
     Ok(files)
+}
+
+/// Bytes per process per round against W, per (link, exchange, compressor).
+fn bytes_chart(results: &[(&CellRun, Vec<ResultRow>)]) -> Chart {
+    let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for (r, rows) in results {
+        if let Some(last) = rows.last() {
+            let c = &r.cell;
+            let key = format!("{} {} {}", c.link.name, c.exchange, c.compressor);
+            let bytes = (last.up_bytes_per_process + last.down_bytes_per_process)
+                / last.rounds.max(1) as f64;
+            lines
+                .entry(key)
+                .or_default()
+                .push((c.processes as f64, bytes / 1e3));
+        }
+    }
+    Chart::new(
+        "bytes per process per round against processes".to_string(),
+        "processes (W)",
+        "kB per process per round",
+        lines.into_iter().collect(),
+        true,
+    )
 }
 
 /// Speed-up in time to the target against link rate, per (processes, exchange, compressor),

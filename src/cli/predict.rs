@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::data::{read_libsvm, LibsvmOptions, RowFilter};
+use crate::data::{read_libsvm, Dataset, LibsvmOptions, RowFilter};
 use crate::model::file::ModelFile;
-use crate::model::{EvalPart, Model};
+use crate::model::{EvalPart, Model, ModelLoss};
 
 #[derive(Args, Debug)]
 pub(super) struct PredictArgs {
@@ -90,8 +90,72 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
             a.model.display()
         ));
     }
-    let mut class_names: Vec<String> = Vec::new();
-    let (mut data, ids, labelled, ignored) = match &model.features {
+    let (mut data, ids, labelled, ignored, class_names) = read_rows(&a, &model, &*loss, data_dim)?;
+    if model.intercept.is_some() {
+        data.add_intercept();
+    }
+    let mut line = format!("rows {}", data.rows());
+    // Rows without a label (NaN) are predicted but not scored.
+    let scored: Vec<u32> = (0..data.rows() as u32)
+        .filter(|&i| !data.labels[i as usize].is_nan())
+        .collect();
+    // A label the loss cannot read (a class outside 0..K in a table) is the data's error.
+    if let Some((i, e)) = scored.iter().find_map(|&i| {
+        let label = data.labels[i as usize];
+        loss.check_label(label).err().map(|e| (i as usize, e))
+    }) {
+        let row = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
+        return Err(format!("{}: row {row}: {e}", a.data.display()));
+    }
+    if labelled && !scored.is_empty() {
+        line += &score(&data, &scored, &model, &*model_fn, &*loss);
+    }
+    if let Some(n) = ignored {
+        line += &format!("  ({n})");
+    }
+    eprintln!("{line}");
+    let columns = PredictionColumns::of(&*loss);
+    let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
+        let rows = Rows {
+            data: &data,
+            ids: &ids,
+        };
+        let scorer = (&*model_fn, &model.weights[..]);
+        write_predictions(w, &a, scorer, rows, &*loss, columns, &class_names)
+    };
+    match a.out.as_deref().filter(|o| o.as_os_str() != "-") {
+        Some(out) => {
+            let io = |e: std::io::Error| format!("{}: {e}", out.display());
+            crate::atomic::create_parent(out).map_err(io)?;
+            let mut file = crate::atomic::AtomicFile::create(out).map_err(io)?;
+            write(&mut file).map_err(io)?;
+            file.commit().map_err(io)?;
+            eprintln!("predictions: {}", out.display());
+        }
+        None => {
+            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            write(&mut stdout)
+                .and_then(|()| stdout.flush())
+                .map_err(|e| format!("standard output: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The rows to predict: the rows, their ids (a table's `--id` column), whether they have
+/// labels, a note on ignored values, and the class names.
+type ToPredict = (Dataset, Vec<String>, bool, Option<String>, Vec<String>);
+
+/// The rows to predict, read as the model was trained: a CSV table through the model's
+/// feature map, IDX images, or LibSVM rows. Returns the rows, their ids (a table's `--id`
+/// column), whether they have labels, a note on ignored values, and the class names.
+fn read_rows(
+    a: &PredictArgs,
+    model: &ModelFile,
+    loss: &dyn ModelLoss,
+    data_dim: u32,
+) -> Result<ToPredict, String> {
+    Ok(match &model.features {
         Some(text) => {
             let map: crate::data::table::FeatureMap = toml::from_str(text)
                 .map_err(|e| format!("{}: feature map: {e}", a.model.display()))?;
@@ -124,8 +188,8 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
                     }
                 )
             });
-            class_names = map.spec.label.classes.clone();
-            (e.data, e.ids, e.labelled, note)
+            let classes = map.spec.label.classes.clone();
+            (e.data, e.ids, e.labelled, note, classes)
         }
         None if a.labels.is_some() => {
             if a.id.is_some() {
@@ -141,7 +205,7 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
                     images.dim
                 ));
             }
-            (images, Vec::new(), true, None)
+            (images, Vec::new(), true, None, Vec::new())
         }
         None => {
             if a.id.is_some() {
@@ -163,79 +227,43 @@ pub(super) fn predict(a: PredictArgs) -> Result<(), String> {
                     split.ignored_features
                 )
             });
-            (split.train, Vec::new(), true, note)
+            (split.train, Vec::new(), true, note, Vec::new())
         }
-    };
-    if model.intercept.is_some() {
-        data.add_intercept();
+    })
+}
+
+/// The metrics of the model on the `scored` rows of `data` (those with a label).
+fn score(
+    data: &Dataset,
+    scored: &[u32],
+    model: &ModelFile,
+    model_fn: &dyn Model,
+    loss: &dyn ModelLoss,
+) -> String {
+    let mut line = String::new();
+    let mut with_labels = crate::data::Dataset::new(data.dim);
+    for &i in scored {
+        let (k, v) = data.row(i as usize);
+        with_labels.push_row(k, v, data.labels[i as usize]);
     }
-    let mut line = format!("rows {}", data.rows());
-    // Rows without a label (NaN) are predicted but not scored.
-    let scored: Vec<u32> = (0..data.rows() as u32)
-        .filter(|&i| !data.labels[i as usize].is_nan())
-        .collect();
-    // A label the loss cannot read (a class outside 0..K in a table) is the data's error.
-    if let Some((i, e)) = scored.iter().find_map(|&i| {
-        let label = data.labels[i as usize];
-        loss.check_label(label).err().map(|e| (i as usize, e))
-    }) {
-        let row = ids.get(i).cloned().unwrap_or_else(|| (i + 1).to_string());
-        return Err(format!("{}: row {row}: {e}", a.data.display()));
+    let exact = crate::job::AucBins::EXACT.bits();
+    let part = EvalPart::evaluate(&with_labels, &model.weights, model_fn, loss, exact);
+    let s = part.summary(loss);
+    line += &format!(
+        "  scored {}  loss {:.4}",
+        part.count,
+        s.loss.unwrap_or(f64::NAN)
+    );
+    if let Some(acc) = s.accuracy {
+        line += &format!("  accuracy {acc:.4}");
     }
-    if labelled && !scored.is_empty() {
-        let mut with_labels = crate::data::Dataset::new(data.dim);
-        for &i in &scored {
-            let (k, v) = data.row(i as usize);
-            with_labels.push_row(k, v, data.labels[i as usize]);
-        }
-        let exact = crate::job::AucBins::EXACT.bits();
-        let part = EvalPart::evaluate(&with_labels, &model.weights, &*model_fn, &*loss, exact);
-        let s = part.summary(&*loss);
-        line += &format!(
-            "  scored {}  loss {:.4}",
-            part.count,
-            s.loss.unwrap_or(f64::NAN)
-        );
-        if let Some(acc) = s.accuracy {
-            line += &format!("  accuracy {acc:.4}");
-        }
-        if let Some(auc) = s.auc {
-            line += &format!("  auc {auc:.4}");
-        }
-        if let Some(r) = s.rmse {
-            line += &format!("  rmse {r:.4}");
-        }
+    if let Some(auc) = s.auc {
+        line += &format!("  auc {auc:.4}");
     }
-    if let Some(n) = ignored {
-        line += &format!("  ({n})");
+    if let Some(r) = s.rmse {
+        line += &format!("  rmse {r:.4}");
     }
-    eprintln!("{line}");
-    let columns = PredictionColumns::of(&*loss);
-    let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
-        let rows = Rows {
-            data: &data,
-            ids: &ids,
-        };
-        let scorer = (&*model_fn, &model.weights[..]);
-        write_predictions(w, &a, scorer, rows, &*loss, columns, &class_names)
-    };
-    match a.out.as_deref().filter(|o| o.as_os_str() != "-") {
-        Some(out) => {
-            let io = |e: std::io::Error| format!("{}: {e}", out.display());
-            crate::atomic::create_parent(out).map_err(io)?;
-            let mut file = crate::atomic::AtomicFile::create(out).map_err(io)?;
-            write(&mut file).map_err(io)?;
-            file.commit().map_err(io)?;
-            eprintln!("predictions: {}", out.display());
-        }
-        None => {
-            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-            write(&mut stdout)
-                .and_then(|()| stdout.flush())
-                .map_err(|e| format!("standard output: {e}"))?;
-        }
-    }
-    Ok(())
+    line
 }
 
 /// What `predict` writes for a row besides its id: the prediction (the class for

@@ -15,9 +15,8 @@
 //! Each round's words are read in the order of their states; the encoder, running backwards,
 //! writes them in reverse.
 //! Before this coder, `skcompress` used the `constriction` crate's ANS coder (one state, 32-bit
-//! words, the same lookup table for decoding), which has no interleaved variant: 9.3 ms to
-//! encode and 9.3 ms to decode the 1.6M symbols of a message at D = 29M, d = 1M (5.8 ns per
-//! symbol each way); see `docs/codecs.md` for this coder's numbers.
+//! words, the same lookup table for decoding), which has no interleaved variant and was
+//! the slower of the two (figures: `docs/results.md`, "Design measurements"); `docs/codecs.md` has this coder's numbers.
 //!
 //! No probability exceeds 1 − 2⁻⁸, which bounds the symbols a stream can hold: the model
 //! has one more symbol than the alphabet, a reserved symbol 0 holding 2⁻⁸ of the mass, never

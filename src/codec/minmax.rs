@@ -47,8 +47,7 @@ pub const MAX_ROWS: usize = 8;
 
 /// Keys whose cells are located before any is read or written: one key at a time, each
 /// read-modify-write waited for the hashing of the key before it could be ordered against the
-/// stores before it, and the inserts ran at a third of the batched speed (9.5 against 3.0 ms per
-/// million keys, measured).
+/// stores before it, and the inserts ran at a third of the batched speed (figures: `docs/results.md`, "Design measurements").
 const BATCH: usize = 64;
 
 /// `$obj.$method::<R>(args)` with `R` the row count `$rows` as a constant (1 to [`MAX_ROWS`]),

@@ -10,9 +10,9 @@
 //! slot boundary, so a slot lies in one bucket and a value's bucket is one table load
 //! ([`SlotTable`]).
 //!
-//! Choice, by measurement: exactly sorting 1M magnitudes costs ~60 ms, more than the whole
-//! SketchML budget; radix-sorting a sample of 16,384 per sign and building a lookup table
-//! beside it cost a quarter of a 10k-pair encode. The histogram replaces both. The buckets'
+//! Choice, by measurement (figures: `docs/results.md`, "Design measurements"): an exact sort of the magnitudes costs more than the
+//! whole SketchML budget, and a radix-sorted sample with a lookup table beside it a quarter of
+//! an encode. The histogram replaces both. The buckets'
 //! counts are off equal by at most a slot's count, which is all they need: correctness does not
 //! depend on the edges being exact quantiles, because every value is assigned by the edges
 //! themselves (bucket `j` holds the magnitudes in `[edge[j], edge[j+1])`), so `edge[j]` is a

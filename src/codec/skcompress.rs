@@ -10,7 +10,7 @@
 //! Keys are delta-coded once in key order, each with its group's label, as in `sketchml`. The
 //! labels are packed in log2(groups) bits, not entropy-coded: groups are equal-count buckets of
 //! each sign, so labels are close to uniform unless the signs are far from half and half, and
-//! a third ANS stream of a million symbols cost 10 ms of decoding here. Values decode exactly as in SketchML (its `decode` table: the
+//! a third ANS stream would cost more decoding time than its bits save (figures: `docs/results.md`, "Design measurements"). Values decode exactly as in SketchML (its `decode` table: the
 //! per-class mean by default; never a larger bucket index, never a flipped sign).
 //!
 //! Body: shape and bucket table, each group's key count, the length-class model and stream, the

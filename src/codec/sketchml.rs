@@ -264,9 +264,8 @@ pub(crate) fn sketch_gradient(
 
     // 2. Each group's sketch, sized for its keys; then every key inserted, in key order. The
     //    inserts batch across groups, and the sketches (600 KB at d = 1M) stay in the L2 cache:
-    //    sorting the keys by group first, so that each group's sketch was built alone, cost
-    //    more than its locality saved (encode at D = 29M, d = 1M: 20.4-20.9 ms with the sort,
-    //    19.3-20.0 ms without, alternating runs).
+    //    sorting the keys by group first, so that each group's sketch was built alone, costs
+    //    more than its locality saves (figures: `docs/results.md`, "Design measurements").
     let n_groups = 2 * sh.groups_per_sign;
     s.counts.clear();
     s.counts.resize(n_groups, 0);

@@ -122,9 +122,9 @@ impl Dataset {
 
     /// Reserves room for `rows` more rows holding `nonzeros` more features.
     ///
-    /// On ordinary pages: huge pages (`madvise`) made parsing the 2M-row set 1.5-2x slower to
-    /// load on this VM (0.64 s -> 0.96-1.44 s with one worker; the kernel zeroes whole 2 MiB
-    /// pages, which the host must first supply), for epochs 5-10% faster.
+    /// On ordinary pages: huge pages (`madvise`) slowed loading more than they sped up epochs
+    /// (the kernel zeroes whole 2 MiB pages, which the host must first supply)
+    /// (figures: `docs/results.md`, "Design measurements").
     pub fn reserve(&mut self, rows: usize, nonzeros: usize) {
         self.row_ptr.reserve(rows);
         self.labels.reserve(rows);

@@ -70,19 +70,13 @@ pub fn gradient<'s>(
     let mut builder = OperatorBuilder::new("Gradient".to_owned(), scope);
     let mut input = builder.new_input(changes, Exchange::new(|e: &Envelope| e.dest as u64));
     let mut stop_input = stop.map(|s| builder.new_input(s, Pipeline));
-    let (data, rows) = match data {
-        Rows::Loaded(data) => (Some(*data), None),
-        Rows::Stream(rows) => (None, Some(rows)),
-    };
+    let (data, rows) = data.split();
     // The rows stay on the worker the program's dataflow put them on.
     let rows_at = 1 + stop_input.is_some() as usize;
     let mut rows_input = rows.map(|s| builder.new_input(s, Pipeline));
     let (grad_out, grad_stream) = builder.new_output::<Vec<Envelope>>();
     let (stats_out, stats_stream) = builder.new_output::<Vec<RoundStats>>();
-    let mut grad_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<Envelope>>> =
-        OutputBuilder::from(grad_out);
-    let mut stats_out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<RoundStats>>> =
-        OutputBuilder::from(stats_out);
+    let (mut grad_out, mut stats_out) = (Output::from(grad_out), Output::from(stats_out));
     let mut step =
         data.map(|data| GradientStep::new(me, peers, plan, data, &supervisor, wire.clone()));
     let mut arrived: Vec<PreparedRow> = Vec::new();
@@ -105,7 +99,7 @@ pub fn gradient<'s>(
         let mut stops: BTreeMap<u64, String> = BTreeMap::new();
         let mut envelopes = Vec::new();
         // The statistics of a round whose evaluation is still running, at that round.
-        let mut held: Option<(Capability<RoundTime>, RoundStats)> = None;
+        let mut held: Held = None;
         move |frontiers| {
             // 1. What arrived: model changes and stop decisions by round, a program's rows.
             input.for_each(|cap, batch| {
@@ -133,19 +127,14 @@ pub fn gradient<'s>(
                 if !frontiers[rows_at].is_empty() {
                     return;
                 }
-                match super::plan::worker_data(std::mem::take(&mut arrived), &plan) {
-                    Ok(data) => {
-                        let rows = (data.train.rows() as u64, data.test.rows() as u64);
-                        state.borrow_mut().prepared_rows = Some(rows);
-                        let wire = wire.clone();
-                        let w = GradientStep::new(me, peers, &plan, data, &supervisor, wire);
+                let rows = std::mem::take(&mut arrived);
+                let at = (me, peers);
+                match GradientStep::on_rows(rows, at, &plan, &state, &supervisor, wire.clone()) {
+                    Ok(w) => {
                         arrivals.expect(w.endpoint.changes_per_round());
                         step = Some(w);
                     }
-                    Err(e) => {
-                        supervisor.fail(format!("worker {me}: the program's rows: {e}"));
-                        return;
-                    }
+                    Err(e) => return supervisor.fail(e),
                 }
             }
             let worker = step.as_mut().expect("built above");
@@ -157,33 +146,17 @@ pub fn gradient<'s>(
                 }
                 let r = round_of(cap.time());
                 let passed = |q: u64| !frontiers[0].less_equal(&at(q));
-                // Round r applies the changes of round r - 1 - staleness, or, where it must
-                // see the whole model (a checkpoint, the end), all those in flight.
-                let changes = if r <= applied_through {
-                    Vec::new()
-                } else if worker.sees_whole_model(r, &stops) {
-                    let through = r + plan.staleness;
-                    let Some(changes) = arrivals.take_through(r, through, passed) else {
-                        break;
-                    };
-                    applied_through = through;
-                    changes
-                } else {
-                    let Some((_, changes)) = arrivals.take(r, passed(r)) else {
-                        break;
-                    };
-                    changes
+                let whole = worker.sees_whole_model(r, &stops);
+                let Some(changes) =
+                    round_changes(&mut arrivals, &mut applied_through, r, whole, &plan, passed)
+                else {
+                    break;
                 };
                 let st = &mut *state.borrow_mut();
                 let run = worker.begin(r, &stops, st);
                 // The evaluation in progress ends before a round that evaluates again.
-                if let Some((c, mut s)) = held.take_if(|_| worker.evaluates_at(r)) {
-                    worker.finish_evaluation(&mut s);
-                    stats_out.activate().session(&c).give(worker.count_report(
-                        round_of(c.time()),
-                        s,
-                        st,
-                    ));
+                if let Some((c, s)) = worker.finish_held(r, &mut held, st) {
+                    stats_out.activate().session(&c).give(s);
                 }
                 let stats = match run.and_then(|_| worker.round(r, changes, st, &mut envelopes)) {
                     Ok(stats) => stats,
@@ -218,19 +191,38 @@ pub fn gradient<'s>(
             }
             // 4. While the next round's input is not in: the evaluation in progress, some
             // rows at a time, its statistics sent once it is done.
-            if let Some((_, s)) = held.as_mut() {
-                if worker.evaluate_some(s) {
-                    let (c, s) = held.take().expect("held above");
-                    let r = round_of(c.time());
-                    let s = worker.count_report(r, s, &mut state.borrow_mut());
-                    stats_out.activate().session(&c).give(s);
-                } else {
-                    activator.activate();
-                }
+            if let Some((c, s)) = worker.evaluate_held(&mut held, &mut state.borrow_mut()) {
+                stats_out.activate().session(&c).give(s);
+            } else if held.is_some() {
+                activator.activate();
             }
         }
     });
     (grad_stream, stats_stream)
+}
+
+/// The changes round `r` applies, once they are in: those of round `r - 1 - staleness`, or,
+/// where it must see the whole model (`whole`: a checkpoint, the end), all those in flight
+/// (`applied_through` then records the last round applied ahead); `None` while some can still
+/// arrive.
+fn round_changes(
+    arrivals: &mut Arrivals<()>,
+    applied_through: &mut u64,
+    r: u64,
+    whole: bool,
+    plan: &TrainPlan,
+    passed: impl Fn(u64) -> bool,
+) -> Option<Vec<Envelope>> {
+    if r <= *applied_through {
+        return Some(Vec::new());
+    }
+    if whole {
+        let through = r + plan.staleness;
+        let changes = arrivals.take_through(r, through, passed)?;
+        *applied_through = through;
+        return Some(changes);
+    }
+    arrivals.take(r, passed(r)).map(|(_, changes)| changes)
 }
 
 /// Sorts each batch's positions of `order` (a permutation of `0..n`; batch `b` holds
@@ -264,6 +256,21 @@ pub enum Rows<'s> {
     /// Prepared by the program's own operators in the same dataflow: every row this worker
     /// trains or tests on arrives on the stream (at round 0) before training starts.
     Stream(Stream<'s, RoundTime, Vec<PreparedRow>>),
+}
+
+impl<'s> Rows<'s> {
+    /// The loaded rows, or the stream.
+    fn split(
+        self,
+    ) -> (
+        Option<WorkerData>,
+        Option<Stream<'s, RoundTime, Vec<PreparedRow>>>,
+    ) {
+        match self {
+            Rows::Loaded(data) => (Some(*data), None),
+            Rows::Stream(rows) => (None, Some(rows)),
+        }
+    }
 }
 
 /// The gradient operator's state and its named steps.
@@ -301,7 +308,59 @@ struct Evaluating {
     ms: f64,
 }
 
+/// An output of the gradient operator.
+type Output<D> = OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<D>>>;
+
+/// The statistics of a round whose evaluation is still running, at that round.
+type Held = Option<(Capability<RoundTime>, RoundStats)>;
+
 impl GradientStep {
+    /// Before round `r`, when it evaluates again: the evaluation in progress finished, and
+    /// its round's statistics.
+    fn finish_held(
+        &mut self,
+        r: u64,
+        held: &mut Held,
+        st: &mut WorkerState,
+    ) -> Option<(Capability<RoundTime>, RoundStats)> {
+        let (c, mut s) = held.take_if(|_| self.evaluates_at(r))?;
+        self.finish_evaluation(&mut s);
+        let s = self.count_report(round_of(c.time()), s, st);
+        Some((c, s))
+    }
+
+    /// Some rows of the evaluation in progress; its round's statistics once it is done.
+    fn evaluate_held(
+        &mut self,
+        held: &mut Held,
+        st: &mut WorkerState,
+    ) -> Option<(Capability<RoundTime>, RoundStats)> {
+        let (_, s) = held.as_mut()?;
+        if !self.evaluate_some(s) {
+            return None;
+        }
+        let (c, s) = held.take()?;
+        let s = self.count_report(round_of(c.time()), s, st);
+        Some((c, s))
+    }
+
+    /// The step of worker `at = (me, peers)` on the rows a program's dataflow handed it,
+    /// ordered and checked ([`super::plan::worker_data`]); their count is noted in `state`.
+    fn on_rows(
+        rows: Vec<PreparedRow>,
+        (me, peers): (u32, u32),
+        plan: &TrainPlan,
+        state: &RefCell<WorkerState>,
+        sup: &Supervisor,
+        wire: Option<WireCounters>,
+    ) -> Result<Self, String> {
+        let data = super::plan::worker_data(rows, plan)
+            .map_err(|e| format!("worker {me}: the program's rows: {e}"))?;
+        let rows = (data.train.rows() as u64, data.test.rows() as u64);
+        state.borrow_mut().prepared_rows = Some(rows);
+        Ok(GradientStep::new(me, peers, plan, data, sup, wire))
+    }
+
     fn new(
         me: u32,
         peers: u32,

@@ -537,7 +537,7 @@ impl<D: Clone + 'static> RoundStream<D> for Stream<'_, RoundTime, Vec<D>> {
 /// A round is complete when the input frontier has passed it, or, with `expected = Some(n)`
 /// (every round brings exactly `n` envelopes), as soon as `n` are in: the round then runs
 /// without waiting for timely's progress messages to say that nothing more can come
-/// ([`Arrivals`]; on two workers this took the wait of a ~0.6 ms round from ~0.12 to ~0.07 ms).
+/// ([`Arrivals`]; it shortens each round's wait (figures: `docs/results.md`, "Design measurements")).
 /// Rounds run in order either way, and an envelope for a round that has run stops the run.
 fn per_round<'s>(
     input: Stream<'s, RoundTime, Vec<Envelope>>,

@@ -256,10 +256,9 @@ impl TrainPlan {
 
     /// Whether `replica = "auto"` asks how far apart the cores of the `peers` workers are
     /// ([`Self::core_distance_ns`]): two workers in one process that could share a model
-    /// smaller than [`SHARE_FROM_BYTES`]. Sharing it was 3-6% faster per epoch
-    /// when their cores share a cache, and 10% slower when they do not (`docs/architecture.md`,
-    /// "The two CPUs' distance"); larger models are shared either way, and more workers were not
-    /// measured.
+    /// smaller than [`SHARE_FROM_BYTES`]. Sharing it is faster when their cores
+    /// share a cache and slower when they do not (`docs/architecture.md`, "The two CPUs'
+    /// distance"); larger models are shared either way, and more workers were not measured.
     pub fn replica_depends_on_distance(&self, peers: usize) -> bool {
         self.replica == ReplicaMode::Auto
             && peers == 2

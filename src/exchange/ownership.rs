@@ -129,9 +129,9 @@ impl Owners {
 impl Owners {
     /// [`Self::split`] for two hashed owners into the empty `first` and `second`. Every pair
     /// is written at both pieces' cursors and only its owner's cursor moves past it: one pass,
-    /// no branch on the (random) owner (22 µs against 35 µs for a push per key on 13,000
-    /// keys). With more owners the pushes stay: a counting sort measured slower (46 µs against
-    /// 34 µs). The writes go to spare capacity, not to zeros written first (8 µs against 12).
+    /// no branch on the (random) owner. With more owners the pushes stay: a counting sort
+    /// measured slower. The writes go to spare capacity, not to zeros written first
+    /// (figures: `docs/results.md`, "Design measurements").
     /// With AVX-512 the whole blocks of 16 go through [`split_two_avx512`] first.
     fn split_two(&self, v: &SparseGrad, first: &mut SparseGrad, second: &mut SparseGrad) {
         let n = v.len();
@@ -175,8 +175,8 @@ impl Owners {
 /// [`Owners::owner`] computes for two owners, `(h · 2) >> 32` of that sum's high half
 /// `h`), 8 keys to a register; each piece takes its block's pairs by a register compress
 /// (`vpcompressd`) stored whole at its cursor, so its last lanes land past the pairs it keeps,
-/// where the next store or spare capacity takes them. A worker's 12,400 keys (two workers,
-/// the 600k x 100k job): 3-4 µs against 11.5 µs for the scalar pass (`perf` sample counts).
+/// where the next store or spare capacity takes them: about three times faster than the
+/// scalar pass (figures: `docs/results.md`, "Design measurements").
 ///
 /// # Safety
 /// The CPU has AVX-512F; `keys[w]` and `values[w]` have room for `v.len() + 16` pairs.

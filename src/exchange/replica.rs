@@ -39,13 +39,12 @@ pub enum ReplicaMode {
     Process,
 }
 
-/// `auto` shares replicas from this size on: about a core's L2 cache. Measured on two cores
-/// (AMD EPYC, 1 MiB L2 per core): a 4 MB and a 40 MB model train faster with one per process.
-/// A 0.4 MB model is close either way, and which wins depends on where the two cores are: with
-/// the owners' staggered passes ([`Replica::add`]) a shared replica was 3-6% faster per epoch
-/// on cores that share a cache (a line's round trip 100-140 ns) and 10% slower on cores of
-/// different chiplets (450-630 ns), where a replica per worker moves changes between them in
-/// bulk instead of line by line; so below this size two workers measure their cores
+/// `auto` shares replicas from this size on: about a core's L2 cache. Larger models train
+/// faster with one replica per process. A smaller one is close either way, and which wins
+/// depends on where the two cores are: with the owners' staggered passes ([`Replica::add`]) a
+/// shared replica is faster on cores that share a cache and slower on cores of different
+/// chiplets, where a replica per worker moves changes between them in bulk instead of line by
+/// line (figures: `docs/results.md`, "Design measurements"); so below this size two workers measure their cores
 /// ([`crate::cores::CoreDistance`]) and share when they are near.
 pub const SHARE_FROM_BYTES: usize = 1 << 20;
 
@@ -167,8 +166,7 @@ impl Replica {
     /// lowest key would write the same lines at the same moment, and the lines would go back
     /// and forth between the cores. So worker `i` of `n` starts at `i/n` of its keys and wraps
     /// around: at any moment the owners write lines far apart, and a line moves once a round.
-    /// The additions are the same (one per key, in any order). Two workers, 600k rows, 100k
-    /// features: the update stage 50.9 → 35.8 µs a round.
+    /// The additions are the same (one per key, in any order) (figures: `docs/results.md`, "Design measurements").
     pub fn add(&mut self, change: &SparseGrad) -> Result<(), String> {
         let (place, n) = self.place;
         let start = change.len() * place / n;

@@ -339,42 +339,7 @@ impl ModelFile {
             );
             err(1, &m)
         })?;
-        let (mut count, mut previous) = (0u64, None);
-        for (i, line) in lines {
-            if line.is_empty() {
-                continue;
-            }
-            let (k, w) = line
-                .split_once(' ')
-                .ok_or_else(|| err(i, "expected '<key> <weight>'"))?;
-            let show = crate::data::clip;
-            let k: usize = k
-                .parse()
-                .map_err(|_| err(i, &format!("bad key '{}'", show(k))))?;
-            let w: f32 = w
-                .trim()
-                .parse()
-                .map_err(|_| err(i, &format!("bad weight '{}'", show(w))))?;
-            if k >= weights.len() {
-                return Err(err(i, &format!("key {k} beyond dim {dim}")));
-            }
-            if let Some(p) = previous.filter(|&p| k <= p) {
-                let m = match k == p {
-                    true => format!("key {k} repeated"),
-                    false => format!("key {k} after key {p} (keys increase)"),
-                };
-                return Err(err(i, &m));
-            }
-            if !w.is_finite() {
-                return Err(err(
-                    i,
-                    &format!("the weight of key {k} is not a finite f32"),
-                ));
-            }
-            previous = Some(k);
-            weights[k] = w;
-            count += 1;
-        }
+        let count = read_weights(lines, &mut weights)?;
         if let Some((line, expected)) = end {
             if count != expected {
                 let m = format!("{count} weights where the 'end' line counts {expected}");
@@ -390,6 +355,54 @@ impl ModelFile {
             features,
         })
     }
+}
+
+/// Reads the `<key> <weight>` lines into `weights` (keys increasing, below its length, weights
+/// finite; blank lines skipped) and returns how many there were; an error is `(1-based line,
+/// message)`.
+fn read_weights<'a>(
+    lines: impl Iterator<Item = (usize, &'a str)>,
+    weights: &mut [f32],
+) -> Result<u64, (usize, String)> {
+    let err = |line: usize, m: &str| (line, m.to_string());
+    let (mut count, mut previous) = (0u64, None);
+    for (i, line) in lines {
+        if line.is_empty() {
+            continue;
+        }
+        let (k, w) = line
+            .split_once(' ')
+            .ok_or_else(|| err(i, "expected '<key> <weight>'"))?;
+        let show = crate::data::clip;
+        let k: usize = k
+            .parse()
+            .map_err(|_| err(i, &format!("bad key '{}'", show(k))))?;
+        let w: f32 = w
+            .trim()
+            .parse()
+            .map_err(|_| err(i, &format!("bad weight '{}'", show(w))))?;
+        if k >= weights.len() {
+            let dim = weights.len();
+            return Err(err(i, &format!("key {k} beyond dim {dim}")));
+        }
+        if let Some(p) = previous.filter(|&p| k <= p) {
+            let m = match k == p {
+                true => format!("key {k} repeated"),
+                false => format!("key {k} after key {p} (keys increase)"),
+            };
+            return Err(err(i, &m));
+        }
+        if !w.is_finite() {
+            return Err(err(
+                i,
+                &format!("the weight of key {k} is not a finite f32"),
+            ));
+        }
+        previous = Some(k);
+        weights[k] = w;
+        count += 1;
+    }
+    Ok(count)
 }
 
 /// A parse error: the 1-based line and the message.

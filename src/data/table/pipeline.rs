@@ -627,6 +627,85 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         index: worker.index(),
         count: worker.peers(),
     };
+    let (train_cells, train_labels, test, dims) = read_parts(worker, input, part)?;
+    let (test_cells, test_labels) = match test {
+        Some((c, l)) => (Some(c), Some(l)),
+        None => (None, None),
+    };
+
+    // Joins: distinct used keys join the dimension rows; a key on two rows is an error.
+    let mut train_rows = Rows::new(train_cells, spec);
+    let mut test_rows = test_cells.map(|cells| Rows::new(cells, spec));
+    join_dimensions(worker, spec, &dims, &mut train_rows, test_rows.as_mut())?;
+
+    // The split: a seeded hash of the row's number, or the last rows in file order.
+    let held_out = if test_rows.is_some() {
+        0.0
+    } else {
+        input.test_fraction
+    };
+    let (labelled, train_idx, test_idx) =
+        split(worker, input, part, &train_rows, &train_labels, held_out);
+
+    // Numeric statistics over the training rows.
+    let numeric = numeric_statistics(worker, spec, &train_rows, &train_idx)?;
+    // Every discrete value, interned per slot on this worker: each value is hashed once.
+    let unlearned = FeatureMap::new(spec.clone(), numeric.clone(), vec![]);
+    let mut dictionary = Dictionary::new(slots.len());
+    let train_values = dictionary.intern(&unlearned, &train_rows, &train_idx, true)?;
+    let test_values = match (&test_rows, &test_labels) {
+        (Some(rows), Some(labels)) => {
+            let labelled: Vec<usize> = (0..rows.cells.len())
+                .filter(|&r| labels[r].is_some())
+                .collect();
+            let values = dictionary.intern(&unlearned, rows, &labelled, false)?;
+            (rows, labelled, labels, values)
+        }
+        _ => {
+            let values = dictionary.intern(&unlearned, &train_rows, &test_idx, false)?;
+            (&train_rows, test_idx, &train_labels, values)
+        }
+    };
+
+    // Vocabularies over the training rows (not with hashing): the local counts of the
+    // distinct values (a combiner) are summed across workers by `count`.
+    let vocabulary = vocabularies(worker, spec, &dictionary, slots.len());
+    let map = FeatureMap::new(spec.clone(), numeric, vocabulary);
+
+    // Encode this worker's rows: value ids to keys through one table per slot.
+    let keys = dictionary.keys(&map, &train_rows.columns())?;
+    let (train, train_ids, _) = encode_rows(
+        &map,
+        &keys,
+        (&train_rows, &train_idx, &train_values),
+        &train_labels,
+    )?;
+    let (rows, idx, labels, values) = test_values;
+    let (test, test_ids, unknown) = encode_rows(&map, &keys, (rows, &idx, &values), labels)?;
+    let mut out = Prepared {
+        train,
+        test,
+        train_ids,
+        test_ids,
+        map,
+        notes: Vec::new(),
+    };
+
+    // Totals for the notes, and the check that there is something to train on.
+    let skipped = (train_rows.cells.len() - labelled.len())
+        + test_rows
+            .as_ref()
+            .zip(test_labels.as_ref())
+            .map_or(0, |(_, l)| l.iter().filter(|x| x.is_none()).count());
+    add_notes(worker, input, &mut out, skipped, unknown)?;
+    Ok(out)
+}
+
+/// Reads and checks this worker's parts of every file and their labels (training, test,
+/// dimension tables), where their parts start after quotes counted by every worker, checked
+/// after reading; the first error anywhere stops every worker.
+fn read_parts(worker: &mut Worker, input: &TableInput, part: Part) -> Result<Parts, String> {
+    let spec = &input.spec;
     let delimiter = spec.delimiter as u8;
     let columns = spec.row_columns();
 
@@ -707,64 +786,74 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     if let Some((_, first)) = gather(worker, errors, |c| c).first() {
         return Err(first.clone());
     }
-    let (train_cells, train_labels, test, dims) = parts?;
-    let (test_cells, test_labels) = match test {
-        Some((c, l)) => (Some(c), Some(l)),
-        None => (None, None),
-    };
+    parts
+}
 
-    // Joins: distinct used keys join the dimension rows; a key on two rows is an error.
-    let mut train_rows = Rows::new(train_cells, spec);
-    let mut test_rows = test_cells.map(|cells| Rows::new(cells, spec));
-    if !spec.join.is_empty() {
-        let mut local: Vec<(JoinRecord, isize)> = Vec::new();
-        for (j, d) in dims.iter().enumerate() {
-            let dim = dim_rows(d, spec.join[j].on.len());
-            local.extend(dim.map(|(k, v)| ((1u8, j as u32, k, v), 1)));
-        }
-        for j in 0..spec.join.len() {
-            let (mut used, mut key) = (HashSet::new(), String::new());
-            for rows in std::iter::once(&train_rows).chain(test_rows.as_ref()) {
-                for row in 0..rows.cells.len() {
-                    if rows.key(j, row, &mut key) && !used.contains(key.as_str()) {
-                        used.insert(key.clone());
-                    }
+/// Joins the dimension tables to the rows: distinct used keys join the dimension rows; a key
+/// on two rows is an error.
+fn join_dimensions<'a>(
+    worker: &mut Worker,
+    spec: &TableSpec,
+    dims: &[Cells],
+    train_rows: &mut Rows<'a>,
+    test_rows: Option<&mut Rows<'a>>,
+) -> Result<(), String> {
+    if spec.join.is_empty() {
+        return Ok(());
+    }
+    let mut local: Vec<(JoinRecord, isize)> = Vec::new();
+    for (j, d) in dims.iter().enumerate() {
+        let dim = dim_rows(d, spec.join[j].on.len());
+        local.extend(dim.map(|(k, v)| ((1u8, j as u32, k, v), 1)));
+    }
+    for j in 0..spec.join.len() {
+        let (mut used, mut key) = (HashSet::new(), String::new());
+        for rows in std::iter::once(&*train_rows).chain(test_rows.as_deref()) {
+            for row in 0..rows.cells.len() {
+                if rows.key(j, row, &mut key) && !used.contains(key.as_str()) {
+                    used.insert(key.clone());
                 }
             }
-            local.extend(used.into_iter().map(|k| ((0u8, j as u32, k, vec![]), 1)));
         }
-        let joined = gather(worker, local, |c| {
-            let keys = c
-                .clone()
-                .filter(|x| x.0 == 0)
-                .map(|(_, j, k, _)| (j, k))
-                .distinct();
-            let dims = c.filter(|x| x.0 == 1).map(|(_, j, k, v)| ((j, k), v));
-            keys.map(|k| (k, ()))
-                .join_map(dims, |(j, k), _, v| (*j, k.clone(), v.clone()))
-        });
-        let mut per_join: Vec<Vec<(String, Vec<String>)>> = vec![Vec::new(); spec.join.len()];
-        for (j, k, v) in joined {
-            per_join[j as usize].push((k, v));
-        }
-        for (j, list) in per_join.iter().enumerate() {
-            unique_keys(spec, j, list)?;
-        }
-        let per_join = Rc::new(per_join);
-        for rows in std::iter::once(&mut train_rows).chain(test_rows.as_mut()) {
-            rows.attach(&per_join);
-        }
+        local.extend(used.into_iter().map(|k| ((0u8, j as u32, k, vec![]), 1)));
     }
+    let joined = gather(worker, local, |c| {
+        let keys = c
+            .clone()
+            .filter(|x| x.0 == 0)
+            .map(|(_, j, k, _)| (j, k))
+            .distinct();
+        let dims = c.filter(|x| x.0 == 1).map(|(_, j, k, v)| ((j, k), v));
+        keys.map(|k| (k, ()))
+            .join_map(dims, |(j, k), _, v| (*j, k.clone(), v.clone()))
+    });
+    let mut per_join: Vec<Vec<(String, Vec<String>)>> = vec![Vec::new(); spec.join.len()];
+    for (j, k, v) in joined {
+        per_join[j as usize].push((k, v));
+    }
+    for (j, list) in per_join.iter().enumerate() {
+        unique_keys(spec, j, list)?;
+    }
+    let per_join = Rc::new(per_join);
+    for rows in std::iter::once(train_rows).chain(test_rows) {
+        rows.attach(&per_join);
+    }
+    Ok(())
+}
 
-    // The split: a seeded hash of the row's number, or the last rows in file order.
+/// The labelled training rows, and which of them train and which test: `held_out` of them
+/// by a seeded hash of the row's number, or the last ones in file order.
+fn split(
+    worker: &mut Worker,
+    input: &TableInput,
+    part: Part,
+    train_rows: &Rows<'_>,
+    train_labels: &[Option<f32>],
+    held_out: f64,
+) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
     let labelled: Vec<usize> = (0..train_rows.cells.len())
         .filter(|&r| train_labels[r].is_some())
         .collect();
-    let held_out = if test_rows.is_some() {
-        0.0
-    } else {
-        input.test_fraction
-    };
     let cut = if input.tail && held_out > 0.0 {
         let local: Vec<(u64, isize)> = labelled
             .iter()
@@ -796,7 +885,17 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
     let (train_idx, test_idx): (Vec<usize>, Vec<usize>) =
         labelled.iter().partition(|&&r| !is_test(r));
 
-    // Numeric statistics over the training rows.
+    (labelled, train_idx, test_idx)
+}
+
+/// The statistics of the numeric columns that standardize or bucket, over the training rows
+/// of every worker.
+fn numeric_statistics(
+    worker: &mut Worker,
+    spec: &TableSpec,
+    train_rows: &Rows<'_>,
+    train_idx: &[usize],
+) -> Result<Vec<NumericStats>, String> {
     let needs_stats: Vec<usize> = spec
         .features
         .numeric
@@ -815,7 +914,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
                 .iter()
                 .position(|x| *x == n.column)
                 .ok_or_else(|| format!("no column '{}'", n.column))?;
-            for &r in &train_idx {
+            for &r in train_idx {
                 if let Some(v) = train_rows.view(r).value(c) {
                     let x = numeric_input(&n.column, n.transform, v)
                         .map_err(|e| format!("{}: {}", e.column, e.message))?;
@@ -852,27 +951,18 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
         }
     }
 
-    // Every discrete value, interned per slot on this worker: each value is hashed once.
-    let unlearned = FeatureMap::new(spec.clone(), numeric.clone(), vec![]);
-    let mut dictionary = Dictionary::new(slots.len());
-    let train_values = dictionary.intern(&unlearned, &train_rows, &train_idx, true)?;
-    let test_values = match (&test_rows, &test_labels) {
-        (Some(rows), Some(labels)) => {
-            let labelled: Vec<usize> = (0..rows.cells.len())
-                .filter(|&r| labels[r].is_some())
-                .collect();
-            let values = dictionary.intern(&unlearned, rows, &labelled, false)?;
-            (rows, labelled, labels, values)
-        }
-        _ => {
-            let values = dictionary.intern(&unlearned, &train_rows, &test_idx, false)?;
-            (&train_rows, test_idx, &train_labels, values)
-        }
-    };
+    Ok(numeric)
+}
 
-    // Vocabularies over the training rows (not with hashing): the local counts of the
-    // distinct values (a combiner) are summed across workers by `count`.
-    let mut vocabulary = vec![Vec::new(); slots.len()];
+/// Each slot's vocabulary, from every worker's counts of its distinct values (none with
+/// hashing).
+fn vocabularies(
+    worker: &mut Worker,
+    spec: &TableSpec,
+    dictionary: &Dictionary,
+    slots: usize,
+) -> Vec<Vec<String>> {
+    let mut vocabulary = vec![Vec::new(); slots];
     if spec.features.hash_bits.is_none() {
         let min = spec.features.min_count as isize;
         for (s, t) in gather(worker, dictionary.counts(), move |c| {
@@ -881,33 +971,19 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
             vocabulary[s as usize].push(t);
         }
     }
-    let map = FeatureMap::new(spec.clone(), numeric, vocabulary);
+    vocabulary
+}
 
-    // Encode this worker's rows: value ids to keys through one table per slot.
-    let keys = dictionary.keys(&map, &train_rows.columns())?;
-    let (train, train_ids, _) = encode_rows(
-        &map,
-        &keys,
-        (&train_rows, &train_idx, &train_values),
-        &train_labels,
-    )?;
-    let (rows, idx, labels, values) = test_values;
-    let (test, test_ids, unknown) = encode_rows(&map, &keys, (rows, &idx, &values), labels)?;
-    let mut out = Prepared {
-        train,
-        test,
-        train_ids,
-        test_ids,
-        map,
-        notes: Vec::new(),
-    };
-
-    // Totals for the notes, and the check that there is something to train on.
-    let skipped = (train_rows.cells.len() - labelled.len())
-        + test_rows
-            .as_ref()
-            .zip(test_labels.as_ref())
-            .map_or(0, |(_, l)| l.iter().filter(|x| x.is_none()).count());
+/// Totals for the notes (the best constant's loss, skipped rows, unknown values), and the
+/// check that there is something to train and test on.
+fn add_notes(
+    worker: &mut Worker,
+    input: &TableInput,
+    out: &mut Prepared,
+    skipped: usize,
+    unknown: u64,
+) -> Result<(), String> {
+    let spec = &input.spec;
     let positives = |d: &Dataset| d.labels.iter().filter(|&&y| y > 0.0).count();
     let local: Vec<(u8, isize)> = [
         (0u8, out.train.rows()),
@@ -964,7 +1040,7 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
             }
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A table encoded with a saved feature map.

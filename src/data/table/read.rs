@@ -368,43 +368,14 @@ pub fn read_cells(
         positions: select.iter().map(|&i| i + 1).collect(),
         ..Cells::default()
     };
-    let keep = |cells: &mut Cells, rec: &csv::ByteRecord, id: u64| -> Result<(), DataError> {
-        if rec.len() != head.len() {
-            let line = line_of(path, id).unwrap_or(0);
-            return Err(DataError {
-                file: path.to_path_buf(),
-                line,
-                column: 0,
-                message: format!("{} fields, but the header has {}", rec.len(), head.len()),
-            });
-        }
-        for (c, &i) in select.iter().enumerate() {
-            let s = std::str::from_utf8(&rec[i]).map_err(|_| DataError {
-                file: path.to_path_buf(),
-                line: line_of(path, id).unwrap_or(0),
-                column: i + 1,
-                message: format!("column '{}': not UTF-8", names[c]),
-            })?;
-            let s = s.trim();
-            let i = cells.ends.len();
-            if i.is_multiple_of(64) {
-                cells.missing.push(0);
-            }
-            if missing.iter().any(|m| m == s) {
-                cells.missing[i / 64] |= 1 << (i % 64);
-            }
-            cells.text.push_str(s);
-            let end = u32::try_from(cells.text.len()).map_err(|_| DataError {
-                file: path.to_path_buf(),
-                line: 0,
-                column: 0,
-                message: "a worker's part holds over 4 GiB of cells; use more workers".into(),
-            })?;
-            cells.ends.push(end);
-        }
-        cells.ids.push(id);
-        Ok(())
+    let selection = Selection {
+        path,
+        head: &head,
+        select: &select,
+        names,
+        missing,
     };
+    let keep = |cells: &mut Cells, rec: &csv::ByteRecord, id: u64| selection.keep(cells, rec, id);
     let mut rec = csv::ByteRecord::new();
     if compression(path)?.is_some() || part.count == 1 {
         // The whole stream; every `count`-th record after the header.
@@ -475,20 +446,7 @@ pub fn read_cells(
             .then(|| rec.iter().position(line_break))
             .flatten();
         if let Some(i) = held {
-            let name = head.get(i).map_or("?", String::as_str);
-            return Err(DataError {
-                file: path.to_path_buf(),
-                line: line_of(path, id).unwrap_or(0),
-                column: i + 1,
-                message: format!(
-                    "column '{name}': a quoted field holds a line break, and a quote inside \
-                     an unquoted field keeps the {} workers from finding where their records \
-                     start (they count quotes), so the file is cut at line breaks; quote that \
-                     field, compress the file (gzip or zstd: every worker then reads the whole \
-                     stream) or read it with one worker",
-                    part.count
-                ),
-            });
+            return Err(held_line_break(path, &head, i, id, part.count));
         }
         if id > 0 && !is_blank(&rec) {
             keep(&mut cells, &rec, id)?;
@@ -501,6 +459,82 @@ pub fn read_cells(
         }
     }
     Ok(cells)
+}
+
+/// The columns a reader keeps of each record, and what counts as missing.
+struct Selection<'a> {
+    path: &'a Path,
+    head: &'a [String],
+    /// The position in the record of each kept column.
+    select: &'a [usize],
+    names: &'a [String],
+    missing: &'a [String],
+}
+
+impl Selection<'_> {
+    /// Adds record `rec` (at byte `id`) to `cells`: its kept columns, trimmed, with their
+    /// missing values marked. A record of another width or a cell that is not UTF-8 is an
+    /// error naming its line and column.
+    fn keep(&self, cells: &mut Cells, rec: &csv::ByteRecord, id: u64) -> Result<(), DataError> {
+        if rec.len() != self.head.len() {
+            let line = line_of(self.path, id).unwrap_or(0);
+            return Err(DataError {
+                file: self.path.to_path_buf(),
+                line,
+                column: 0,
+                message: format!(
+                    "{} fields, but the header has {}",
+                    rec.len(),
+                    self.head.len()
+                ),
+            });
+        }
+        for (c, &i) in self.select.iter().enumerate() {
+            let s = std::str::from_utf8(&rec[i]).map_err(|_| DataError {
+                file: self.path.to_path_buf(),
+                line: line_of(self.path, id).unwrap_or(0),
+                column: i + 1,
+                message: format!("column '{}': not UTF-8", self.names[c]),
+            })?;
+            let s = s.trim();
+            let i = cells.ends.len();
+            if i.is_multiple_of(64) {
+                cells.missing.push(0);
+            }
+            if self.missing.iter().any(|m| m == s) {
+                cells.missing[i / 64] |= 1 << (i % 64);
+            }
+            cells.text.push_str(s);
+            let end = u32::try_from(cells.text.len()).map_err(|_| DataError {
+                file: self.path.to_path_buf(),
+                line: 0,
+                column: 0,
+                message: "a worker's part holds over 4 GiB of cells; use more workers".into(),
+            })?;
+            cells.ends.push(end);
+        }
+        cells.ids.push(id);
+        Ok(())
+    }
+}
+
+/// The error of a record at byte `id` whose field `i` holds a line break, where `workers`
+/// workers cut the file at line breaks.
+fn held_line_break(path: &Path, head: &[String], i: usize, id: u64, workers: usize) -> DataError {
+    let name = head.get(i).map_or("?", String::as_str);
+    DataError {
+        file: path.to_path_buf(),
+        line: line_of(path, id).unwrap_or(0),
+        column: i + 1,
+        message: format!(
+            "column '{name}': a quoted field holds a line break, and a quote inside \
+             an unquoted field keeps the {} workers from finding where their records \
+             start (they count quotes), so the file is cut at line breaks; quote that \
+             field, compress the file (gzip or zstd: every worker then reads the whole \
+             stream) or read it with one worker",
+            workers
+        ),
+    }
 }
 
 /// A record that is one empty field: a blank line.

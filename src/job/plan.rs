@@ -1,0 +1,169 @@
+//! What a job makes of its fields: the model, the loss, the exchange's description and
+//! the training plan.
+
+use super::*;
+use crate::codec::{CodecSpec, ErrorFeedback};
+use crate::dataflow::TrainPlan;
+use crate::exchange::ExchangeKind;
+use crate::memory::MemorySpec;
+use crate::model::{Fm, Linear, LossFn, LossName, Mlp, ModelFn};
+
+impl Job {
+    /// One line naming how gradients move: exchange, codec, memory (resolved), downlink,
+    /// ownership, pull, or the sketch's parameters.
+    pub fn describe_exchange(&self) -> String {
+        let t = &self.train;
+        if t.auto.any() {
+            let fixed = match (t.auto.exchange, t.auto.compressor) {
+                (true, true) => String::new(),
+                (true, false) => format!(" among compressor {}", t.compressor.name()),
+                _ => format!(" among the {} exchange's compressors", t.exchange.name()),
+            };
+            return format!("auto{fixed} (chosen from a round measured before training)");
+        }
+        let name = |c: &CodecSpec| c.name().to_string();
+        match t.exchange {
+            ExchangeKind::Sketch => {
+                let s = &t.sketch;
+                let or_default =
+                    |x: u32, d: &str| if x == 0 { d.to_string() } else { x.to_string() };
+                format!(
+                    "sketch, k {}, P {}, {} rows x {} columns, recovery {}, memory {}",
+                    or_default(s.k, "1% of dim"),
+                    s.p,
+                    s.rows,
+                    or_default(s.columns, "P·k/rows"),
+                    format!("{:?}", s.recovery).to_lowercase(),
+                    self.memory().name()
+                )
+            }
+            ExchangeKind::Allgather => format!(
+                "allgather, compressor {}, memory {}",
+                name(&t.compressor),
+                self.memory().name()
+            ),
+            ExchangeKind::Sharded => format!(
+                "sharded ({:?} ownership), compressor {}, memory {}, {}",
+                t.ownership,
+                name(&t.compressor),
+                self.memory().name(),
+                if t.pull {
+                    "pull".to_string()
+                } else {
+                    format!("downlink {}", name(&t.downlink))
+                }
+            )
+            .replace("Hashed", "hashed")
+            .replace("Ranges", "ranges"),
+        }
+    }
+
+    /// The uplink memory: the job's, or the paper default of its compressor and exchange.
+    pub fn memory(&self) -> MemorySpec {
+        if let Some(m) = &self.train.memory {
+            return m.clone();
+        }
+        if self.train.exchange == ExchangeKind::Sketch {
+            return MemorySpec::Dgc { momentum: 0.9 };
+        }
+        let adam = self.optimizer.kind == crate::optim::OptimizerKind::Adam;
+        match crate::codec::build_codec(&self.train.compressor).map(|c| c.error_feedback()) {
+            Ok(ErrorFeedback::Residual) => MemorySpec::Residual,
+            Ok(ErrorFeedback::ResidualUnlessAdam) if !adam => MemorySpec::Residual,
+            Ok(ErrorFeedback::LazyResidualUnlessAdam) if !adam => MemorySpec::LazyResidual,
+            _ => MemorySpec::None,
+        }
+    }
+
+    /// Rounds per epoch: `ceil(1 / batch_fraction)` (at most 2^53 for a valid fraction).
+    pub fn rounds_per_epoch(&self) -> u64 {
+        (1.0 / self.train.batch_fraction - 1e-9).ceil().max(1.0) as u64
+    }
+
+    /// The intercept's first key in a model of `features` features (the intercept is the last
+    /// feature; its keys are the model's last `width`), if the job has one.
+    pub fn intercept_key(&self, features: u32) -> Option<u32> {
+        self.model.intercept.then(|| (features - 1) * self.width())
+    }
+
+    /// The job's model (`model.kind`) for data of `features` features, the intercept included:
+    /// linear, of [`Self::outputs`] margins per row, or a factorization machine.
+    pub fn model_fn(&self, features: u32) -> ModelFn {
+        let m = &self.model;
+        match m.kind {
+            ModelKind::Linear => ModelFn::new(Linear::new(self.outputs())),
+            ModelKind::Fm => {
+                let intercept = m.intercept.then(|| features - 1);
+                ModelFn::new(Fm::new(m.factors, m.init_std, intercept))
+            }
+            ModelKind::Mlp => ModelFn::new(Mlp::new(&m.hidden, self.outputs(), m.init_std)),
+        }
+    }
+
+    /// Weights per feature of the job's model.
+    pub fn width(&self) -> u32 {
+        match self.model.kind {
+            ModelKind::Linear => self.outputs(),
+            ModelKind::Fm => 1 + self.model.factors,
+            ModelKind::Mlp => self.model.hidden[0],
+        }
+    }
+
+    /// The job's loss.
+    pub fn loss(&self) -> LossFn {
+        self.model.loss.build(self.outputs())
+    }
+
+    /// The number of classes labels must name, for softmax.
+    pub(super) fn classes(&self) -> Option<u32> {
+        (self.model.loss == LossName::Softmax).then(|| self.outputs())
+    }
+
+    /// Outputs per row of the job's model: `model.classes` for softmax, 1 otherwise.
+    pub fn outputs(&self) -> u32 {
+        match self.model.loss {
+            LossName::Softmax => self.model.classes.unwrap_or(2),
+            _ => 1,
+        }
+    }
+
+    /// The plan all workers share, given the data's features (the intercept included) and
+    /// threads per process: the model has `features × width` keys.
+    pub fn plan(&self, dim: u32, threads_per_process: usize) -> TrainPlan {
+        let model = self.model_fn(dim);
+        TrainPlan {
+            dim: dim * model.width() + model.dense(),
+            model,
+            loss: self.loss(),
+            lambda: self.model.lambda,
+            lambda_factors: (self.model.kind == ModelKind::Fm)
+                .then(|| self.model.lambda_factors.unwrap_or(self.model.lambda)),
+            intercept: self.intercept_key(dim),
+            optimizer: self.optimizer.clone(),
+            custom_optimizer: None,
+            custom_exchange: None,
+            exchange: self.train.exchange,
+            codec: self.train.compressor.clone(),
+            memory: self.memory(),
+            downlink: self.train.downlink.clone(),
+            ownership: self.train.ownership,
+            pull: self.train.pull,
+            staleness: self.train.staleness,
+            delay_compensation: self.train.delay_compensation,
+            replica: self.train.replica,
+            core_distance_ns: None,
+            dump_gradients: self.output.gradients.clone(),
+            sketch: self.train.sketch.clone(),
+            rounds_per_epoch: self.rounds_per_epoch(),
+            eval_every: self.train.eval_every,
+            auc_bits: self.train.auc_bins.bits(),
+            epochs: self.train.epochs,
+            seed: self.train.seed,
+            threads_per_process,
+            initial_weights: None,
+            start_round: 0,
+            checkpoints: None,
+            choice: None,
+        }
+    }
+}
