@@ -382,7 +382,7 @@ pub fn checkpoint(data: &[u8]) {
             let st = &mut *state.borrow_mut();
             let path = Path::new("worker-0001.bin");
             if restore_worker_from(&seal(rest), path, CHECKPOINT_FILE, st).is_ok() {
-                assert_eq!(st.weights.len(), 64);
+                assert_eq!(st.model.weights.len(), 64);
             }
         })
     } else if rest.len() >= 2 {

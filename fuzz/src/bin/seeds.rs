@@ -337,7 +337,7 @@ fn checkpoint_seeds(dir: &Path) {
     };
     let ck = Checkpoints::new(Some(spec), job, Vec::new(), 0, workers, workers).unwrap();
     let state = WorkerState::shared(&gradflow_fuzz::checkpoint_plan());
-    state.borrow_mut().weights.set(3, 0.25);
+    state.borrow_mut().model.weights.set(3, 0.25);
     ck.save_worker(round, worker, &state.borrow(), Default::default())
         .unwrap();
     let file = tmp
