@@ -319,3 +319,83 @@ fn mean_loss(sum: f64, rows: u64) -> f64 {
         n => sum / n as f64,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::dataflow::tests::at_rounds;
+
+    /// Worker `w`'s report at round `r` of a two-round run: rows 2, loss (r + 1)(w + 1), an
+    /// uplink of 100(w + 1) bytes, and for the round before a downlink of 10 bytes and (after
+    /// the last round) an evaluation.
+    fn report(w: u32, r: u64) -> RoundStats {
+        let mut s = RoundStats {
+            worker: w,
+            has_gradient: r < 2,
+            ..Default::default()
+        };
+        if s.has_gradient {
+            s.loss_sum = ((r + 1) * (w as u64 + 1)) as f64;
+            s.rows = 2;
+            s.traffic.sent(true, 100 * (w as usize + 1), true);
+        }
+        if r > 0 {
+            s.prev_traffic.sent(false, 10, true);
+        }
+        if r == 2 {
+            s.eval = Some(EvalPart::default());
+        }
+        s
+    }
+
+    /// Two workers' reports of a two-round epoch, each at its round, become exactly: one row
+    /// per round (the rows-weighted mean loss of both workers, the round's uplink, and its
+    /// downlink, which the next round's reports carry), the epoch's row over both rounds, and
+    /// the process's totals.
+    #[test]
+    fn collect_turns_each_rounds_reports_into_its_row_and_the_epochs() {
+        let text = "[train]\nepochs = 1\nbatch_fraction = 0.5\n";
+        let job = crate::job::Job::parse(text, Path::new("job.toml"), &[]).unwrap();
+        let plan = job.plan(4, 2);
+        assert_eq!(plan.rounds(), 2);
+        let results = timely::execute(timely::Config::process(2), move |worker| {
+            let w = worker.index() as u32;
+            let output = Rc::new(RefCell::new(RowOutput::new(None, true, None)));
+            let (out, plan) = (output.clone(), plan.clone());
+            worker.dataflow::<(), _, _>(|scope| {
+                scope.iterative::<u64, _, _>(|inner| {
+                    let reports = (0..=2).map(|r| (r, report(w, r))).collect();
+                    let stats = at_rounds(inner, reports);
+                    let observer = Box::new(|_: &MetricsRow| {});
+                    collect(stats, &plan, out, observer, Supervisor::new());
+                });
+            });
+            while worker.has_dataflows() {
+                worker.step();
+            }
+            let rows = output.borrow_mut().finish().unwrap();
+            rows
+        })
+        .unwrap()
+        .join();
+        let rows = results.into_iter().next().unwrap().unwrap();
+        let seen: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let bytes = (r.uplink_bytes, r.downlink_bytes);
+                (r.kind, r.epoch, r.round, r.train_loss, bytes)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("round", 1, 0, 0.75, (300, 20)),
+                ("round", 1, 1, 1.5, (300, 20)),
+                ("epoch", 1, 1, 1.125, (600, 40)),
+                ("process", 0, 0, 0.0, (600, 40)),
+            ]
+        );
+    }
+}

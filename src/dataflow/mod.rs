@@ -537,7 +537,8 @@ impl<D: Clone + 'static> RoundStream<D> for Stream<'_, RoundTime, Vec<D>> {
 /// A round is complete when the input frontier has passed it, or, with `expected = Some(n)`
 /// (every round brings exactly `n` envelopes), as soon as `n` are in: the round then runs
 /// without waiting for timely's progress messages to say that nothing more can come
-/// ([`Arrivals`]; it shortens each round's wait (figures: `docs/results.md`, "Design measurements")).
+/// ([`Arrivals`]), which shortens each round's wait (figures: `docs/results.md`, "Design
+/// measurements").
 /// Rounds run in order either way, and an envelope for a round that has run stops the run.
 fn per_round<'s>(
     input: Stream<'s, RoundTime, Vec<Envelope>>,
@@ -688,8 +689,115 @@ fn at(round: u64) -> RoundTime {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use timely::dataflow::channels::pact::Pipeline;
+    use timely::dataflow::operators::vec::ToStream;
+
+    /// `items` as a stream inside a round scope, each at its round: explicit inputs at
+    /// explicit times, as differential's tests feed theirs.
+    pub(crate) fn at_rounds<'s, D: Clone + 'static>(
+        inner: Scope<'s, RoundTime>,
+        items: Vec<(u64, D)>,
+    ) -> Stream<'s, RoundTime, Vec<D>> {
+        items.to_stream(inner).unary(Pipeline, "AtRounds", |_, _| {
+            move |input, output| {
+                input.for_each(|cap, batch| {
+                    for (r, d) in batch.drain(..) {
+                        output.session(&cap.delayed(&at(r), 0)).give(d);
+                    }
+                });
+            }
+        })
+    }
+
+    /// What a [`per_round`] operator did: the rounds its step ran with the senders of their
+    /// envelopes, and the rounds its output carried, with the `rows` of each envelope.
+    type Ran = (Vec<(u64, Vec<u32>)>, Vec<(u64, Vec<u32>)>);
+
+    /// Runs one `per_round` operator over `inputs` (round, sender) on one worker, with a step
+    /// that records its calls, fails at `fail_at`, and sends one envelope whose `rows` is the
+    /// round.
+    fn run_per_round(
+        inputs: Vec<(u64, u32)>,
+        expected: Option<usize>,
+        fail_at: Option<u64>,
+    ) -> (Ran, Supervisor) {
+        let sup = Supervisor::new();
+        let s = sup.clone();
+        let ran = timely::execute_directly(move |worker| {
+            let failed = s.clone();
+            let calls = Rc::new(RefCell::new(Vec::new()));
+            let outs = Rc::new(RefCell::new(Vec::new()));
+            let (c, o) = (calls.clone(), outs.clone());
+            worker.dataflow::<(), _, _>(|scope| {
+                scope.iterative::<u64, _, _>(|inner| {
+                    let envelopes = inputs.into_iter().map(|(r, src)| (r, from(src).remove(0)));
+                    let input = at_rounds(inner, envelopes.collect());
+                    let step = move |r: u64, msgs: Vec<Envelope>, out: &mut Vec<Envelope>| {
+                        let mut srcs: Vec<u32> = msgs.iter().map(|m| m.src).collect();
+                        srcs.sort_unstable();
+                        c.borrow_mut().push((r, srcs));
+                        if fail_at == Some(r) {
+                            return Err(format!("round {r} failed"));
+                        }
+                        out.push(Envelope {
+                            rows: r as u32,
+                            ..Envelope::default()
+                        });
+                        Ok(())
+                    };
+                    per_round(input, "Step", expected, failed, step).inspect_rounds(
+                        move |r, batch: &[Envelope]| {
+                            o.borrow_mut()
+                                .push((r, batch.iter().map(|e| e.rows).collect()))
+                        },
+                    );
+                });
+            });
+            // As the runtime does: a failed run's dataflows hold their rounds and are dropped.
+            while worker.has_dataflows() && !s.is_failed() {
+                worker.step();
+            }
+            for id in worker.installed_dataflows() {
+                worker.drop_dataflow(id);
+            }
+            let ran = (calls.borrow().clone(), outs.borrow().clone());
+            ran
+        });
+        (ran, sup)
+    }
+
+    /// Envelopes of three rounds from two senders, arriving out of order: the step runs each
+    /// round once, in round order, with both of its envelopes, and its output leaves at that
+    /// round; with a known count (before the frontier passes) and without (by the frontier).
+    #[test]
+    fn per_round_runs_each_round_once_in_order_with_all_its_envelopes() {
+        let inputs = vec![(2, 1), (0, 1), (1, 0), (2, 0), (0, 0), (1, 1)];
+        for expected in [Some(2), None] {
+            let ((calls, outs), sup) = run_per_round(inputs.clone(), expected, None);
+            assert!(!sup.is_failed(), "{:?}", sup.message());
+            let both = vec![0, 1];
+            let want: Vec<_> = (0..3).map(|r| (r, both.clone())).collect();
+            assert_eq!(calls, want, "expected {expected:?}");
+            assert_eq!(outs, vec![(0, vec![0]), (1, vec![1]), (2, vec![2])]);
+        }
+    }
+
+    /// A round that brings nothing does not run (there is nothing to hold its time with), the
+    /// rounds around it do; and a step's error stops the run with its message: no later round
+    /// runs and nothing of the failed round is sent.
+    #[test]
+    fn per_round_skips_rounds_that_bring_nothing_and_stops_at_an_error() {
+        let ((calls, _), sup) = run_per_round(vec![(0, 0), (2, 0)], None, None);
+        assert!(!sup.is_failed());
+        let rounds: Vec<u64> = calls.iter().map(|c| c.0).collect();
+        assert_eq!(rounds, [0, 2]);
+        let ((calls, outs), sup) = run_per_round(vec![(0, 0), (1, 0), (2, 0)], Some(1), Some(1));
+        assert_eq!(sup.message().as_deref(), Some("round 1 failed"));
+        assert_eq!(calls.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(outs, vec![(0, vec![0])]);
+    }
 
     fn from(src: u32) -> Vec<Envelope> {
         vec![Envelope {
