@@ -454,6 +454,8 @@ impl VectorHash {
                 _mm256_permutevar8x32_epi32(self.starts, g),
             )
         } else {
+            // SAFETY: every lane of `g` is a group of `set` (the caller's promise), so each
+            // gather reads an element of `cols32` and of `starts32`, which hold one per group.
             unsafe {
                 (
                     _mm256_i32gather_epi32::<4>(set.cols32.as_ptr() as *const i32, g),
