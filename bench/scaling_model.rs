@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 
 use gradflow::codec::CodecSpec;
 use gradflow::dataflow::calibrate::{measure_alone, Candidate};
-use gradflow::exchange::cost::{choose_among, keeps_the_loss, predict, LinkCost, Strategy};
+use gradflow::exchange::cost::{choose_among, keeps_the_loss, modelled, predict, LinkCost};
+use gradflow::exchange::ExchangeKind;
 use gradflow::job::Job;
 use plotters::prelude::*;
 
@@ -107,13 +108,15 @@ fn main() -> Result<(), String> {
                         bytes_per_s: gbit * 1e9 / 8.0 * GOODPUT,
                         hop_ms: HOP_MS,
                     };
-                    let both = [Strategy::Sharded, Strategy::AllGather];
+                    let both = modelled();
                     let (ranked, i) = choose_among(&round, &both, &cal.codecs, &variants);
                     rows.push(Row {
                         shape,
                         processes,
                         gbit,
-                        baseline_ms: predict(&round, Strategy::Sharded, none).round_ms,
+                        baseline_ms: predict(&round, ExchangeKind::Sharded, none)
+                            .expect("modelled")
+                            .round_ms,
                         chosen: named(&ranked[i]),
                         chosen_ms: ranked[i].prediction.round_ms,
                     });

@@ -29,9 +29,7 @@ use crate::dataflow::calibrate::{
 };
 use crate::dataflow::trial::trial;
 use crate::dataflow::{ChoiceCost, Supervisor, TrainPlan, WorkerData};
-use crate::exchange::cost::{
-    self, choose_among, least, Candidate, DownlinkCost, Strategy, Variant,
-};
+use crate::exchange::cost::{self, choose_among, least, Candidate, DownlinkCost, Variant};
 use crate::exchange::ExchangeKind;
 use crate::job::{Auto, Job};
 use crate::memory::MemorySpec;
@@ -63,7 +61,11 @@ pub fn choose(
     let offers_more = t.auto.compressor && t.staleness == 0 && t.downlink == CodecSpec::default();
     // A downlink codec only where its codec keeps the model's loss as an uplink codec.
     let listed = cost::keeps_the_loss(plan.model.name());
-    let downlinks: Vec<Downlink> = match offers_more && strategies.contains(&Strategy::Sharded) {
+    let downlinks: Vec<Downlink> = match offers_more
+        && strategies
+            .iter()
+            .any(|&k| cost::round_model(k).is_some_and(|m| m.downlink))
+    {
         true => downlinks()
             .into_iter()
             .filter(|(_, spec)| listed.contains(&spec.name()))
@@ -150,12 +152,11 @@ pub fn choose(
 
 /// The exchanges and the codecs (each with the memory the job gives it: its paper's, unless
 /// the job names one) that `job`'s `"auto"` fields leave to choose from.
-fn candidates(job: &Job, plan: &TrainPlan) -> (Vec<Strategy>, Vec<Measured>) {
+fn candidates(job: &Job, plan: &TrainPlan) -> (Vec<ExchangeKind>, Vec<Measured>) {
     let t = &job.train;
-    let strategies = match (t.auto.exchange, t.exchange) {
-        (true, _) => vec![Strategy::Sharded, Strategy::AllGather],
-        (false, ExchangeKind::Allgather) => vec![Strategy::AllGather],
-        (false, _) => vec![Strategy::Sharded],
+    let strategies = match t.auto.exchange {
+        true => cost::modelled(),
+        false => vec![t.exchange],
     };
     let specs: Vec<(String, CodecSpec)> = match t.auto.compressor {
         true => cost::keeps_the_loss(plan.model.name())
@@ -376,10 +377,7 @@ impl std::fmt::Display for Report<'_> {
 fn configure(job: &Job, c: &Candidate, codecs: &[Measured]) -> Job {
     let mut job = job.clone();
     job.train.auto = Auto::default();
-    job.train.exchange = match c.strategy {
-        Strategy::Sharded => ExchangeKind::Sharded,
-        Strategy::AllGather => ExchangeKind::Allgather,
-    };
+    job.train.exchange = c.strategy;
     if let Some((_, spec, _)) = codecs.iter().find(|(n, _, _)| *n == c.codec) {
         job.train.compressor = spec.clone();
     }
@@ -761,7 +759,7 @@ mod tests {
     use super::*;
     use crate::exchange::cost::Prediction;
 
-    fn c(strategy: Strategy, codec: &str) -> Candidate {
+    fn c(strategy: ExchangeKind, codec: &str) -> Candidate {
         Candidate {
             strategy,
             codec: codec.into(),
@@ -782,7 +780,7 @@ mod tests {
     /// check refused is not, and the next takes its place.
     #[test]
     fn the_shortlist_tries_the_best_of_each_exchange_and_its_best_uncompressed() {
-        let (a, s) = (Strategy::AllGather, Strategy::Sharded);
+        let (a, s) = (ExchangeKind::Allgather, ExchangeKind::Sharded);
         let ranked = [
             c(a, "threshold"),
             c(a, "fastsgd"),
@@ -828,7 +826,7 @@ mod tests {
             progress: 1.0,
             kept: true,
         };
-        let (a, s) = (Strategy::AllGather, Strategy::Sharded);
+        let (a, s) = (ExchangeKind::Allgather, ExchangeKind::Sharded);
         let check = LossCheck {
             settings: vec![
                 (

@@ -33,7 +33,8 @@ use std::fmt::Write as _;
 
 use super::report::{median, CellRun, MetricsRecord};
 use super::Suite;
-use crate::exchange::cost::{bucket_link_ms, round_ms, Strategy};
+use crate::exchange::cost::{bucket_link_ms, round_model, round_ms};
+use crate::exchange::ExchangeKind;
 
 /// Rounds at the start of a run that are not counted (caches and memories settle).
 const SKIP_ROUNDS: usize = 5;
@@ -77,14 +78,14 @@ pub struct GroupFit {
 /// A run's numbers the fit works from.
 struct Sample {
     fit: RoundFit,
-    strategy: Option<Strategy>,
+    strategy: Option<ExchangeKind>,
     staleness: u64,
     bucket_ms: f64,
 }
 
 impl Sample {
     fn hops(&self) -> f64 {
-        self.strategy.map_or(1, |s| s.hops()) as f64
+        self.strategy.and_then(round_model).map_or(1, |m| m.hops) as f64
     }
 
     /// The link's part of the round, with CPU share `a` and hop `hop`.
@@ -98,11 +99,11 @@ impl Sample {
     }
 
     fn predict(&self, a: f64, hop: f64) -> Option<f64> {
-        let s = self.strategy?;
+        let hops = round_model(self.strategy?)?.hops;
         let link = self.link_ms(a, hop);
         Some(round_ms(
             a * self.fit.cpu_ms,
-            s.hops(),
+            hops,
             hop,
             link,
             self.staleness,
@@ -151,7 +152,7 @@ pub fn fit(suite: &Suite, runs: &[CellRun], cores: usize) -> (Vec<RoundFit>, Vec
                 floor_ms,
                 predicted_ms: None,
             },
-            strategy: Strategy::named(&exchange),
+            strategy: exchange.parse().ok().filter(|&k| round_model(k).is_some()),
             staleness,
             bucket_ms,
         });

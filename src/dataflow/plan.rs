@@ -167,6 +167,7 @@ impl TrainPlan {
             dim: self.dim,
             seed: self.seed,
             codec: self.codec.clone(),
+            memory: self.memory.clone(),
             downlink: self.downlink.clone(),
             ownership: self.ownership,
             pull: self.pull,

@@ -4,6 +4,7 @@
 //! `W²`; with a lossless codec the model is bit for bit `sharded`'s (both sum in worker order
 //! with the same arithmetic).
 
+use super::cost::{CodecCost, RoundInputs, RoundModel};
 use super::uplink::{add_change, CodecUplink};
 use super::{aggregate::Update, local_message};
 use super::{Endpoint, Envelope, Exchange, Place, Step, DATA};
@@ -37,6 +38,23 @@ impl Exchange for Allgather {
             plan: at.plan.clone(),
             update: Update::new(at)?,
         })])
+    }
+
+    /// Encode the whole gradient once, send a copy to each remote worker (one hop), decode
+    /// their messages, sum every worker's gradient, update and apply every key of the sum.
+    fn round_model(&self) -> Option<RoundModel> {
+        Some(RoundModel {
+            hops: 1,
+            cost: |r: &RoundInputs, codec: &CodecCost| {
+                let cpu = codec.encode_whole_ms
+                    + r.remote() * codec.decode_whole_ms
+                    + r.workers.max(1) as f64 * r.sum_ms()
+                    + r.union_keys * r.update_ns * 1e-6
+                    + r.apply_ms();
+                (cpu, r.remote() * codec.whole_bytes)
+            },
+            downlink: false,
+        })
     }
 }
 

@@ -3,18 +3,15 @@
 //! rate and latency per hop. `train.exchange = "auto"` and `compressor = "auto"` choose with it
 //! from numbers measured on the job's own gradients and link (`dataflow::calibrate`).
 //!
-//! Per worker and round, with `W` workers of `T` threads per process (`R = W − T` remote
-//! workers):
-//! - `allgather`: encode the whole gradient once, send a copy to each remote worker (one hop),
-//!   decode `R` messages, sum `W` gradients of `n` pairs, apply the sum's `u` keys;
-//! - `sharded`: encode one piece per owner, send the `R` remote pieces, decode `R` pieces, sum
-//!   `W` pieces (`n` pairs), update the `u / W` keys it owns, send that change to the `R` remote
-//!   workers (two hops: up and down), decode `R` changes, apply `u` keys.
-//!
-//! A round costs its CPU plus its hops' latency plus its bytes over the link's rate; with
-//! pipelined rounds (`staleness ≥ 1`) the exchange overlaps the next round's CPU, and the round
-//! costs the larger of the two. Every process sends as much as it receives (the exchanges are
-//! symmetric), so one direction's bytes give the link time.
+//! Each strategy gives its own terms ([`super::Exchange::round_model`], in its file): the CPU
+//! per worker beyond the gradient, the payload bytes a worker sends to other processes, and the
+//! hops a round waits for; a strategy without a model is not ranked. A round costs its CPU plus
+//! its hops' latency plus its bytes over the link's rate; with pipelined rounds
+//! (`staleness ≥ 1`) the exchange overlaps the next round's CPU, and the round costs the larger
+//! of the two. Every process sends as much as it receives (the exchanges are symmetric), so one
+//! direction's bytes give the link time.
+
+use super::{build_exchange, ExchangeKind, EXCHANGE_NAMES};
 
 /// What one codec costs on a worker's gradient, measured (`dataflow::calibrate`).
 #[derive(Clone, Debug, PartialEq)]
@@ -74,39 +71,47 @@ pub struct RoundInputs {
     pub staleness: u64,
 }
 
-/// The strategies the model covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strategy {
-    /// Each key's owner sums it and sends the change back.
-    Sharded,
-    /// Every worker sends its gradient to every other and sums them all.
-    AllGather,
+/// A strategy's terms in the round model ([`super::Exchange::round_model`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RoundModel {
+    /// The messages a round waits for in turn (`sharded`: up and back down).
+    pub hops: u32,
+    /// Its round's CPU per worker beyond the gradient, ms, and the payload bytes a worker
+    /// sends to other processes, from the measured inputs and the codec's costs.
+    pub cost: fn(&RoundInputs, &CodecCost) -> (f64, f64),
+    /// Whether it has a downlink codec that `auto` may choose (`train.downlink`).
+    pub downlink: bool,
 }
 
-impl Strategy {
-    /// The `train.exchange` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Sharded => "sharded",
-            Strategy::AllGather => "allgather",
-        }
+impl RoundInputs {
+    /// Workers in other processes than a given worker's (`W − T`).
+    pub fn remote(&self) -> f64 {
+        self.workers.saturating_sub(self.threads) as f64
     }
 
-    /// The strategy of a `train.exchange` name, if the model covers it.
-    pub fn named(name: &str) -> Option<Strategy> {
-        [Strategy::Sharded, Strategy::AllGather]
-            .into_iter()
-            .find(|s| s.name() == name)
+    /// Summing `pairs` received pairs into the round's sum, ms.
+    pub fn sum_ms(&self) -> f64 {
+        self.pairs * self.add_ns * 1e-6
     }
 
-    /// The messages a round waits for in turn: up and back down for `sharded`, one for
-    /// `allgather`.
-    pub fn hops(self) -> u32 {
-        match self {
-            Strategy::Sharded => 2,
-            Strategy::AllGather => 1,
-        }
+    /// Adding the round's change (`union_keys` keys) to a replica, ms.
+    pub fn apply_ms(&self) -> f64 {
+        self.union_keys * self.add_ns * 1e-6
     }
+}
+
+/// The round model of the strategy `kind` names, if it has one.
+pub fn round_model(kind: ExchangeKind) -> Option<RoundModel> {
+    build_exchange(kind).round_model()
+}
+
+/// Every strategy the round model covers, in registry order: those `auto` ranks.
+pub fn modelled() -> Vec<ExchangeKind> {
+    EXCHANGE_NAMES
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .filter(|&k| round_model(k).is_some())
+        .collect()
 }
 
 /// A predicted round.
@@ -124,34 +129,13 @@ pub struct Prediction {
     pub round_ms: f64,
 }
 
-/// Predicts a round of `strategy` with `codec`'s messages.
-pub fn predict(r: &RoundInputs, strategy: Strategy, codec: &CodecCost) -> Prediction {
-    let w = r.workers.max(1) as f64;
-    let remote = r.workers.saturating_sub(r.threads) as f64;
-    let sum_ms = r.pairs * r.add_ns * 1e-6;
-    let apply_ms = r.union_keys * r.add_ns * 1e-6;
-    let (cpu, per_worker_bytes, hops) = match strategy {
-        Strategy::AllGather => (
-            codec.encode_whole_ms
-                + remote * codec.decode_whole_ms
-                + w * sum_ms
-                + r.union_keys * r.update_ns * 1e-6
-                + apply_ms,
-            remote * codec.whole_bytes,
-            strategy.hops(),
-        ),
-        Strategy::Sharded => (
-            codec.encode_pieces_ms
-                + remote * codec.decode_piece_ms
-                + sum_ms
-                + r.union_keys / w * r.update_ns * 1e-6
-                + r.change_encode_ms
-                + remote * r.change_decode_ms
-                + apply_ms,
-            codec.pieces_bytes * remote / w + r.change_bytes * remote,
-            strategy.hops(),
-        ),
-    };
+/// Predicts a round of `strategy` with `codec`'s messages; `None` when the strategy has no
+/// round model.
+pub fn predict(r: &RoundInputs, strategy: ExchangeKind, codec: &CodecCost) -> Option<Prediction> {
+    let model = round_model(strategy)?;
+    let (cpu, per_worker_bytes) = (model.cost)(r, codec);
+    let hops = model.hops;
+    let remote = r.remote();
     let cpu_ms = r.gradient_ms + cpu;
     let sent_bytes = per_worker_bytes * r.threads as f64;
     let wire_ms = match remote > 0.0 {
@@ -159,13 +143,13 @@ pub fn predict(r: &RoundInputs, strategy: Strategy, codec: &CodecCost) -> Predic
         false => 0.0,
     };
     let round_ms = round_ms(cpu_ms, hops, r.link.hop_ms, wire_ms, r.staleness);
-    Prediction {
+    Some(Prediction {
         cpu_ms,
         sent_bytes,
         wire_ms,
         hops,
         round_ms,
-    }
+    })
 }
 
 /// A round of `cpu_ms` per worker that waits for `hops` hops of `hop_ms` each and sends bytes
@@ -191,7 +175,7 @@ pub fn bucket_link_ms(wire_ms: f64, bucket_ms: f64, idle_ms: f64) -> f64 {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Candidate {
     /// The exchange.
-    pub strategy: Strategy,
+    pub strategy: ExchangeKind,
     /// The codec's name (with its defaults and its paper's memory).
     pub codec: String,
     /// Rounds in flight (`train.staleness`).
@@ -273,7 +257,7 @@ pub const LOSSY_MARGIN: f64 = 0.9;
 /// it is lossy and not [`LOSSY_MARGIN`] faster than the fastest uncompressed candidate.
 pub fn choose(
     r: &RoundInputs,
-    strategies: &[Strategy],
+    strategies: &[ExchangeKind],
     codecs: &[CodecCost],
 ) -> (Vec<Candidate>, usize) {
     let job = Variant {
@@ -287,23 +271,28 @@ pub fn choose(
 /// a candidate that changes the job's staleness or downlink is lossy, as a lossy codec is.
 pub fn choose_among(
     r: &RoundInputs,
-    strategies: &[Strategy],
+    strategies: &[ExchangeKind],
     codecs: &[CodecCost],
     variants: &[Variant],
 ) -> (Vec<Candidate>, usize) {
     let mut ranked: Vec<Candidate> = Vec::new();
     for &strategy in strategies {
+        let Some(model) = round_model(strategy) else {
+            continue;
+        };
         for v in variants {
-            if v.downlink.is_some() && strategy != Strategy::Sharded {
+            if v.downlink.is_some() && !model.downlink {
                 continue;
             }
             let round = r.with(v);
-            ranked.extend(codecs.iter().map(|c| Candidate {
-                strategy,
-                codec: c.name.clone(),
-                staleness: v.staleness,
-                downlink: v.downlink.as_ref().map(|d| d.name.clone()),
-                prediction: predict(&round, strategy, c),
+            ranked.extend(codecs.iter().filter_map(|c| {
+                Some(Candidate {
+                    strategy,
+                    codec: c.name.clone(),
+                    staleness: v.staleness,
+                    downlink: v.downlink.as_ref().map(|d| d.name.clone()),
+                    prediction: predict(&round, strategy, c)?,
+                })
             }));
         }
     }
@@ -381,7 +370,7 @@ mod tests {
     fn a_round_adds_cpu_hops_and_bytes_over_the_rate() {
         let r = inputs(1e7, 0);
         let c = codec("none", 80_000.0, 0.1);
-        let all = predict(&r, Strategy::AllGather, &c);
+        let all = predict(&r, ExchangeKind::Allgather, &c).unwrap();
         // 3 remote copies of 80 kB; CPU: encode, 3 decodes, 4 sums of 10k pairs, 30k updates
         // and 30k applies.
         assert_eq!(all.sent_bytes, 240_000.0);
@@ -389,7 +378,7 @@ mod tests {
         let cpu = 2.0 + 0.1 + 3.0 * 0.05 + 4.0 * 0.01 + 0.12 + 0.03;
         assert!((all.cpu_ms - cpu).abs() < 1e-9, "{}", all.cpu_ms);
         assert!((all.round_ms - (cpu + 0.5 + 24.0)).abs() < 1e-9);
-        let sh = predict(&r, Strategy::Sharded, &c);
+        let sh = predict(&r, ExchangeKind::Sharded, &c).unwrap();
         // 3 of 4 pieces up, 3 copies of the owner's change down, two hops.
         assert_eq!(sh.sent_bytes, 60_000.0 + 180_000.0);
         assert_eq!(sh.hops, 2);
@@ -410,8 +399,8 @@ mod tests {
     fn pipelined_rounds_cost_the_larger_of_cpu_and_exchange() {
         let c = codec("none", 80_000.0, 0.1);
         let (plain, piped) = (
-            predict(&inputs(1e7, 0), Strategy::AllGather, &c),
-            predict(&inputs(1e7, 1), Strategy::AllGather, &c),
+            predict(&inputs(1e7, 0), ExchangeKind::Allgather, &c).unwrap(),
+            predict(&inputs(1e7, 1), ExchangeKind::Allgather, &c).unwrap(),
         );
         assert_eq!(piped.round_ms, (piped.wire_ms + 0.5).max(piped.cpu_ms));
         assert!(piped.round_ms < plain.round_ms);
@@ -421,7 +410,7 @@ mod tests {
     fn one_process_sends_nothing_over_a_link() {
         let mut r = inputs(1.0, 0);
         r.threads = 4;
-        let p = predict(&r, Strategy::AllGather, &codec("none", 80_000.0, 0.1));
+        let p = predict(&r, ExchangeKind::Allgather, &codec("none", 80_000.0, 0.1)).unwrap();
         assert_eq!((p.sent_bytes, p.wire_ms), (0.0, 0.0));
     }
 
@@ -431,7 +420,7 @@ mod tests {
             codec("none", 80_000.0, 0.05),
             codec("logquant", 15_000.0, 0.4),
         ];
-        let both = [Strategy::Sharded, Strategy::AllGather];
+        let both = [ExchangeKind::Sharded, ExchangeKind::Allgather];
         let (ranked, i) = choose(&inputs(1.25e7, 0), &both, &codecs);
         assert_eq!(ranked[i].codec, "logquant");
         let (ranked, i) = choose(&inputs(1e10, 0), &both, &codecs);
@@ -448,7 +437,7 @@ mod tests {
             codec("none", 80_000.0, 0.05),
             codec("logquant", 70_000.0, 0.05),
         ];
-        let (ranked, i) = choose(&inputs(1e9, 0), &[Strategy::AllGather], &codecs);
+        let (ranked, i) = choose(&inputs(1e9, 0), &[ExchangeKind::Allgather], &codecs);
         assert_eq!(ranked[0].codec, "logquant");
         assert_eq!(ranked[i].codec, "none");
     }
@@ -481,24 +470,24 @@ mod tests {
             },
         ];
         let codecs = [codec("none", 80_000.0, 0.1)];
-        let both = [Strategy::Sharded, Strategy::AllGather];
+        let both = [ExchangeKind::Sharded, ExchangeKind::Allgather];
         let (ranked, _) = choose_among(&r, &both, &codecs, &variants);
         // sharded: 3 variants; allgather: 2 (no downlink).
         assert_eq!(ranked.len(), 5);
         assert!(ranked
             .iter()
-            .all(|c| c.downlink.is_none() || c.strategy == Strategy::Sharded));
-        let find = |s: Strategy, st: u64, d: bool| {
+            .all(|c| c.downlink.is_none() || c.strategy == ExchangeKind::Sharded));
+        let find = |s: ExchangeKind, st: u64, d: bool| {
             ranked
                 .iter()
                 .find(|c| c.strategy == s && c.staleness == st && c.downlink.is_some() == d)
                 .unwrap()
         };
-        let plain = find(Strategy::Sharded, 0, false);
-        let down = find(Strategy::Sharded, 0, true);
+        let plain = find(ExchangeKind::Sharded, 0, false);
+        let down = find(ExchangeKind::Sharded, 0, true);
         let expected = plain.prediction.sent_bytes - 3.0 * (60_000.0 - 15_000.0);
         assert!((down.prediction.sent_bytes - expected).abs() < 1e-6);
-        let piped = find(Strategy::Sharded, 1, false);
+        let piped = find(ExchangeKind::Sharded, 1, false);
         let p = plain.prediction;
         assert_eq!(
             piped.prediction.round_ms,

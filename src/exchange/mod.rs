@@ -67,6 +67,18 @@ pub trait Exchange: Send + Sync {
     /// receives what the endpoints send, each receives what the one before sends, and the
     /// last one's envelopes go around the feedback edge to the endpoints.
     fn steps(&self, at: &Place<'_>) -> Result<Vec<Box<dyn Step>>, String>;
+
+    /// How the job's settings of this strategy read, for people (`gradflow train` prints it).
+    fn describe(&self, plan: &ExchangePlan) -> String {
+        let (codec, memory) = (plan.codec.name(), plan.memory.name());
+        format!("{}, compressor {codec}, memory {memory}", self.name())
+    }
+
+    /// Its terms in the round model that `auto` ranks candidates with ([`cost`]); `None`, the
+    /// default, keeps it out of the candidates.
+    fn round_model(&self) -> Option<cost::RoundModel> {
+        None
+    }
 }
 
 /// A worker's side of an exchange, in its gradient operator: the uplink (the memory, the

@@ -7,6 +7,7 @@ use std::ops::Range;
 use super::sketch::SketchParams;
 use super::Ownership;
 use crate::codec::CodecSpec;
+use crate::memory::MemorySpec;
 
 /// The fields of the job that an exchange's parts read; the dataflow layer builds it from its
 /// plan (`TrainPlan::exchange_plan`).
@@ -18,6 +19,8 @@ pub struct ExchangePlan {
     pub seed: u64,
     /// Gradient (uplink) codec.
     pub codec: CodecSpec,
+    /// Error-feedback memory of the uplink.
+    pub memory: MemorySpec,
     /// Codec of the `sharded` downlink (model changes).
     pub downlink: CodecSpec,
     /// Key ownership under `sharded`.

@@ -1,7 +1,8 @@
 //! Exchange strategies by `train.exchange` name, as codecs are by theirs
 //! ([`crate::codec::registry`]). A strategy's parameters are the job's other `train` fields
-//! (`pull`, `ownership`, `downlink`, `[train.sketch]`), which its parts read from the plan.
-//! Adding a strategy: one file and one line in the list below.
+//! (`pull`, `ownership`, `downlink`, `[train.sketch]`), which its parts read from their
+//! [`super::ExchangePlan`]. Adding a strategy: one file (its parts, its description and, for
+//! `auto` to rank it, its round model) and one line in the list below.
 
 use std::sync::Arc;
 
@@ -81,6 +82,8 @@ mod tests {
         for name in EXCHANGE_NAMES {
             let kind: ExchangeKind = name.parse().unwrap();
             assert_eq!(build_exchange(kind).name(), *name);
+            let plan = crate::job::Job::default().plan(4, 1).exchange_plan();
+            assert!(build_exchange(kind).describe(&plan).starts_with(name));
             #[derive(Deserialize)]
             struct J {
                 exchange: ExchangeKind,

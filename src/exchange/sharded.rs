@@ -12,11 +12,12 @@
 //! ([`crate::dataflow::Replica`]) add each change once: its owner adds it in place and sends
 //! the others (and itself) an [`APPLIED`] mark instead.
 
+use super::cost::{CodecCost, RoundInputs, RoundModel};
 use super::pull::{keys_by_owner, Request};
 use super::uplink::{add_change, CodecUplink};
 use super::{aggregate::Update, applied, broadcast, local_message, read_f32s, write_f32s};
 use super::{Ahead, Downlink, Endpoint, Envelope, Exchange, Owners, Place, Step};
-use super::{ExchangePlan, ModelState};
+use super::{ExchangePlan, ModelState, Ownership};
 use super::{APPLIED, DATA, PULL_REQUEST};
 use crate::codec::{build_codec, Codec, EncodeContext};
 use crate::data::WorkerData;
@@ -81,6 +82,46 @@ impl Exchange for Sharded {
             // another process. Messages between the workers of one process never leave it.
             check_owners: (0..at.peers).any(|w| at.remote(w)),
         })])
+    }
+
+    fn describe(&self, plan: &ExchangePlan) -> String {
+        let ownership = match plan.ownership {
+            Ownership::Hashed => "hashed",
+            Ownership::Ranges => "ranges",
+        };
+        let back = match plan.pull {
+            true => "pull".to_string(),
+            false => format!("downlink {}", plan.downlink.name()),
+        };
+        format!(
+            "sharded ({ownership} ownership), compressor {}, memory {}, {back}",
+            plan.codec.name(),
+            plan.memory.name()
+        )
+    }
+
+    /// Encode one piece per owner, send the remote pieces, decode and sum the pieces of the
+    /// keys it owns, update them, send that change to every remote worker (two hops: up and
+    /// down), decode the other owners' changes and apply every key.
+    fn round_model(&self) -> Option<RoundModel> {
+        Some(RoundModel {
+            hops: 2,
+            cost: |r: &RoundInputs, codec: &CodecCost| {
+                let (w, remote) = (r.workers.max(1) as f64, r.remote());
+                let cpu = codec.encode_pieces_ms
+                    + remote * codec.decode_piece_ms
+                    + r.sum_ms()
+                    + r.union_keys / w * r.update_ns * 1e-6
+                    + r.change_encode_ms
+                    + remote * r.change_decode_ms
+                    + r.apply_ms();
+                (
+                    cpu,
+                    codec.pieces_bytes * remote / w + r.change_bytes * remote,
+                )
+            },
+            downlink: true,
+        })
     }
 }
 
@@ -448,6 +489,40 @@ mod tests {
                 let w = st.borrow().weights.to_vec();
                 assert_eq!(w[..5], want, "{threads} threads");
             }
+        }
+    }
+
+    /// With a lossy downlink (top-k, one pair of two), every replica adds the same decoded
+    /// changes, and what each owner's codec left out waits in its downlink residual: a
+    /// replica plus the owners' residuals is the lossless step, key by key, within one
+    /// process and across two.
+    #[test]
+    fn a_lossy_downlink_sends_every_replica_the_same_and_keeps_the_rest() {
+        for threads in [1, 2] {
+            let train = "exchange = \"sharded\"\ndownlink = { name = \"topk\", ratio = 0.5 }";
+            let plan = plan(train, "", 10, threads);
+            let (grads, want) = mean_step();
+            let (states, _) = round(&plan, &grads).unwrap();
+            let replica = states[0].borrow().weights.to_vec();
+            assert_eq!(
+                replica,
+                states[1].borrow().weights.to_vec(),
+                "{threads} threads"
+            );
+            assert_ne!(replica[..5], want, "the downlink dropped nothing");
+            let mut with_residuals = replica.clone();
+            for st in &states {
+                let (mut residual, mut scratch) = (SparseGrad::default(), SparseGrad::default());
+                crate::memory::Memory::compensate(
+                    &mut st.borrow_mut().downlink,
+                    &mut residual,
+                    &mut scratch,
+                );
+                for (&k, &v) in residual.keys.iter().zip(&residual.values) {
+                    with_residuals[k as usize] += v;
+                }
+            }
+            assert_eq!(with_residuals[..5], want, "{threads} threads");
         }
     }
 

@@ -261,6 +261,20 @@ impl Exchange for Sketch {
         }))
     }
 
+    fn describe(&self, plan: &ExchangePlan) -> String {
+        let s = &plan.sketch;
+        let or_default = |x: u32, d: &str| if x == 0 { d.to_string() } else { x.to_string() };
+        format!(
+            "sketch, k {}, P {}, {} rows x {} columns, recovery {}, memory {}",
+            or_default(s.k, "1% of dim"),
+            s.p,
+            s.rows,
+            or_default(s.columns, "P·k/rows"),
+            format!("{:?}", s.recovery).to_lowercase(),
+            plan.memory.name()
+        )
+    }
+
     fn steps(&self, at: &Place<'_>) -> Result<Vec<Box<dyn Step>>, String> {
         let plan = at.plan;
         let (me, peers) = (at.me, at.peers as usize);

@@ -2,7 +2,7 @@
 //! the training plan.
 
 use super::*;
-use crate::codec::{CodecSpec, ErrorFeedback};
+use crate::codec::ErrorFeedback;
 use crate::dataflow::TrainPlan;
 use crate::exchange::ExchangeKind;
 use crate::memory::MemorySpec;
@@ -21,41 +21,8 @@ impl Job {
             };
             return format!("auto{fixed} (chosen from a round measured before training)");
         }
-        let name = |c: &CodecSpec| c.name().to_string();
-        match t.exchange {
-            ExchangeKind::Sketch => {
-                let s = &t.sketch;
-                let or_default =
-                    |x: u32, d: &str| if x == 0 { d.to_string() } else { x.to_string() };
-                format!(
-                    "sketch, k {}, P {}, {} rows x {} columns, recovery {}, memory {}",
-                    or_default(s.k, "1% of dim"),
-                    s.p,
-                    s.rows,
-                    or_default(s.columns, "P·k/rows"),
-                    format!("{:?}", s.recovery).to_lowercase(),
-                    self.memory().name()
-                )
-            }
-            ExchangeKind::Allgather => format!(
-                "allgather, compressor {}, memory {}",
-                name(&t.compressor),
-                self.memory().name()
-            ),
-            ExchangeKind::Sharded => format!(
-                "sharded ({:?} ownership), compressor {}, memory {}, {}",
-                t.ownership,
-                name(&t.compressor),
-                self.memory().name(),
-                if t.pull {
-                    "pull".to_string()
-                } else {
-                    format!("downlink {}", name(&t.downlink))
-                }
-            )
-            .replace("Hashed", "hashed")
-            .replace("Ranges", "ranges"),
-        }
+        let plan = self.plan(1, 1);
+        plan.strategy().describe(&plan.exchange_plan())
     }
 
     /// The uplink memory: the job's, or the paper default of its compressor and exchange.
