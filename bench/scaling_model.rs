@@ -7,7 +7,7 @@
 //!
 //! Writes `table.md` and `speedup.svg` (and `.png`) there. What is measured: a worker's gradient, adding and
 //! the optimizer's step per key, and every candidate codec with its memory on gradients of the
-//! shape's own rows, whole and split into W owners' pieces (`dataflow::calibrate`); the union
+//! shape's own rows, whole and split into W owners' pieces (`auto::calibrate`); the union
 //! of W workers' gradients, the sum's size, by drawing W batches. What is assumed:
 //! - each worker's batch is fixed at [`BATCH_ROWS`] rows (weak scaling: more processes, a
 //!   larger global batch), so the sum's keys grow with W and a worker's message does not shrink;
@@ -18,8 +18,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use gradflow::auto::calibrate::{measure_alone, Candidate};
 use gradflow::codec::CodecSpec;
-use gradflow::dataflow::calibrate::{measure_alone, Candidate};
 use gradflow::exchange::cost::{choose_among, keeps_the_loss, modelled, predict, LinkCost};
 use gradflow::exchange::ExchangeKind;
 use gradflow::job::Job;

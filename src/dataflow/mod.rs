@@ -38,7 +38,6 @@
 //! operator functions let a program assemble its own loop; [`build_training`] assembles the
 //! standard one.
 
-pub mod calibrate;
 pub mod checkpoint;
 mod collect;
 mod evaluations;
@@ -46,7 +45,6 @@ mod gradient;
 pub mod heartbeat;
 mod plan;
 pub mod supervisor;
-pub mod trial;
 
 pub use crate::data::WorkerData;
 pub use crate::exchange::{Replica, ReplicaMode, ReplicaSlot};

@@ -1,7 +1,7 @@
 //! A model of one training round's time, from what a round is made of: the CPU of each stage
 //! (gradient, encode, decode, sum and apply), the bytes each process sends, and the link's
 //! rate and latency per hop. `train.exchange = "auto"` and `compressor = "auto"` choose with it
-//! from numbers measured on the job's own gradients and link (`dataflow::calibrate`).
+//! from numbers measured on the job's own gradients and link (`auto::calibrate`).
 //!
 //! Each strategy gives its own terms ([`super::Exchange::round_model`], in its file): the CPU
 //! per worker beyond the gradient, the payload bytes a worker sends to other processes, and the
@@ -13,7 +13,7 @@
 
 use super::{build_exchange, ExchangeKind, EXCHANGE_NAMES};
 
-/// What one codec costs on a worker's gradient, measured (`dataflow::calibrate`).
+/// What one codec costs on a worker's gradient, measured (`auto::calibrate`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CodecCost {
     /// The codec's name.

@@ -13,8 +13,8 @@ use timely::order::Product;
 use timely::worker::Worker;
 
 use super::calibrate::wait;
-use super::{Supervisor, TrainPlan, Training, WorkerData};
 use crate::data::Dataset;
+use crate::dataflow::{Supervisor, TrainPlan, Training, WorkerData};
 use crate::exchange::Envelope;
 use crate::model::EvalPart;
 
@@ -50,7 +50,7 @@ pub fn trial(
     };
     let mut t = Training::new(plan, data, supervisor.clone(), None, Box::new(|_| {}));
     if let Some(saved) = memory {
-        t.state.borrow_mut().model.memory.restore(saved)?;
+        t.state().borrow_mut().model.memory.restore(saved)?;
     }
     let state = t.state();
     let delay = plan.feedback_delay();

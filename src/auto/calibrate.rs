@@ -23,8 +23,8 @@ use timely::dataflow::operators::{Exchange, Input, Inspect, Probe};
 use timely::dataflow::InputHandle;
 use timely::worker::Worker;
 
-use super::{Supervisor, TrainPlan, WorkerData};
 use crate::codec::{build_codec, CodecSpec, EncodeContext};
+use crate::dataflow::{Supervisor, TrainPlan, WorkerData};
 use crate::exchange::cost::{CodecCost, DownlinkCost, LinkCost, RoundInputs};
 use crate::exchange::ownership::Owners;
 use crate::exchange::ExchangeKind;

@@ -2,7 +2,7 @@
 //! (and, with the compressor, pipelined rounds and `sharded`'s downlink codec) chosen before
 //! training, on every worker alike. Named steps:
 //! 1. **rank**: the cost model of [`crate::exchange::cost`] ranks every candidate from a round
-//!    measured on the job's own gradients and link ([`crate::dataflow::calibrate`]);
+//!    measured on the job's own gradients and link ([`crate::auto::calibrate`]);
 //! 2. **check the loss**: every candidate that trains another model than the job's own
 //!    settings (a lossy codec, a round in flight, a lossy downlink) is trained for a few real
 //!    rounds from the initial model beside uncompressed training, and scored on rows held out
@@ -10,12 +10,15 @@
 //!    [`MAX_GAP`] of uncompressed training's loss and keeps [`KEPT_PROGRESS`] of its progress
 //!    ([`keeps_progress`]);
 //! 3. **try**: the first few that stay, and the best uncompressed one of each exchange, run a
-//!    few real rounds each ([`crate::dataflow::trial`]), and the fastest wins (a lossy one
+//!    few real rounds each ([`crate::auto::trial`]), and the fastest wins (a lossy one
 //!    only by a margin). The model ranks; real rounds decide, because they show what the model
 //!    misses: processes sharing cores, caches emptied by other processes' rounds, a parked
 //!    worker's wake-up.
 //!
 //! The choice's time and the bytes it sent are part of the run: [`Choice::cost`].
+
+pub mod calibrate;
+pub mod trial;
 
 use std::time::Instant;
 
@@ -23,17 +26,17 @@ use timely::worker::Worker;
 
 use crate::codec::CodecSpec;
 use crate::data::Dataset;
-use crate::dataflow::calibrate::{
-    agree, agreement_bytes, calibrate, initial_weights, median, warmed_memory,
-    Candidate as Measured, Downlink,
-};
-use crate::dataflow::trial::trial;
 use crate::dataflow::{ChoiceCost, Supervisor, TrainPlan, WorkerData};
 use crate::exchange::cost::{self, choose_among, least, Candidate, DownlinkCost, Variant};
 use crate::exchange::ExchangeKind;
 use crate::job::{Auto, Job};
 use crate::memory::MemorySpec;
 use crate::model::EvalPart;
+use calibrate::{
+    agree, agreement_bytes, calibrate, initial_weights, median, warmed_memory,
+    Candidate as Measured, Downlink,
+};
+use trial::trial;
 
 /// What `auto` chose, why, and what choosing cost.
 pub struct Choice {
