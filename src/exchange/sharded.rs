@@ -9,7 +9,7 @@
 //! current weights of the keys its next batch (and, before an evaluation, its test rows)
 //! needs ([`super::pull`]) instead of receiving every change; the owner adds its change in
 //! place and answers with the weights. Workers that share one replica
-//! ([`crate::dataflow::Replica`]) add each change once: its owner adds it in place and sends
+//! ([`super::Replica`]) add each change once: its owner adds it in place and sends
 //! the others (and itself) an [`APPLIED`] mark instead.
 
 use super::cost::{CodecCost, RoundInputs, RoundModel};
