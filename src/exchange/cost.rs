@@ -512,4 +512,17 @@ mod tests {
         // No lossless candidate: the least.
         assert_eq!(least(&[2.0, 1.5], &[false, false]), 1);
     }
+
+    /// The strategies with a round model are those `auto` ranks, in registry order; one
+    /// without (`sketch`) is skipped, never predicted.
+    #[test]
+    fn only_strategies_with_a_round_model_are_ranked() {
+        assert_eq!(modelled(), [ExchangeKind::Sharded, ExchangeKind::Allgather]);
+        let none = codec("none", 80_000.0, 0.1);
+        assert!(predict(&inputs(1e9, 0), ExchangeKind::Sketch, &none).is_none());
+        let strategies = [ExchangeKind::Sketch, ExchangeKind::Allgather];
+        let (ranked, chosen) = choose(&inputs(1e9, 0), &strategies, &[none]);
+        assert_eq!(ranked.len(), 1);
+        assert_eq!(ranked[chosen].strategy, ExchangeKind::Allgather);
+    }
 }
