@@ -132,7 +132,11 @@ pub struct Prediction {
 /// Predicts a round of `strategy` with `codec`'s messages; `None` when the strategy has no
 /// round model.
 pub fn predict(r: &RoundInputs, strategy: ExchangeKind, codec: &CodecCost) -> Option<Prediction> {
-    let model = round_model(strategy)?;
+    Some(predict_with(r, &round_model(strategy)?, codec))
+}
+
+/// Predicts a round of the strategy whose round model is `model`, with `codec`'s messages.
+pub fn predict_with(r: &RoundInputs, model: &RoundModel, codec: &CodecCost) -> Prediction {
     let (cpu, per_worker_bytes) = (model.cost)(r, codec);
     let hops = model.hops;
     let remote = r.remote();
@@ -143,13 +147,13 @@ pub fn predict(r: &RoundInputs, strategy: ExchangeKind, codec: &CodecCost) -> Op
         false => 0.0,
     };
     let round_ms = round_ms(cpu_ms, hops, r.link.hop_ms, wire_ms, r.staleness);
-    Some(Prediction {
+    Prediction {
         cpu_ms,
         sent_bytes,
         wire_ms,
         hops,
         round_ms,
-    })
+    }
 }
 
 /// A round of `cpu_ms` per worker that waits for `hops` hops of `hop_ms` each and sends bytes
@@ -285,14 +289,12 @@ pub fn choose_among(
                 continue;
             }
             let round = r.with(v);
-            ranked.extend(codecs.iter().filter_map(|c| {
-                Some(Candidate {
-                    strategy,
-                    codec: c.name.clone(),
-                    staleness: v.staleness,
-                    downlink: v.downlink.as_ref().map(|d| d.name.clone()),
-                    prediction: predict(&round, strategy, c)?,
-                })
+            ranked.extend(codecs.iter().map(|c| Candidate {
+                strategy,
+                codec: c.name.clone(),
+                staleness: v.staleness,
+                downlink: v.downlink.as_ref().map(|d| d.name.clone()),
+                prediction: predict_with(&round, &model, c),
             }));
         }
     }
