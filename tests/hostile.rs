@@ -432,7 +432,10 @@ train = "t.csv"
 column = "y"
 [data.features]
 categorical = ["b", "c"]
-numeric = [{ column = "a", transform = "standardize" }]
+numeric = [
+  { column = "a", transform = "standardize" },
+  { column = "k", transform = "log1p" },
+]
 [[data.join]]
 file = "j.csv"
 on = { k = "k" }
@@ -445,6 +448,9 @@ model = "m.txt"
 "#;
     std::fs::write(d.join("job.toml"), job).unwrap();
     success(d, &["train", "job.toml"]);
+    // The model as written scores: a log1p column keeps no statistics (its std is 0, which
+    // only a standardized column may not have).
+    success(d, &["predict", "m.txt", "t.csv", "-o", "p.csv"]);
     let good = ModelFile::load(&d.join("m.txt")).unwrap();
     let features = good.features.clone().unwrap();
     let edited = |from: &str, to: &str| {
@@ -460,8 +466,8 @@ model = "m.txt"
         .unwrap()
         .to_string();
     for (to, why) in [
-        ("std = 0.0", "std must be finite and positive"),
-        ("std = nan", "std must"),
+        ("std = 0.0", "std positive for a standardized column"),
+        ("std = nan", "finite, and std positive"),
     ] {
         let e = edited(&std_line, to);
         assert!(e.contains(why), "{to}: {e}");

@@ -561,7 +561,7 @@ impl FeatureMap {
     }
 
     /// Checks a map read from a file (a model file's, which may be damaged or hand-edited):
-    /// finite statistics with a positive spread, ascending bucket edges, each vocabulary
+    /// finite statistics, with a positive spread for a standardized column, ascending bucket edges, each vocabulary
     /// sorted without repeats (a repeated entry made values silently unknown), hash bits that
     /// fit, and a `dim` that is what the layout makes (a disagreeing one let keys run past the
     /// weights).
@@ -575,9 +575,13 @@ impl FeatureMap {
             return Err(format!("features.hash_bits = {b}: must be 1 to 31"));
         }
         for (i, n) in self.numeric.iter().enumerate() {
-            if !n.mean.is_finite() || !n.std.is_finite() || n.std <= 0.0 {
+            // Only standardizing divides by the spread; other transforms keep no statistics.
+            let divides = self.spec.features.numeric.get(i).map(|c| c.transform)
+                == Some(Transform::Standardize);
+            if !n.mean.is_finite() || !n.std.is_finite() || (divides && n.std <= 0.0) {
                 return Err(format!(
-                    "numeric statistics {}: mean {} and std {} (std must be finite and positive)",
+                    "numeric statistics {}: mean {} and std {} (finite, and std positive for \
+                     a standardized column)",
                     i + 1,
                     n.mean,
                     n.std
