@@ -2,14 +2,13 @@
 //! `m = w·x / ‖x‖`, so that a row with many features (a long text, a busy user) weighs no more
 //! than a short one. The model plugs into the standard loop through the `Model` trait: its
 //! forward pass (the outputs, for the test metrics and `predict`) and its batched gradient; no
-//! operator is copied, and every exchange, codec and memory works with it.
+//! operator is copied, and every exchange, codec and memory works with it. One line in `main`
+//! registers it: `model.kind = "unit-length"` (or `--model unit-length`) then names it in job
+//! files, `bench` suites and this program's `predict`.
 //!
-//!   cargo run --release --example own_model -- train jobs/quickstart.toml -w 2
-//!   cargo run --release --example own_model -- cluster jobs/quickstart.toml -n 2
+//!   cargo run --release --example own_model -- train jobs/quickstart.toml -w 2 --model unit-length
+//!   cargo run --release --example own_model -- cluster jobs/quickstart.toml -n 2 --model unit-length
 
-use std::sync::Arc;
-
-use gradflow::dataflow::{build_training, Training};
 use gradflow::model::{Accumulator, Batch, Model};
 
 /// `m = w·x / ‖x‖` (0 for an empty row), one weight per feature.
@@ -73,8 +72,6 @@ impl Model for UnitLength {
 }
 
 fn main() -> std::process::ExitCode {
-    gradflow::cli::main_with(Arc::new(|scope, mut training: Training| {
-        training.set_model(UnitLength);
-        build_training(scope, training)
-    }))
+    gradflow::model::register("unit-length", |_| UnitLength);
+    gradflow::cli::main()
 }

@@ -1,29 +1,34 @@
-//! A job program with a codec, an optimizer and an exchange of its own, plugged into the
-//! standard loop through the `Codec`, `UpdateRule` and `Exchange` traits (no operator copied):
+//! A job program with a codec, an exchange and an optimizer of its own. The codec and the
+//! exchange are registered (one line each in `main`), so job files, `--compressor` and
+//! `--exchange`, `bench` suites and `auto` name them like built-in ones; the optimizer replaces
+//! the job's through the program API (`Training::set_optimizer`):
 //!
-//! * `int8`: every value scaled by the message's largest magnitude and rounded stochastically
-//!   to a signed byte (unbiased: `E[decoded] = value`), keys as 32-bit integers; 5 bytes a pair
-//!   against `none`'s 8. The decoder checks everything it reads (sizes, key order, dimension,
-//!   the scale) and never trusts a count it cannot hold.
-//! * AdaGrad (Duchi, Hazan & Singer 2011): `G ← G + g²; w ← w − lr·g / (√G + ε)`.
-//! * `central` (with `OWN_EXCHANGE=1`): one parameter server, worker 0. Every worker sends its
-//!   whole gradient (the job's codec, no error feedback) to it; it sums them in worker order,
-//!   takes the optimizer step and sends the change to every worker. With a lossless codec it
-//!   trains `allgather`'s model bit for bit, with `W` gradients into one worker instead of `W²`
-//!   between all of them, and a change back.
+//! * `int8` (`compressor = { name = "int8", levels = 127 }`): every value scaled by the
+//!   message's largest magnitude and rounded stochastically to one of `±levels` (unbiased:
+//!   `E[decoded] = value`), keys as 32-bit integers; 5 bytes a pair against `none`'s 8. The
+//!   decoder checks everything it reads (sizes, key order, dimension, the scale) and never
+//!   trusts a count it cannot hold.
+//! * `central` (`train.exchange = "central"`): one parameter server, worker 0. Every worker
+//!   sends its whole gradient (the job's codec, no error feedback) to it; it sums them in worker
+//!   order, takes the optimizer step and sends the change to every worker. With a lossless
+//!   codec it trains `allgather`'s model bit for bit, with `W` gradients into one worker instead
+//!   of `W²` between all of them, and a change back. Its round model lets `auto` rank it.
+//! * AdaGrad (Duchi, Hazan & Singer 2011): `G ← G + g²; w ← w − lr·g / (√G + ε)`, unless
+//!   `OWN_OPTIMIZER=0` keeps the job's optimizer.
 //!
-//!   cargo run --release --example own_parts -- cluster jobs/quickstart.toml -n 2 --lr 0.05
-//!
-//! `OWN_CODEC=0` or `OWN_OPTIMIZER=0` keeps the job's codec or optimizer instead;
-//! `OWN_EXCHANGE=1` exchanges through `central` instead of the job's `train.exchange`.
+//! ```sh
+//! cargo run --release --example own_parts -- cluster jobs/quickstart.toml -n 2 --lr 0.05 \
+//!     --compressor int8 --exchange central
+//! ```
 
 use std::sync::Arc;
 
 use gradflow::codec::{build_codec, check_keys, read_header, write_header};
-use gradflow::codec::{Codec, CodecError, EncodeContext};
+use gradflow::codec::{Codec, CodecError, EncodeContext, FromParams};
 use gradflow::data::WorkerData;
 use gradflow::dataflow::{build_training, Training};
 use gradflow::exchange::aggregate::Update;
+use gradflow::exchange::cost::{CodecCost, RoundInputs, RoundModel};
 use gradflow::exchange::uplink::add_change;
 use gradflow::exchange::{
     broadcast, Endpoint, Envelope, Exchange, ExchangePlan, ModelState, Place, Step,
@@ -31,9 +36,38 @@ use gradflow::exchange::{
 use gradflow::optim::UpdateRule;
 use gradflow::sparse::SparseGrad;
 use rand::RngExt;
+use serde::{Deserialize, Serialize};
 
 /// Signed bytes scaled by the largest magnitude, stochastic rounding.
-struct Int8;
+struct Int8 {
+    levels: f32,
+}
+
+/// `int8`'s parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Int8Params {
+    /// The largest magnitude, in steps of the scale: 1 to 127.
+    levels: u32,
+}
+
+impl Default for Int8Params {
+    fn default() -> Self {
+        Int8Params { levels: 127 }
+    }
+}
+
+impl FromParams for Int8 {
+    type Params = Int8Params;
+    fn from_params(p: &Int8Params) -> Result<Self, String> {
+        if !(1..=127).contains(&p.levels) {
+            return Err(format!("int8.levels = {}: 1 to 127", p.levels));
+        }
+        Ok(Int8 {
+            levels: p.levels as f32,
+        })
+    }
+}
 
 const ID: u8 = 200;
 
@@ -51,7 +85,7 @@ impl Codec for Int8 {
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
         gradflow::codec::check_finite(keys, values)?;
-        let scale = values.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let scale = values.iter().fold(0f32, |m, v| m.max(v.abs())) / self.levels;
         write_header(out, ID, 1, dim, keys.len() as u32);
         out.extend_from_slice(&scale.to_le_bytes());
         keys.iter()
@@ -61,7 +95,7 @@ impl Codec for Int8 {
             let x = if scale > 0.0 { v / scale } else { 0.0 };
             let low = x.floor();
             let q = low + (rng.random::<f32>() < x - low) as u8 as f32;
-            out.push(q.clamp(-127.0, 127.0) as i8 as u8);
+            out.push(q.clamp(-self.levels, self.levels) as i8 as u8);
         }
         Ok(())
     }
@@ -137,6 +171,27 @@ impl Exchange for Central {
             update: Update::new(at)?,
             codec: build_codec(&at.plan.codec)?,
         })])
+    }
+
+    /// Up to the server and back: it decodes every remote gradient, sums all of them, updates
+    /// the keys of the sum and encodes the change, which every worker decodes and applies.
+    /// The server's link carries the most: every remote gradient in, the change out to each.
+    fn round_model(&self) -> Option<RoundModel> {
+        Some(RoundModel {
+            hops: 2,
+            cost: |r: &RoundInputs, codec: &CodecCost| {
+                let (w, remote) = (r.workers.max(1) as f64, r.remote());
+                let cpu = codec.encode_whole_ms
+                    + remote * codec.decode_whole_ms
+                    + w * r.sum_ms()
+                    + r.union_keys * r.update_ns * 1e-6
+                    + w * (r.change_encode_ms + r.change_decode_ms)
+                    + r.apply_ms();
+                let bytes = (remote * codec.whole_bytes).max(remote * w * r.change_bytes);
+                (cpu, bytes)
+            },
+            downlink: false,
+        })
     }
 }
 
@@ -258,26 +313,20 @@ impl Step for Server {
 }
 
 fn main() -> std::process::ExitCode {
-    let on = |name: &str| std::env::var(name).map_or(true, |v| v != "0");
-    let (own_codec, own_optimizer) = (on("OWN_CODEC"), on("OWN_OPTIMIZER"));
-    let own_exchange = std::env::var("OWN_EXCHANGE").is_ok_and(|v| v == "1");
-    gradflow::cli::main_with(Arc::new(move |scope, mut training: Training| {
-        if own_codec {
-            training.set_codec("int8", || Box::new(Int8));
-        }
-        if own_optimizer {
-            let lr = training.plan().optimizer.lr;
-            training.set_optimizer("adagrad", move |lo, hi| {
-                Box::new(AdaGrad {
-                    lr,
-                    lo,
-                    sum_sq: vec![0.0; (hi - lo) as usize],
-                })
-            });
-        }
-        if own_exchange {
-            training.set_exchange("central", Central);
-        }
+    gradflow::codec::register::<Int8>("int8");
+    gradflow::exchange::register(Central);
+    if std::env::var("OWN_OPTIMIZER").is_ok_and(|v| v == "0") {
+        return gradflow::cli::main();
+    }
+    gradflow::cli::main_with(Arc::new(|scope, mut training: Training| {
+        let lr = training.plan().optimizer.lr;
+        training.set_optimizer("adagrad", move |lo, hi| {
+            Box::new(AdaGrad {
+                lr,
+                lo,
+                sum_sq: vec![0.0; (hi - lo) as usize],
+            })
+        });
         build_training(scope, training)
     }))
 }

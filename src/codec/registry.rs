@@ -1,36 +1,112 @@
 //! Codecs by job-file name. A job says `compressor = { name = "topk", ratio = 0.01 }`; the name
 //! picks the codec and the other fields are its typed parameters ([`FromParams::Params`], with
-//! defaults, unknown fields rejected). Adding a codec: one file and one line in the list below.
+//! defaults, unknown fields rejected). Adding a codec: one file and one line in the list below,
+//! or, from a program, one call to [`register`] before the job is read.
 
-use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
-use super::{Codec, FromParams};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{Codec, CustomCodec, FromParams};
+use crate::named::Registry;
+
+/// Builds an added codec from its job-file parameters (the table without `name`).
+pub type BuildCodec = dyn Fn(&toml::Table) -> Result<Box<dyn Codec>, String> + Send + Sync;
+
+/// Every codec by name: the built-in ones below and those added by [`register`].
+pub static CODECS: Registry<BuildCodec> = Registry::new("codec", CODEC_NAMES);
+
+/// Adds the codec `C` under `name` (its [`Codec::name`]): job files, `--codec` flags, `bench`
+/// suites and `codec compare` then accept `{ name = "...", ... }` with `C`'s typed parameters.
+/// Call it at the top of `main`, before [`crate::cli::main_with`] reads the job.
+///
+/// # Panics
+/// If `name` is taken (built in or added before).
+pub fn register<C: FromParams>(name: &str) {
+    CODECS.add(
+        name,
+        Arc::new(|table: &toml::Table| {
+            let params: C::Params = toml::Value::Table(table.clone())
+                .try_into()
+                .map_err(|e| e.to_string().trim_end().to_string())?;
+            Ok(Box::new(C::from_params(&params)?) as Box<dyn Codec>)
+        }),
+    );
+}
+
+/// The spec of the added codec `name` with `params`, checked by building the codec once.
+fn added_spec(name: &str, params: toml::Table) -> Result<CodecSpec, String> {
+    let (name, make) = CODECS.added(name).ok_or_else(|| CODECS.unknown(name))?;
+    make(&params)?;
+    let mut codec = CustomCodec::new(name, make);
+    codec.params = params;
+    Ok(CodecSpec::Custom(codec))
+}
 
 macro_rules! registry {
     ($($variant:ident $name:literal => $ty:ty,)*) => {
         /// A codec and its parameters, as written in a job file.
-        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-        #[serde(tag = "name")]
+        #[derive(Clone, Debug, PartialEq)]
         pub enum CodecSpec {
             $(
                 #[doc = concat!("`", $name, "`: see [`", stringify!($ty), "`].")]
+                $variant(<$ty as FromParams>::Params),
+            )*
+            /// An added codec ([`register`]) with its parameters, or a program's own
+            /// ([`crate::dataflow::Training::set_codec`]).
+            Custom(CustomCodec),
+        }
+
+        /// The built-in codecs' tables (`name` and parameters), as serde reads and writes them.
+        #[derive(Serialize, Deserialize)]
+        #[serde(tag = "name")]
+        enum Builtin {
+            $(
                 #[serde(rename = $name)]
                 $variant(<$ty as FromParams>::Params),
             )*
-            /// A program's own codec ([`crate::dataflow::Training::set_codec`]); not in job files.
-            #[serde(skip)]
-            Custom(super::CustomCodec),
+        }
+
+        impl Serialize for CodecSpec {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    $( CodecSpec::$variant(p) => Builtin::$variant(p.clone()).serialize(s), )*
+                    CodecSpec::Custom(c) => {
+                        let mut table = c.params.clone();
+                        table.insert("name".into(), c.name.clone().into());
+                        table.serialize(s)
+                    }
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for CodecSpec {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let mut table = toml::Table::deserialize(d)?;
+                let Some(toml::Value::String(name)) = table.remove("name") else {
+                    return Err(D::Error::missing_field("name"));
+                };
+                if !CODEC_NAMES.contains(&name.as_str()) {
+                    return added_spec(&name, table).map_err(D::Error::custom);
+                }
+                table.insert("name".into(), name.into());
+                match Builtin::deserialize(toml::Value::Table(table)) {
+                    $( Ok(Builtin::$variant(p)) => Ok(CodecSpec::$variant(p)), )*
+                    Err(e) => Err(D::Error::custom(e.to_string().trim_end())),
+                }
+            }
         }
 
         /// Builds the codec a spec names; an out-of-range parameter is an error naming it.
         pub fn build_codec(spec: &CodecSpec) -> Result<Box<dyn Codec>, String> {
             match spec {
                 $( CodecSpec::$variant(p) => Ok(Box::new(<$ty>::from_params(p)?)), )*
-                CodecSpec::Custom(c) => Ok((c.make)()),
+                CodecSpec::Custom(c) => (c.make)(&c.params),
             }
         }
 
-        /// Every codec name, in registry order.
+        /// Every built-in codec name, in registry order ([`CODECS`] adds the added ones).
         pub const CODEC_NAMES: &[&str] = &[$($name),*];
 
         impl CodecSpec {
@@ -42,11 +118,11 @@ macro_rules! registry {
                 }
             }
 
-            /// The spec of `name` with default parameters.
+            /// The spec of `name` (built in or added) with default parameters.
             pub fn with_defaults(name: &str) -> Option<CodecSpec> {
                 match name {
                     $( $name => Some(CodecSpec::$variant(Default::default())), )*
-                    _ => None,
+                    _ => added_spec(name, toml::Table::new()).ok(),
                 }
             }
         }
@@ -79,6 +155,50 @@ impl Default for CodecSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A registered codec is named like a built-in one: its typed parameters are read, checked
+    /// and written back, and it builds.
+    #[test]
+    fn a_registered_codec_reads_checks_and_writes_its_parameters() {
+        register::<super::super::topk::TopK>("test-topk");
+        #[derive(Deserialize, Serialize)]
+        struct J {
+            compressor: CodecSpec,
+        }
+        let text = "compressor = { name = \"test-topk\", ratio = 0.5 }";
+        let j: J = toml::from_str(text).unwrap();
+        assert_eq!(j.compressor.name(), "test-topk");
+        let written = toml::to_string(&j).unwrap();
+        let again: J = toml::from_str(&written).unwrap();
+        assert_eq!(again.compressor, j.compressor, "{written}");
+        assert!(written.contains("ratio = 0.5"), "{written}");
+        let mut codec = build_codec(&j.compressor).unwrap();
+        let (mut bytes, mut back) = (Vec::new(), crate::sparse::SparseGrad::default());
+        let ctx = crate::codec::EncodeContext::default();
+        codec
+            .encode(&[1, 2, 3, 4], &[1.0, -4.0, 2.0, 3.0], 8, ctx, &mut bytes)
+            .unwrap();
+        codec.decode(&bytes, &mut back).unwrap();
+        assert_eq!(back.keys, [2, 4], "ratio 0.5 keeps the larger half");
+        for (table, why) in [
+            (
+                "{ name = \"test-topk\", ratoi = 0.5 }",
+                "unknown field `ratoi`",
+            ),
+            ("{ name = \"test-topk\", ratio = 2.0 }", "topk.ratio"),
+            (
+                "{ name = \"test-nope\" }",
+                "unknown codec 'test-nope' (expected none,",
+            ),
+        ] {
+            let e = toml::from_str::<J>(&format!("compressor = {table}"))
+                .err()
+                .unwrap();
+            assert!(e.to_string().contains(why), "{table}: {e}");
+        }
+        assert!(CodecSpec::with_defaults("test-topk").is_some());
+        assert!(CODECS.names().ends_with(&["test-topk"]));
+    }
 
     #[test]
     fn specs_parse_with_defaults_and_reject_unknown_fields() {

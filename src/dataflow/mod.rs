@@ -247,8 +247,8 @@ impl Training {
         name: &str,
         make: impl Fn() -> Box<dyn Codec> + Send + Sync + 'static,
     ) {
-        let make: std::sync::Arc<dyn Fn() -> Box<dyn Codec> + Send + Sync> =
-            std::sync::Arc::new(make);
+        let make: std::sync::Arc<crate::codec::registry::BuildCodec> =
+            std::sync::Arc::new(move |_: &toml::Table| Ok(make()));
         self.plan.codec = CodecSpec::Custom(crate::named::Named::new(name, make));
     }
 

@@ -11,7 +11,7 @@
 //! of the two. Every process sends as much as it receives (the exchanges are symmetric), so one
 //! direction's bytes give the link time.
 
-use super::{build_exchange, ExchangeKind, EXCHANGE_NAMES};
+use super::{build_exchange, ExchangeKind};
 
 /// What one codec costs on a worker's gradient, measured (`auto::calibrate`).
 #[derive(Clone, Debug, PartialEq)]
@@ -107,9 +107,8 @@ pub fn round_model(kind: ExchangeKind) -> Option<RoundModel> {
 
 /// Every strategy the round model covers, in registry order: those `auto` ranks.
 pub fn modelled() -> Vec<ExchangeKind> {
-    EXCHANGE_NAMES
-        .iter()
-        .filter_map(|n| n.parse().ok())
+    ExchangeKind::all()
+        .into_iter()
         .filter(|&k| round_model(k).is_some())
         .collect()
 }

@@ -40,7 +40,9 @@ pub use downlink::Downlink;
 pub use envelope::*;
 pub use ownership::{Owners, Ownership};
 pub use place::{CheckpointRounds, ExchangePlan, Place};
-pub use registry::{build_exchange, CustomExchange, ExchangeKind, EXCHANGE_NAMES};
+pub use registry::{
+    build_exchange, register, CustomExchange, ExchangeKind, EXCHANGES, EXCHANGE_NAMES,
+};
 pub use replica::{Replica, ReplicaMode, ReplicaSlot};
 pub use router::Router;
 pub use state::ModelState;

@@ -2,34 +2,52 @@
 //! ([`crate::codec::registry`]). A strategy's parameters are the job's other `train` fields
 //! (`pull`, `ownership`, `downlink`, `[train.sketch]`), which its parts read from their
 //! [`super::ExchangePlan`]. Adding a strategy: one file (its parts, its description and, for
-//! `auto` to rank it, its round model) and one line in the list below.
+//! `auto` to rank it, its round model) and one line in the list below, or, from a program, one
+//! call to [`register`] before the job is read.
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Exchange;
+use crate::named::Registry;
 
 /// A program's own exchange ([`crate::dataflow::Training::set_exchange`]).
 pub type CustomExchange = crate::named::Named<dyn Exchange>;
 
+/// Every strategy by name: the built-in ones below and those added by [`register`].
+pub static EXCHANGES: Registry<dyn Exchange> = Registry::new("exchange", EXCHANGE_NAMES);
+
+/// Adds `exchange` under its [`Exchange::name`]: `train.exchange`, `bench` suites and, when it
+/// has a [`Exchange::round_model`], `auto` then accept it. Call it at the top of `main`, before
+/// [`crate::cli::main_with`] reads the job.
+///
+/// # Panics
+/// If the name is taken (built in or added before).
+pub fn register(exchange: impl Exchange + 'static) {
+    let name = exchange.name().to_string();
+    EXCHANGES.add(&name, Arc::new(exchange));
+}
+
 macro_rules! registry {
     ($($(#[$attr:meta])* $variant:ident $name:literal => $ty:expr, $doc:literal;)*) => {
         /// Which exchange strategy a job uses (`train.exchange`).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-        #[serde(rename_all = "lowercase")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
         pub enum ExchangeKind {
             $(
                 #[doc = $doc]
                 $(#[$attr])*
                 $variant,
             )*
+            /// A strategy added by [`register`], by name.
+            Added(&'static str),
         }
 
         /// Builds the strategy `kind` names.
         pub fn build_exchange(kind: ExchangeKind) -> Arc<dyn Exchange> {
             match kind {
                 $( ExchangeKind::$variant => Arc::new($ty), )*
+                ExchangeKind::Added(name) => EXCHANGES.added(name).expect("added strategies stay").1,
             }
         }
 
@@ -38,11 +56,12 @@ macro_rules! registry {
             pub fn name(self) -> &'static str {
                 match self {
                     $( ExchangeKind::$variant => $name, )*
+                    ExchangeKind::Added(name) => name,
                 }
             }
         }
 
-        /// Every strategy's name, in registry order.
+        /// Every built-in strategy's name, in registry order ([`EXCHANGES`] adds the added ones).
         pub const EXCHANGE_NAMES: &[&str] = &[$($name),*];
 
         impl std::str::FromStr for ExchangeKind {
@@ -50,14 +69,38 @@ macro_rules! registry {
             fn from_str(s: &str) -> Result<Self, String> {
                 match s {
                     $( $name => Ok(ExchangeKind::$variant), )*
-                    _ => Err(format!(
-                        "unknown exchange '{s}' (expected {})",
-                        EXCHANGE_NAMES.join(", ")
-                    )),
+                    _ => EXCHANGES
+                        .added(s)
+                        .map(|(name, _)| ExchangeKind::Added(name))
+                        .ok_or_else(|| EXCHANGES.unknown(s)),
                 }
             }
         }
     };
+}
+
+impl ExchangeKind {
+    /// Every strategy, built in or added, in registry order.
+    pub fn all() -> Vec<ExchangeKind> {
+        EXCHANGES
+            .names()
+            .into_iter()
+            .map(|n| n.parse().expect("a registered name"))
+            .collect()
+    }
+}
+
+impl Serialize for ExchangeKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ExchangeKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 registry! {

@@ -51,6 +51,7 @@ impl Job {
                 ModelKind::Linear => format!("model.classes = {width}"),
                 ModelKind::Fm => format!("model.factors = {}", self.model.factors),
                 ModelKind::Mlp => format!("model.hidden = {:?}", self.model.hidden),
+                ModelKind::Added(name) => format!("model.kind = \"{name}\""),
             };
             return Err(format!(
                 "the data has {dim} features: with {per} the model has {keys} weights, more \

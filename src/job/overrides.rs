@@ -3,11 +3,14 @@
 
 use super::*;
 
-/// A serde message listing the exchanges, with `auto` beside them (it is taken out of the job
-/// before serde sees it, so serde does not list it).
+/// A message listing the exchanges, with `auto` beside them (it is taken out of the job
+/// before the exchange's name is read, so the registry does not list it).
 pub(super) fn with_auto(message: &str) -> String {
-    let names = "`sharded`, `allgather`, `sketch`";
-    message.replace(names, &format!("{names}, or `auto`"))
+    let names = crate::exchange::EXCHANGES.names().join(", ");
+    message.replace(
+        &format!("(expected {names})"),
+        &format!("(expected {names}, auto)"),
+    )
 }
 
 /// `message` with each line cut to [`ERROR_LINE_CHARS`] characters and control characters

@@ -6,7 +6,7 @@ use crate::codec::ErrorFeedback;
 use crate::dataflow::TrainPlan;
 use crate::exchange::ExchangeKind;
 use crate::memory::MemorySpec;
-use crate::model::{Fm, Linear, LossFn, LossName, Mlp, ModelFn};
+use crate::model::{Fm, Linear, LossFn, LossName, Mlp, ModelArgs, ModelFn, MODELS};
 
 impl Job {
     /// One line naming how gradients move: exchange, codec, memory (resolved), downlink,
@@ -64,6 +64,13 @@ impl Job {
                 ModelFn::new(Fm::new(m.factors, m.init_std, intercept))
             }
             ModelKind::Mlp => ModelFn::new(Mlp::new(&m.hidden, self.outputs(), m.init_std)),
+            ModelKind::Added(name) => {
+                let (_, make) = MODELS.added(name).expect("added models stay");
+                make(&ModelArgs {
+                    outputs: self.outputs(),
+                    init_std: m.init_std,
+                })
+            }
         }
     }
 
@@ -73,6 +80,7 @@ impl Job {
             ModelKind::Linear => self.outputs(),
             ModelKind::Fm => 1 + self.model.factors,
             ModelKind::Mlp => self.model.hidden[0],
+            ModelKind::Added(_) => self.model_fn(1).width(),
         }
     }
 

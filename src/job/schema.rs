@@ -14,7 +14,7 @@ use crate::dataflow::ReplicaMode;
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{ExchangeKind, Ownership};
 use crate::memory::MemorySpec;
-use crate::model::LossName;
+use crate::model::{LossName, MODELS};
 
 /// The format of the data files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,8 +278,7 @@ pub enum TestSplit {
 }
 
 /// Which model `[model]` trains.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ModelKind {
     /// One weight per feature and output ([`Linear`]).
     #[default]
@@ -289,6 +288,48 @@ pub enum ModelKind {
     /// A neural network of `hidden` ReLU layers over an embedding bag
     /// ([`crate::model::Mlp`]).
     Mlp,
+    /// A model added by [`crate::model::register`], by name.
+    Added(&'static str),
+}
+
+impl ModelKind {
+    /// The `model.kind` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Linear => "linear",
+            ModelKind::Fm => "fm",
+            ModelKind::Mlp => "mlp",
+            ModelKind::Added(name) => name,
+        }
+    }
+}
+
+impl std::str::FromStr for ModelKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "linear" => Ok(ModelKind::Linear),
+            "fm" => Ok(ModelKind::Fm),
+            "mlp" => Ok(ModelKind::Mlp),
+            _ => MODELS
+                .added(s)
+                .map(|(name, _)| ModelKind::Added(name))
+                .ok_or_else(|| MODELS.unknown(s)),
+        }
+    }
+}
+
+impl Serialize for ModelKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// `[model]`.

@@ -308,3 +308,24 @@ fn exchange_fields_are_checked_and_memory_defaults_follow_the_papers() {
     let explicit = "[train]\ncompressor = { name = \"topk\" }\nmemory = \"none\"\n";
     assert_eq!(memory(explicit), MemorySpec::None);
 }
+
+/// A registered model is a `model.kind` like a built-in one: the plan builds it with the job's
+/// outputs, its width sizes the model, and the job writes its name back.
+#[test]
+fn a_registered_model_is_named_by_model_kind() {
+    use crate::model::{Linear, ModelArgs};
+    crate::model::register("test-wide", |a: &ModelArgs| Linear::new(a.outputs * 3));
+    let job = parse("[data]\ntrain = \"x.svm\"\n[model]\nkind = \"test-wide\"\n").unwrap();
+    assert_eq!(job.model.kind, ModelKind::Added("test-wide"));
+    assert_eq!(job.width(), 3);
+    assert_eq!(job.plan(10, 1).dim, 30);
+    let written = toml::to_string(&job.model).unwrap();
+    assert!(written.contains("kind = \"test-wide\""), "{written}");
+    let e = parse("[model]\nkind = \"test-narrow\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown model 'test-narrow' (expected linear, fm, mlp, test-wide"),
+        "{e}"
+    );
+}

@@ -74,8 +74,9 @@ impl ModelFile {
         }
     }
 
-    /// The built-in model the weights belong to (linear, or `fm:K`); an error for a program's
-    /// own model, whose outputs only that program can compute.
+    /// The model the weights belong to: built in (linear, `fm:K`, `mlp:H[,H]`) or added by this
+    /// program ([`super::register`]); an error for another program's own model, whose outputs
+    /// only that program can compute.
     pub fn builtin_model(&self) -> Result<ModelFn, String> {
         let spec = self.model.as_deref().unwrap_or("linear");
         let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
@@ -132,6 +133,26 @@ impl ModelFile {
                     ));
                 }
                 Ok(ModelFn::new(mlp))
+            }
+            (name, _) if super::MODELS.added(name).is_some() => {
+                let (_, make) = super::MODELS.added(name).expect("just found");
+                let model = make(&super::ModelArgs {
+                    outputs: self.outputs(),
+                    init_std: 1.0,
+                });
+                let (dim, width, dense) = (self.weights.len() as u32, model.width(), model.dense());
+                let features = dim.checked_sub(dense).filter(|f| f.is_multiple_of(width));
+                if width == 0
+                    || features.is_none()
+                    || self.intercept.is_some_and(|i| i % width != 0)
+                {
+                    return Err(format!(
+                        "model {spec}: {dim} weights and intercept key {:?} are not features of \
+                         {width} weights and {dense} dense ones",
+                        self.intercept
+                    ));
+                }
+                Ok(model)
             }
             _ => Err(format!(
                 "the model is '{spec}', which is not one of gradflow's (linear, fm:K, \

@@ -117,6 +117,43 @@ impl std::ops::Deref for ModelFn {
     }
 }
 
+/// What an added model is built from (besides its own code): the job's outputs per row (the
+/// loss's margins: `model.classes` for softmax, 1 otherwise) and `model.init_std`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelArgs {
+    /// Outputs per row.
+    pub outputs: u32,
+    /// Standard deviation of random initial weights, for a model that has them.
+    pub init_std: f32,
+}
+
+/// Builds an added model.
+pub type BuildModel = dyn Fn(&ModelArgs) -> ModelFn + Send + Sync;
+
+/// The built-in models' `model.kind` names.
+pub const MODEL_NAMES: &[&str] = &["linear", "fm", "mlp"];
+
+/// Every model by `model.kind` name: the built-in ones (which the job builds from its `[model]`
+/// fields) and those added by [`register`].
+pub static MODELS: crate::named::Registry<BuildModel> =
+    crate::named::Registry::new("model", MODEL_NAMES);
+
+/// Adds a model under `name` (the [`Model::name`] of what `make` builds): `model.kind`, `bench`
+/// suites and `predict` then accept it. Call it at the top of `main`, before
+/// [`crate::cli::main_with`] reads the job.
+///
+/// # Panics
+/// If `name` is taken (built in or added before).
+pub fn register<M: Model + 'static>(
+    name: &str,
+    make: impl Fn(&ModelArgs) -> M + Send + Sync + 'static,
+) {
+    MODELS.add(
+        name,
+        Arc::new(move |args: &ModelArgs| ModelFn::new(make(args))),
+    );
+}
+
 impl PartialEq for ModelFn {
     fn eq(&self, other: &ModelFn) -> bool {
         (self.name(), self.outputs(), self.width(), self.dense())
