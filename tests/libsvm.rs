@@ -648,3 +648,33 @@ fn two_processes_over_tcp_each_cache_their_workers_rows() {
     assert_eq!(first[0].weights, expected);
     assert_eq!(second[0].weights, expected);
 }
+
+/// LibSVM rows of one class under a binary loss are an error on one worker and on two; under
+/// squared loss they train.
+#[test]
+fn training_rows_of_one_class_are_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("d.svm");
+    let rows: String = (0..40)
+        .map(|i| format!("+1 {}:1 {}:0.5\n", i % 7 + 1, i % 3 + 8))
+        .collect();
+    std::fs::write(&file, rows).unwrap();
+    for workers in ["1", "2"] {
+        let out = common::gradflow(["train", "--data", file.to_str().unwrap(), "-w", workers]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && e.contains("every training row's label is positive (")
+                && e.contains("need rows of both classes"),
+            "-w {workers}: {e}"
+        );
+    }
+    let out = common::gradflow_ok([
+        "train",
+        "--data",
+        file.to_str().unwrap(),
+        "--loss",
+        "squared",
+    ]);
+    assert!(out.contains("epoch"), "{out}");
+}

@@ -924,3 +924,110 @@ fn string_labels_are_named_and_other_values_refused() {
         "{e}"
     );
 }
+
+/// Training rows of one class are an error naming the column, the values it has (with counts)
+/// and the flag that names the label, on one worker and on two: a positive value spelt as the
+/// file does not spell it, a threshold above every value, a 0/1 column of zeros. A named class
+/// no training row has is a note naming it.
+#[test]
+fn labels_of_one_class_are_an_error_naming_the_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = String::from("label,text,n,zero\n");
+    for i in 0..300 {
+        let spam = i % 5 < 2;
+        let words = if spam {
+            "buy now cheap"
+        } else {
+            "see you at the meeting"
+        };
+        t += &format!(
+            "{},{words} w{},{},0\n",
+            ["ham", "spam"][spam as usize],
+            i % 17,
+            i % 100
+        );
+    }
+    let data = dir.path().join("mail.csv");
+    std::fs::write(&data, t).unwrap();
+    let err = |label: &str, workers: &str| {
+        let out = gradflow([
+            "train",
+            "--data",
+            data.to_str().unwrap(),
+            "--label",
+            label,
+            "--text",
+            "text",
+            "-w",
+            workers,
+            "-q",
+        ]);
+        assert!(
+            !out.status.success(),
+            "--label {label} -w {workers} trained"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for workers in ["1", "2"] {
+        let e = err("label=Spam", workers);
+        assert!(
+            e.contains("every training row's label is negative: column 'label' has 'ham' (")
+                && e.contains("'spam' (")
+                && e.contains("the job names the positive value 'Spam'")
+                && e.contains("--label label=VALUE"),
+            "{e}"
+        );
+        // The counts are the training rows' (80% of 300, held out by a seeded hash).
+        let count = |v: &str| -> usize {
+            let at = e.find(&format!("'{v}' (")).unwrap() + v.len() + 4;
+            e[at..].split(' ').next().unwrap().parse().unwrap()
+        };
+        let total = count("ham") + count("spam");
+        assert!(
+            (200..280).contains(&total) && count("ham") > count("spam"),
+            "{e}"
+        );
+        let e = err("n>200", workers);
+        assert!(
+            e.contains("column 'n' has values from 0 to 99; data.label.above = 200 puts none")
+                && e.contains("--label n>X"),
+            "{e}"
+        );
+        let e = err("zero", workers);
+        assert!(
+            e.contains("every training row's label is negative: column 'zero' has '0' ("),
+            "{e}"
+        );
+    }
+    // The right spelling trains.
+    let out = gradflow_ok([
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--label",
+        "label=spam",
+        "--text",
+        "text",
+        "--epochs",
+        "1",
+    ]);
+    assert!(out.contains("epoch   1"), "{out}");
+    // A class no training row has: a note, and the run goes on.
+    let (_, out) = gradflow_outputs([
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--label",
+        "label",
+        "--text",
+        "text",
+        "--epochs",
+        "1",
+        "--set",
+        "data.label.classes=[\"ham\",\"spam\",\"phish\"]",
+    ]);
+    assert!(
+        out.contains("no training row has the class 'phish' (data.label.classes)"),
+        "{out}"
+    );
+}

@@ -108,15 +108,45 @@ impl Job {
             return loaded; // the program's dataflow brings the rows later
         }
         // Every worker joins the comparison, a worker whose loading failed too.
-        let rows = loaded
-            .as_ref()
-            .map_or(u64::MAX, |l| l.0.train.rows() as u64);
-        let counts = gather(worker, vec![((worker.index(), rows), 1)], |c| c);
-        let fewest = counts.iter().min_by_key(|(_, rows)| *rows);
-        if let (Ok(_), Some(&(w, rows))) = (&loaded, fewest) {
+        let (rows, positives) = loaded.as_ref().map_or((u64::MAX, 0), |l| {
+            let labels = &l.0.train.labels;
+            (
+                labels.len() as u64,
+                labels.iter().filter(|&&y| y > 0.0).count() as u64,
+            )
+        });
+        let counts = gather(worker, vec![((worker.index(), rows, positives), 1)], |c| c);
+        let fewest = counts.iter().min_by_key(|(_, rows, _)| *rows);
+        if let (Ok(_), Some(&(w, rows, _))) = (&loaded, fewest) {
             self.check_batch(w, rows)?;
+            let rows: u64 = counts.iter().map(|c| c.1).sum();
+            let positives: u64 = counts.iter().map(|c| c.2).sum();
+            self.check_both_classes(rows, positives)?;
         }
         loaded
+    }
+
+    /// A binary loss over training rows of one class trains a constant model whose accuracy on
+    /// rows of that class is perfect: an error. (A table's labels are checked as they are
+    /// prepared, with the values the column has.)
+    fn check_both_classes(&self, rows: u64, positives: u64) -> Result<(), String> {
+        if self.loss().task() != Task::Binary || (0 < positives && positives < rows) {
+            return Ok(());
+        }
+        let class = if positives > 0 {
+            "positive"
+        } else {
+            "negative"
+        };
+        let file = self
+            .data
+            .train
+            .as_deref()
+            .map_or("the data".into(), |p| p.display().to_string());
+        Err(format!(
+            "{file}: every training row's label is {class} ({rows} rows): logistic and hinge \
+             losses need rows of both classes (a LibSVM label is positive when above 0)"
+        ))
     }
 
     /// Whether every batch of a worker with `rows` training rows (worker `w`, the one with the

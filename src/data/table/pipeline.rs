@@ -698,7 +698,143 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
             .zip(test_labels.as_ref())
             .map_or(0, |(_, l)| l.iter().filter(|x| x.is_none()).count());
     add_notes(worker, input, &mut out, skipped, unknown)?;
+    check_classes(worker, input, &mut out, &train_rows.cells, &train_idx)?;
     Ok(out)
+}
+
+/// Refuses binary training rows of one class: a label value named with another spelling
+/// (`equals = "Spam"` where the file says `spam`), a threshold above every value, or a file of
+/// one class trains a constant model that scores perfect accuracy on rows of that class alone.
+/// The error names the column, the values the training rows have (the most frequent first,
+/// with counts) and the field or flag that sets the label. Every worker decides on the same
+/// totals and gathers the values together. A named class (`data.label.classes`) that no
+/// training row has is a note naming it.
+fn check_classes(
+    worker: &mut Worker,
+    input: &TableInput,
+    out: &mut Prepared,
+    cells: &Cells,
+    rows: &[usize],
+) -> Result<(), String> {
+    let label = &input.spec.label;
+    if !label.classes.is_empty() {
+        let mut has = vec![false; label.classes.len()];
+        for &y in &out.train.labels {
+            has[y as usize] = true;
+        }
+        let local: Vec<(u32, isize)> = (0..has.len() as u32)
+            .filter(|&k| has[k as usize])
+            .map(|k| (k, 1))
+            .collect();
+        let seen = gather(worker, local, |c| c.distinct());
+        let unseen: Vec<String> = (0..label.classes.len() as u32)
+            .filter(|k| seen.binary_search(k).is_err())
+            .map(|k| format!("'{}'", crate::data::clip(&label.classes[k as usize])))
+            .collect();
+        if !unseen.is_empty() {
+            out.notes.push(format!(
+                "no training row has the class{} {} (data.label.classes): the model cannot \
+                 learn to predict {}",
+                if unseen.len() > 1 { "es" } else { "" },
+                unseen.join(", "),
+                if unseen.len() > 1 { "them" } else { "it" }
+            ));
+        }
+    }
+    if !input.classification {
+        return Ok(());
+    }
+    let train = &out.train;
+    let positives = train.labels.iter().filter(|&&y| y > 0.0).count();
+    let local: Vec<(bool, isize)> = [(true, positives), (false, train.rows() - positives)]
+        .into_iter()
+        .filter(|x| x.1 > 0)
+        .map(|(k, n)| (k, n as isize))
+        .collect();
+    let classes = gather(worker, local, |c| c.count());
+    if classes.len() != 1 {
+        return Ok(());
+    }
+    let positive = classes[0].0;
+    let class = if positive { "positive" } else { "negative" };
+    let c = cells.names.iter().position(|n| n == &label.column);
+    let values = rows.iter().filter_map(|&r| cells.value(r, c?));
+    let (seen, how) = match label.above {
+        Some(t) => {
+            // A threshold: the range of the values (the label parsed them all as numbers).
+            let local: Vec<(u64, isize)> = values
+                .filter_map(|v| v.trim().parse::<f64>().ok())
+                .fold(None, |r: Option<(f64, f64)>, x| {
+                    Some(r.map_or((x, x), |(lo, hi)| (lo.min(x), hi.max(x))))
+                })
+                .map_or_else(Vec::new, |(lo, hi)| {
+                    vec![(ordered(lo), 1), (ordered(hi), 1)]
+                });
+            let ends = gather(worker, local, |c| c.distinct());
+            let range = match (ends.first(), ends.last()) {
+                (Some(&lo), Some(&hi)) => {
+                    format!("values from {} to {}", unordered(lo), unordered(hi))
+                }
+                _ => "no values".to_string(),
+            };
+            let how = format!(
+                "data.label.above = {t} puts {} of them above: choose a threshold inside their \
+                 range (--label {}>X)",
+                if positive { "all" } else { "none" },
+                label.column
+            );
+            (range, how)
+        }
+        None => {
+            // Named values or numbers: the distinct values with their counts (the first 64 a
+            // worker meets).
+            let mut counts: Vec<(String, isize)> = Vec::new();
+            for v in values {
+                match counts.iter().position(|x| x.0 == v) {
+                    Some(i) => counts[i].1 += 1,
+                    None if counts.len() < 64 => counts.push((v.to_string(), 1)),
+                    None => {}
+                }
+            }
+            let mut counts = gather(worker, counts, |c| c.count());
+            counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            let mut shown: Vec<String> = counts
+                .iter()
+                .take(5)
+                .map(|(v, n)| format!("'{}' ({n} rows)", crate::data::clip(v)))
+                .collect();
+            if counts.len() > 5 {
+                shown.push("and other values".to_string());
+            }
+            let named: Vec<String> = label
+                .equals
+                .iter()
+                .chain(&label.positive)
+                .map(|v| format!("'{}'", crate::data::clip(v)))
+                .collect();
+            let how = if !named.is_empty() {
+                format!(
+                    "the job names the positive value{} {} (data.label; values are compared \
+                     exactly): name it as the file writes it (--label {}=VALUE)",
+                    if named.len() > 1 { "s" } else { "" },
+                    named.join(", "),
+                    label.column
+                )
+            } else {
+                format!(
+                    "name the positive value (--label {c}=VALUE) or a threshold \
+                     (--label {c}>X)",
+                    c = label.column
+                )
+            };
+            (shown.join(", "), how)
+        }
+    };
+    Err(format!(
+        "{}: every training row's label is {class}: column '{}' has {seen}; {how}",
+        input.train.display(),
+        label.column,
+    ))
 }
 
 /// Reads and checks this worker's parts of every file and their labels (training, test,
