@@ -1031,3 +1031,69 @@ fn labels_of_one_class_are_an_error_naming_the_values() {
         "{out}"
     );
 }
+
+/// A file as Python's `csv.writer` writes it: CRLF line endings, quoted fields holding line
+/// breaks (CRLF and LF) and doubled quotes. One, two and four processes read the same rows
+/// (two did not load it at all), workers in one process train the model of as many processes,
+/// and a bad value is named at its line and column on any number of workers, as one worker
+/// names it (it was a complaint about quotes, pointing at another column).
+#[test]
+fn crlf_multi_line_fields_read_alike_on_any_number_of_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = String::from("y,subject,text\r\n");
+    for i in 0..900 {
+        let spam = i % 5 < 2;
+        let body = match spam {
+            true => format!("\"cheap pills\r\nbuy \"\"now\"\"\nw{}\"", i % 23),
+            false => format!("\"hi,\r\nsee you at {}\r\nbob\"", i % 19),
+        };
+        t += &format!("{},subject {i},{body}\r\n", ["no", "yes"][spam as usize]);
+    }
+    let data = dir.path().join("mail.csv");
+    std::fs::write(&data, &t).unwrap();
+    let job = write_job(
+        dir.path(),
+        &format!(
+            "[data]\ntrain = {:?}\n[data.label]\ncolumn = \"y\"\nequals = \"yes\"\n\
+             [data.features]\ntext = [{{ column = \"text\" }}]\ncategorical = [\"subject\"]\n\
+             [train]\nepochs = 2\nbatch_fraction = 0.1\n",
+            data.display().to_string()
+        ),
+    );
+    let (map1, rows1) = prepare(&job, 1, &[]);
+    assert_eq!(rows1.len(), 900);
+    let one = (map1, rows1);
+    assert!(
+        prepare(&job, 2, &[]) == one,
+        "two processes read other rows"
+    );
+    assert!(
+        prepare(&job, 4, &[]) == one,
+        "four processes read other rows"
+    );
+    // Two workers train the model of two processes (and four that of two processes of two).
+    let model = |command: &str, n: &str, w: &str| {
+        let out = dir.path().join(format!("model-{command}-{n}-{w}.txt"));
+        let mut args = vec![command, job.to_str().unwrap(), "-w", w];
+        if command == "cluster" {
+            args.extend(["-n", n]);
+        }
+        args.extend(["--model-out", out.to_str().unwrap()]);
+        gradflow_ok(args);
+        std::fs::read_to_string(out).unwrap()
+    };
+    assert!(model("train", "1", "2") == model("cluster", "2", "1"));
+    assert!(model("train", "1", "4") == model("cluster", "2", "2"));
+    // The label read as a number: the first row's value, on any number of workers.
+    let text = std::fs::read_to_string(&job).unwrap();
+    let numeric = write_job(dir.path(), &text.replace("equals = \"yes\"\n", ""));
+    for workers in ["1", "2", "4"] {
+        let out = gradflow(["train", numeric.to_str().unwrap(), "-w", workers, "-q"]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && e.contains("mail.csv:2:1: column 'y': 'yes' is not a finite number"),
+            "-w {workers}: {e}"
+        );
+    }
+}

@@ -81,6 +81,10 @@ type Parts = (
     Vec<Cells>,
 );
 
+/// A worker's parts of the files as read, before their values are checked: training, test,
+/// dimension tables.
+type Files = (Cells, Option<Cells>, Vec<Cells>);
+
 /// A worker's rows of one file with their joined values.
 struct Rows<'a> {
     cells: Cells,
@@ -589,14 +593,14 @@ fn rows_before(worker: &mut Worker, part: Part, records: usize) -> u64 {
 /// hold exactly the records of the whole file.
 fn parts_chain(
     worker: &mut Worker,
-    parts: &Result<Parts, DataError>,
+    parts: &Result<Files, DataError>,
     cuts: &[Cut],
     part: Part,
 ) -> bool {
     let me = part.index as u64;
     let local: Vec<((u64, u64, u64, u64), isize)> = match parts {
         Err(_) => vec![((u64::MAX, me, 0, 0), 1)],
-        Ok((train, _, test, dims)) => [Some(train), test.as_ref().map(|t| &t.0)]
+        Ok((train, test, dims)) => [Some(train), test.as_ref()]
             .into_iter()
             .flatten()
             .chain(dims)
@@ -856,61 +860,32 @@ fn read_parts(worker: &mut Worker, input: &TableInput, part: Part) -> Result<Par
     let joins_from = files.len() - spec.join.len();
     let mut cuts = quote_cuts(worker, &files, part);
 
-    // Read and check this worker's parts and labels; the first error anywhere stops every
-    // worker.
-    let read = |cuts: &[Cut]| -> Result<Parts, DataError> {
-        let train = read_cells(
-            &input.train,
-            &columns,
-            part,
-            delimiter,
-            &spec.missing,
-            cuts[0],
-        )?;
-        check(&train, spec)?;
-        let train_labels = labels(&train, spec, input.classification)?;
+    // Read this worker's parts; when they do not chain (a quote inside an unquoted field made
+    // the quote count lie), read them again cut at line breaks. Only then check their values,
+    // so that a bad value is named where it is, as one worker names it.
+    let read = |cuts: &[Cut]| -> Result<Files, DataError> {
+        let cells = |path: &Path, names: &[String], cut: Cut| {
+            read_cells(path, names, part, delimiter, &spec.missing, cut)
+        };
+        let train = cells(&input.train, &columns, cuts[0])?;
         let test = match &input.test {
-            Some(p) => {
-                let t = read_cells(p, &columns, part, delimiter, &spec.missing, cuts[1])?;
-                check(&t, spec)?;
-                let l = labels(&t, spec, input.classification)?;
-                Some((t, l))
-            }
+            Some(p) => Some(cells(p, &columns, cuts[1])?),
             None => None,
         };
         let mut dims = Vec::new();
         for (i, j) in spec.join.iter().enumerate() {
             let mut names: Vec<String> = j.on.values().cloned().collect();
             names.extend(j.columns.iter().cloned());
-            let cut = cuts[joins_from + i];
-            let mut d = read_cells(&j.file, &names, part, delimiter, &spec.missing, cut)?;
-            // Check the brought columns under their new names.
-            let keys = j.on.len();
-            let renamed: Vec<String> = d
-                .names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| {
-                    if i < keys {
-                        format!("\u{1f}key:{n}")
-                    } else {
-                        format!("{}{n}", j.prefix)
-                    }
-                })
-                .collect();
-            let original = std::mem::replace(&mut d.names, renamed);
-            check(&d, spec)?;
-            d.names = original;
-            dims.push(d);
+            dims.push(cells(&j.file, &names, cuts[joins_from + i])?);
         }
-        Ok((train, train_labels, test, dims))
+        Ok((train, test, dims))
     };
-    let mut parts = read(&cuts);
-    if cuts.iter().any(|c| *c != Cut::Lines) && !parts_chain(worker, &parts, &cuts, part) {
-        // A quote inside an unquoted field made the quote count lie: cut at line breaks.
+    let mut files = read(&cuts);
+    if cuts.iter().any(|c| *c != Cut::Lines) && !parts_chain(worker, &files, &cuts, part) {
         cuts.fill(Cut::Lines);
-        parts = read(&cuts);
+        files = read(&cuts);
     }
+    let parts = files.and_then(|files| check_values(files, input));
     let parts = parts.map_err(|e| e.to_string());
     let errors: Vec<((u64, String), isize)> = parts
         .as_ref()
@@ -923,6 +898,43 @@ fn read_parts(worker: &mut Worker, input: &TableInput, part: Part) -> Result<Par
         return Err(first.clone());
     }
     parts
+}
+
+/// Checks the values of a worker's parts (numbers, dates, labels) and reads their labels.
+fn check_values(files: Files, input: &TableInput) -> Result<Parts, DataError> {
+    let spec = &input.spec;
+    let (train, test, mut dims) = files;
+    check(&train, spec)?;
+    let train_labels = labels(&train, spec, input.classification)?;
+    let test = match test {
+        Some(t) => {
+            check(&t, spec)?;
+            let l = labels(&t, spec, input.classification)?;
+            Some((t, l))
+        }
+        None => None,
+    };
+    for (d, j) in dims.iter_mut().zip(&spec.join) {
+        // Check the brought columns under their new names.
+        let keys = j.on.len();
+        let renamed: Vec<String> = d
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                if i < keys {
+                    format!("\u{1f}key:{n}")
+                } else {
+                    format!("{}{n}", j.prefix)
+                }
+            })
+            .collect();
+        let original = std::mem::replace(&mut d.names, renamed);
+        let checked = check(d, spec);
+        d.names = original;
+        checked?;
+    }
+    Ok((train, train_labels, test, dims))
 }
 
 /// Joins the dimension tables to the rows: distinct used keys join the dimension rows; a key

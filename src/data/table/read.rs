@@ -194,12 +194,38 @@ fn holds_line_break(rec: &csv::ByteRecord) -> bool {
         .any(|f| f.iter().any(|&b| b == b'\n' || b == b'\r'))
 }
 
+/// A reader of records that end at a line feed. (With the csv crate's default, which ends a
+/// record at CR, LF or CRLF, the record after a CRLF is placed at its LF, one byte before it
+/// starts, on the line before: parts cut at line starts did not chain and errors named the
+/// line above.) A CRLF's CR stays at the end of the last field, which [`next_record`] removes.
 fn csv_reader<R: Read>(r: R, delimiter: u8) -> csv::Reader<R> {
     csv::ReaderBuilder::new()
         .has_headers(false)
         .delimiter(delimiter)
         .flexible(true)
+        .terminator(csv::Terminator::Any(b'\n'))
         .from_reader(r)
+}
+
+/// Reads the next record of `r` into `rec` (false at the end), without the CR of a CRLF line
+/// ending; `scratch` is reused from record to record.
+fn next_record<R: Read>(
+    r: &mut csv::Reader<R>,
+    rec: &mut csv::ByteRecord,
+    scratch: &mut Vec<u8>,
+    path: &Path,
+) -> Result<bool, DataError> {
+    if !r.read_byte_record(rec).map_err(|e| csv_error(path, e))? {
+        return Ok(false);
+    }
+    let last = rec.len() - 1;
+    if let Some(field) = rec.get(last).and_then(|f| f.strip_suffix(b"\r")) {
+        scratch.clear();
+        scratch.extend_from_slice(field);
+        rec.truncate(last);
+        rec.push_field(scratch);
+    }
+    Ok(true)
 }
 
 fn csv_error(path: &Path, e: csv::Error) -> DataError {
@@ -387,16 +413,13 @@ pub fn read_cells(
         };
         let mut r = csv_reader(bounded, delimiter);
         let mut k = 0u64;
-        r.read_byte_record(&mut rec)
-            .map_err(|e| csv_error(path, e))?;
+        let mut scratch = Vec::new();
+        next_record(&mut r, &mut rec, &mut scratch, path)?;
         cells.numbered = true;
         let mut last = (0u64, false);
         loop {
             mark.set(r.position().byte());
-            if !r
-                .read_byte_record(&mut rec)
-                .map_err(|e| csv_error(path, e))?
-            {
+            if !next_record(&mut r, &mut rec, &mut scratch, path)? {
                 break;
             }
             last = (
@@ -429,11 +452,9 @@ pub fn read_cells(
     let (file, first) = open_at_record(path, start, cut)?;
     (cells.first, cells.next) = (first, size);
     let mut r = csv_reader(file, delimiter);
+    let mut scratch = Vec::new();
     loop {
-        if !r
-            .read_byte_record(&mut rec)
-            .map_err(|e| csv_error(path, e))?
-        {
+        if !next_record(&mut r, &mut rec, &mut scratch, path)? {
             break;
         }
         let id = first + rec.position().map_or(0, |p| p.byte());
