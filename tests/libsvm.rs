@@ -412,6 +412,22 @@ fn workers_read_their_own_byte_ranges_and_together_read_the_file_once() {
     .into_iter()
     .map(|r| r.unwrap())
     .collect::<Vec<_>>();
+    // Every worker knows every worker's rows (for the run's report).
+    let shares = |i: usize| -> Vec<(u64, u64)> {
+        let rows = |d: &gradflow::data::WorkerData| (d.train.rows() as u64, d.test.rows() as u64);
+        expected
+            .iter()
+            .map(|e| if i == 0 { rows(&e.0 .0) } else { rows(&e.1 .0) })
+            .collect()
+    };
+    let got: Vec<_> = got
+        .into_iter()
+        .map(|((mut a, da), (mut b, db))| {
+            assert_eq!((a.shares.clone(), b.shares.clone()), (shares(0), shares(1)));
+            (a.shares, b.shares) = (vec![], vec![]);
+            ((a, da), (b, db))
+        })
+        .collect();
     assert_eq!(got, expected);
 }
 

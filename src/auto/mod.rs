@@ -579,6 +579,7 @@ fn hold_out(data: &WorkerData) -> (WorkerData, Dataset) {
         train,
         test: Dataset::new(data.test.dim),
         ignored_test_features: 0,
+        shares: Vec::new(),
     };
     (train, held)
 }
@@ -865,6 +866,7 @@ mod tests {
             train,
             test: Dataset::new(10),
             ignored_test_features: 0,
+            shares: Vec::new(),
         };
         let (rest, held) = hold_out(&data);
         assert_eq!(rest.train.rows() + held.rows(), 5000);

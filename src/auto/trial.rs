@@ -47,6 +47,7 @@ pub fn trial(
         train: data.train.clone(),
         test: Dataset::new(data.test.dim),
         ignored_test_features: 0,
+        shares: Vec::new(),
     };
     let mut t = Training::new(plan, data, supervisor.clone(), None, Box::new(|_| {}));
     if let Some(saved) = memory {

@@ -12,6 +12,9 @@ pub struct WorkerData {
     /// Features of a separate test file beyond the training data's dimension, ignored (the
     /// whole file's count).
     pub ignored_test_features: u64,
+    /// Every worker's training and test rows, in worker order, once the workers have compared
+    /// them (empty before): what the run reports of the data.
+    pub shares: Vec<(u64, u64)>,
 }
 
 impl WorkerData {
@@ -21,6 +24,7 @@ impl WorkerData {
             train: Dataset::new(dim),
             test: Dataset::new(dim),
             ignored_test_features: 0,
+            shares: Vec::new(),
         }
     }
 }

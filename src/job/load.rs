@@ -108,20 +108,21 @@ impl Job {
             return loaded; // the program's dataflow brings the rows later
         }
         // Every worker joins the comparison, a worker whose loading failed too.
-        let (rows, positives) = loaded.as_ref().map_or((u64::MAX, 0), |l| {
+        let (rows, tests, positives) = loaded.as_ref().map_or((u64::MAX, 0, 0), |l| {
             let labels = &l.0.train.labels;
-            (
-                labels.len() as u64,
-                labels.iter().filter(|&&y| y > 0.0).count() as u64,
-            )
+            let positives = labels.iter().filter(|&&y| y > 0.0).count() as u64;
+            (labels.len() as u64, l.0.test.rows() as u64, positives)
         });
-        let counts = gather(worker, vec![((worker.index(), rows, positives), 1)], |c| c);
-        let fewest = counts.iter().min_by_key(|(_, rows, _)| *rows);
-        if let (Ok(_), Some(&(w, rows, _))) = (&loaded, fewest) {
+        let me = worker.index();
+        let counts = gather(worker, vec![((me, rows, tests, positives), 1)], |c| c);
+        let fewest = counts.iter().min_by_key(|c| c.1);
+        let mut loaded = loaded;
+        if let (Ok(l), Some(&(w, rows, _, _))) = (&mut loaded, fewest) {
             self.check_batch(w, rows)?;
             let rows: u64 = counts.iter().map(|c| c.1).sum();
-            let positives: u64 = counts.iter().map(|c| c.2).sum();
+            let positives: u64 = counts.iter().map(|c| c.3).sum();
             self.check_both_classes(rows, positives)?;
+            l.0.shares = counts.iter().map(|c| (c.1, c.2)).collect();
         }
         loaded
     }
@@ -193,6 +194,7 @@ impl Job {
                     train: c.train,
                     test: c.test,
                     ignored_test_features: c.ignored_test_features,
+                    shares: Vec::new(),
                 };
                 self.check_labels(&data)?;
                 let mut notes = c.notes;
@@ -230,6 +232,7 @@ impl Job {
             train: rows.train,
             test: rows.test,
             ignored_test_features: rows.ignored_test_features,
+            shares: Vec::new(),
         };
         Ok((data, dim, rows.features, notes))
     }
@@ -335,6 +338,7 @@ impl Job {
             train: p.train,
             test: p.test,
             ignored_test_features: 0,
+            shares: Vec::new(),
         };
         let (data, dim) = self.with_intercept(data, p.map.dim)?;
         let map = toml::to_string(&p.map).map_err(|e| format!("feature map: {e}"))?;
@@ -428,6 +432,7 @@ impl Job {
                 train,
                 test,
                 ignored_test_features: 0,
+                shares: Vec::new(),
             },
             dim,
         ))
@@ -535,6 +540,7 @@ impl Job {
                         train,
                         test,
                         ignored_test_features,
+                        shares: Vec::new(),
                     },
                     dim,
                 ))
@@ -604,6 +610,7 @@ impl Job {
             train,
             test,
             ignored_test_features: 0,
+            shares: Vec::new(),
         };
         Ok((data, all.dim))
     }
