@@ -289,6 +289,18 @@ fn a_registered_exchange_is_named_by_the_job_file() {
         central_down > 0.0 && allgather_down == 0.0,
         "{central_down} {allgather_down}"
     );
+    // `--help` lists the registered parts beside the built-in ones.
+    let help = run(
+        &program("own_parts"),
+        &["train".into(), "--help".into()],
+        &[],
+        Duration::from_secs(30),
+    );
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("sketch, central or auto") && help.contains("skcompress, int8"),
+        "{help}"
+    );
     let gradflow = Path::new(env!("CARGO_BIN_EXE_gradflow"));
     let out = run(
         gradflow,

@@ -352,13 +352,47 @@ pub fn main_with(program: Program) -> std::process::ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    match run(Cli::parse(), program) {
+    let matches = with_part_names(<Cli as clap::CommandFactory>::command()).get_matches();
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(cli, program) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The command line with every name `--exchange`, `--compressor` and `--model` take in their
+/// help: the built-in parts and those this program registered.
+fn with_part_names(cli: clap::Command) -> clap::Command {
+    let names = |r: Vec<&str>| r.join(", ");
+    let (exchanges, codecs, models) = (
+        names(crate::exchange::EXCHANGES.names()),
+        names(CODECS.names()),
+        names(crate::model::MODELS.names()),
+    );
+    let listed = |sub: clap::Command| {
+        sub.mut_arg("exchange", |a| {
+            a.help(format!(
+                "The gradient exchange (train.exchange): {exchanges} or auto"
+            ))
+        })
+        .mut_arg("compressor", |a| {
+            a.help(format!(
+                "The gradient codec (train.compressor): NAME or NAME:param=value,... (as in \
+                 `codec compare`), NAME one of {codecs}; auto chooses by measuring"
+            ))
+        })
+        .mut_arg("model", |a| {
+            a.help(format!(
+                "The model (model.kind): {models} (fm with --factors, mlp with --hidden)"
+            ))
+        })
+    };
+    cli.mut_subcommand("train", listed)
+        .mut_subcommand("cluster", listed)
 }
 
 /// Runs a parsed command line, training with `program`.
