@@ -701,8 +701,16 @@ pub fn prepare(worker: &mut Worker, input: &TableInput) -> Result<Prepared, Stri
             .as_ref()
             .zip(test_labels.as_ref())
             .map_or(0, |(_, l)| l.iter().filter(|x| x.is_none()).count());
-    add_notes(worker, input, &mut out, skipped, unknown)?;
-    check_classes(worker, input, &mut out, &train_rows.cells, &train_idx)?;
+    let (rows, positives) = add_notes(worker, input, &mut out, skipped, unknown)?;
+    let one_class = (positives == 0 || positives == rows).then_some(positives > 0);
+    check_classes(
+        worker,
+        input,
+        &mut out,
+        one_class,
+        &train_rows.cells,
+        &train_idx,
+    )?;
     Ok(out)
 }
 
@@ -717,6 +725,7 @@ fn check_classes(
     worker: &mut Worker,
     input: &TableInput,
     out: &mut Prepared,
+    one_class: Option<bool>,
     cells: &Cells,
     rows: &[usize],
 ) -> Result<(), String> {
@@ -748,18 +757,10 @@ fn check_classes(
     if !input.classification {
         return Ok(());
     }
-    let train = &out.train;
-    let positives = train.labels.iter().filter(|&&y| y > 0.0).count();
-    let local: Vec<(bool, isize)> = [(true, positives), (false, train.rows() - positives)]
-        .into_iter()
-        .filter(|x| x.1 > 0)
-        .map(|(k, n)| (k, n as isize))
-        .collect();
-    let classes = gather(worker, local, |c| c.count());
-    if classes.len() != 1 {
+    // Every worker has the same totals ([`add_notes`]), so all decide alike.
+    let Some(positive) = one_class else {
         return Ok(());
-    }
-    let positive = classes[0].0;
+    };
     let class = if positive { "positive" } else { "negative" };
     let c = cells.names.iter().position(|n| n == &label.column);
     let values = rows.iter().filter_map(|&r| cells.value(r, c?));
@@ -1123,14 +1124,15 @@ fn vocabularies(
 }
 
 /// Totals for the notes (the best constant's loss, skipped rows, unknown values), and the
-/// check that there is something to train and test on.
+/// check that there is something to train and test on. Returns the training rows and their
+/// positives, over all workers.
 fn add_notes(
     worker: &mut Worker,
     input: &TableInput,
     out: &mut Prepared,
     skipped: usize,
     unknown: u64,
-) -> Result<(), String> {
+) -> Result<(u64, u64), String> {
     let spec = &input.spec;
     let positives = |d: &Dataset| d.labels.iter().filter(|&&y| y > 0.0).count();
     let local: Vec<(u8, isize)> = [
@@ -1188,7 +1190,7 @@ fn add_notes(
             }
         ));
     }
-    Ok(())
+    Ok((total(0) as u64, total(4) as u64))
 }
 
 /// A table encoded with a saved feature map.
