@@ -983,6 +983,29 @@ fn identity(job: &Job, cluster: &ClusterSpec, inputs: &[checkpoint::InputPrint])
 mod tests {
     use super::*;
 
+    /// The data line gives the run's rows and each worker's share once the workers compared
+    /// them, their range beyond 8 workers, and a worker's own rows before.
+    #[test]
+    fn the_data_line_gives_totals_and_each_workers_share() {
+        let mut data = WorkerData::empty(4);
+        assert_eq!(
+            row_shares(&data, 3),
+            "0 training and 0 test rows on worker 3"
+        );
+        data.shares = vec![(10, 2)];
+        assert_eq!(row_shares(&data, 0), "0 training and 0 test rows");
+        data.shares = vec![(10, 2), (7, 3)];
+        assert_eq!(
+            row_shares(&data, 0),
+            "17 training and 5 test rows; training rows per worker 10, 7"
+        );
+        data.shares = (1..=9).map(|w| (w * 10, 1)).collect();
+        assert_eq!(
+            row_shares(&data, 0),
+            "450 training and 9 test rows; training rows per worker from 10 to 90"
+        );
+    }
+
     fn from_file(text: &str, processes: usize) -> Result<Vec<String>, String> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hosts");
