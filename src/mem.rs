@@ -19,6 +19,54 @@
 
 use std::ops::{Deref, DerefMut};
 
+/// The process's peak resident memory so far (Linux: `VmHWM` of `/proc/self/status`), bytes.
+pub fn peak_resident() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The memory this process may use, and what sets it: the address-space limit
+/// (`RLIMIT_AS`: `ulimit -v`, `prlimit --as`), or the cgroup's `memory.max` (cgroup v2: a
+/// container's or a systemd unit's limit), whichever is lower; `None` without either.
+pub fn limit() -> Option<(u64, &'static str)> {
+    let mut found: Option<(u64, &'static str)> = None;
+    let mut consider = |bytes: u64, what| {
+        if found.is_none_or(|(b, _)| bytes < b) {
+            found = Some((bytes, what));
+        }
+    };
+    #[cfg(target_os = "linux")]
+    {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `rl` is a valid rlimit to write into.
+        if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut rl) } == 0
+            && rl.rlim_cur != libc::RLIM_INFINITY
+        {
+            consider(
+                rl.rlim_cur,
+                "the address-space limit (ulimit -v, prlimit --as)",
+            );
+        }
+    }
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok();
+    let path = cgroup
+        .as_deref()
+        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::")));
+    if let Some(path) = path {
+        let file = format!("/sys/fs/cgroup{}/memory.max", path.trim_end_matches('/'));
+        let max = std::fs::read_to_string(file).ok();
+        if let Some(bytes) = max.and_then(|m| m.trim().parse::<u64>().ok()) {
+            consider(bytes, "the cgroup's memory.max");
+        }
+    }
+    found
+}
+
 /// Element types for which all-zero bytes are a valid value.
 ///
 /// # Safety

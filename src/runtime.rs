@@ -188,7 +188,8 @@ pub struct RunOutcome {
     /// bytes process 0 sent). The job's `output.metrics` CSV, when it has one, is written
     /// while the run trains.
     pub rows: Vec<MetricsRow>,
-    /// Final model (process 0 only).
+    /// Final model (process 0 only; none under `train.state = "sharded"`, whose model file
+    /// merges the owners' shards).
     pub weights: Option<Vec<f32>>,
     /// Bytes this process sent to other processes.
     pub wire: WireBytes,
@@ -228,7 +229,7 @@ pub fn quiet() -> ObserverFactory {
 /// complete), the final model, the plan and an early stop.
 struct FirstWorker {
     output: RowOutput,
-    weights: Vec<f32>,
+    weights: Option<Vec<f32>>,
     plan: TrainPlan,
     stopped: Option<(u64, String)>,
 }
@@ -352,6 +353,9 @@ impl Process {
         if cluster.process == 0 {
             check_outputs(job)?;
         }
+        if cluster.resume.is_some() && job.train.state == crate::exchange::StateMode::Sharded {
+            return Err("--resume: checkpoints of shards are not written yet with train.state = \"sharded\"".into());
+        }
         // Only process 0 writes metrics rows, with their per-round wire bytes.
         let wire = match cluster.process {
             0 => WireCounters::new(),
@@ -447,7 +451,8 @@ impl Process {
         let st = handle.state.borrow();
         let first = (index == 0).then(|| FirstWorker {
             output: std::mem::take(&mut *handle.output.borrow_mut()),
-            weights: st.model.weights.to_vec(),
+            // Without a replica the model is the shards' (the model file merges them).
+            weights: st.model.shard.is_none().then(|| st.model.weights.to_vec()),
             plan: TrainPlan {
                 loss: handle.loss.clone(),
                 model: handle.model.clone(),
@@ -477,6 +482,9 @@ impl Process {
         let (job, threads, index) = (&self.job, self.threads, worker.index());
         let (data, dim, features, notes) = job.load_on(worker)?;
         let mut plan = job.plan(dim, threads);
+        if index % threads == 0 {
+            check_memory(&plan, threads, self.processes)?;
+        }
         if let Some(start) = &self.warm_start {
             plan.initial_weights = Some(start.weights_for(&plan, &features)?);
         }
@@ -523,7 +531,7 @@ impl Process {
         if let Some(inputs) = job.program_inputs() {
             training.expect_rows(inputs);
         }
-        training.share_replica(&self.replica, index as u32, peers)?;
+        training.place_model(&self.replica, index as u32, peers)?;
         if index == 0 && self.process == 0 {
             let csv = job.output.metrics.as_deref();
             let output = RowOutput::new(csv, self.keep_rows, Some(self.wire.clone()));
@@ -636,6 +644,32 @@ fn open_checkpoints(
     Ok(Some(checkpoints))
 }
 
+/// Refuses a model whose state would not fit this process's memory limit ([`crate::mem::limit`]),
+/// with the figures, before anything model-sized is allocated: the kernel would otherwise end
+/// the run halfway.
+fn check_memory(plan: &TrainPlan, threads: usize, processes: usize) -> Result<(), String> {
+    let Some((limit, source)) = crate::mem::limit() else {
+        return Ok(());
+    };
+    let peers = (threads * processes) as u32;
+    let (need, what) = plan.state_bytes(threads as u32, peers);
+    if need <= limit {
+        return Ok(());
+    }
+    let human = crate::metrics::human_bytes;
+    let hint = match plan.state {
+        crate::exchange::StateMode::Sharded => "run more processes (each holds 1/W of the model), or raise the limit",
+        crate::exchange::StateMode::Replicated => {
+            "set train.state = \"sharded\" and run more processes (each then holds 1/W of the model), or raise the limit"
+        }
+    };
+    Err(format!(
+        "the model's state needs {} here ({what}), more than {} allowed by {source}: {hint}",
+        human(need),
+        human(limit)
+    ))
+}
+
 /// Waits for the worker threads on another thread, so that a failure anywhere in the process
 /// (flagged by operators, or by the panic hook when a peer's connection breaks) ends the wait
 /// promptly.
@@ -695,7 +729,7 @@ fn gather_reports(
         if let Some(first) = report.first {
             output = Some(first.output);
             outcome.stopped = first.stopped;
-            outcome.weights = Some(first.weights);
+            outcome.weights = first.weights;
             outcome.plan = Some(first.plan);
             outcome.notes = report.notes;
             outcome.features = report.features;

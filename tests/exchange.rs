@@ -6,30 +6,10 @@ use std::path::{Path, PathBuf};
 
 mod common;
 
-use common::{epoch_losses, gradflow_ok, job_from, run_local, run_processes};
+use common::{epoch_losses, gradflow_ok, job_from, run_local, run_processes, FIELDS_JOB};
 use gradflow::job::Job;
 use gradflow::metrics::MetricsRow;
 use gradflow::runtime::RunOutcome;
-
-/// The field-structured CTR generator (one value per field, popular values at low indices,
-/// crosses; 105,060 features, 16 per row) with 2% batches.
-const FIELDS_JOB: &str = r#"
-[data]
-test_fraction = 0.2
-[data.synth]
-kind = "fields"
-rows = 20000
-[model]
-loss = "logistic"
-lambda = 0.0001
-[optimizer]
-kind = "sgd"
-lr = 2.0
-[train]
-epochs = 3
-batch_fraction = 0.02
-seed = 7
-"#;
 
 fn job(overrides: &[&str]) -> Job {
     job_from(FIELDS_JOB, "fields.toml", overrides)

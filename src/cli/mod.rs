@@ -751,7 +751,7 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
     if spec.processes > 1 {
         let (w, t) = (outcome.wire, outcome.traffic);
         println!(
-            "process {} sent {} up + {} down + {} statistics and evaluations, received {} up + {} down (payload, to and from other processes); wire: {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({})",
+            "process {} sent {} up + {} down + {} statistics and evaluations, received {} up + {} down (payload, to and from other processes); wire: {} bytes on data channels in {} messages ({}) and {} bytes on progress channels ({}); peak memory {}",
             spec.process,
             human_bytes(t.up_sent),
             human_bytes(t.down_sent),
@@ -762,7 +762,8 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
             w.data_messages,
             human_bytes(w.data),
             w.progress,
-            human_bytes(w.progress)
+            human_bytes(w.progress),
+            crate::mem::peak_resident().map_or("unknown".into(), human_bytes)
         );
     }
     let program = job.data.format == crate::job::Format::Program;
@@ -788,9 +789,17 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
                 model: (plan.model.name() != "linear").then(|| plan.model.spec()),
                 features: outcome.features.clone(),
             };
-            model
-                .save(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            if plan.state == crate::exchange::StateMode::Sharded {
+                // Each worker wrote its shard beside the model file.
+                let shards: Vec<_> = (0..(spec.workers * spec.processes) as u32)
+                    .map(|w| crate::model::file::shard_path(path, w))
+                    .collect();
+                model.save_from_shards(path, plan.dim, &shards)?;
+            } else {
+                model
+                    .save(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
             println!("model: {}", path.display());
         }
         let workers = spec.workers * spec.processes;

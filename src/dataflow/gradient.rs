@@ -20,10 +20,11 @@ use super::{at, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
 use super::{Arrivals, WorkerData, WorkerState};
 use crate::data::partition::mix64;
 use crate::data::table::PreparedRow;
+use crate::exchange::StateMode;
 use crate::exchange::{Ahead, Endpoint, Envelope, ModelState, Place};
 use crate::metrics::ms;
 use crate::metrics::WireCounters;
-use crate::model::{EvalPart, GradientWorkspace, PartialEval};
+use crate::model::{Compact, EvalPart, GradientWorkspace, ModelFn, PartialEval};
 use crate::sparse::SparseGrad;
 
 /// The gradient operator. Input: model changes (routed to their `dest`). Outputs: gradient
@@ -292,6 +293,9 @@ struct GradientStep {
     evaluation: Option<Evaluating>,
     /// The copy's buffer between evaluations.
     eval_weights: Vec<f32>,
+    /// Without a replica (`train.state = "sharded"`): the test rows' view of the model, on
+    /// which they are scored ([`Compact`]).
+    test_view: Option<Compact>,
     /// Evaluation time since the last round's messages went out (spent while waiting).
     overlapped_eval_ms: f64,
 }
@@ -303,6 +307,8 @@ const EVAL_STEP_ROWS: usize = 4096;
 /// An evaluation of the model after some round, on a copy of it, while later rounds run.
 struct Evaluating {
     weights: Vec<f32>,
+    /// The model (renumbered for the test rows' view).
+    model: ModelFn,
     next_row: usize,
     eval: PartialEval,
     ms: f64,
@@ -379,11 +385,16 @@ impl GradientStep {
             sup.fail(e);
             Box::new(Inert)
         });
+        let sharded = plan.state == StateMode::Sharded;
+        let test_view = sharded.then(|| {
+            let test: Vec<u32> = (0..data.test.rows() as u32).collect();
+            Compact::of(&data.test, &test, plan.model.width(), plan.dense_keys())
+        });
         GradientStep {
             me,
             rounds: plan.rounds(),
             endpoint,
-            workspace: GradientWorkspace::new(plan.dim),
+            workspace: GradientWorkspace::new(if sharded { 0 } else { plan.dim }),
             grad: SparseGrad::default(),
             order: (0..data.train.rows() as u32).collect(),
             data,
@@ -394,6 +405,7 @@ impl GradientStep {
             evaluation: None,
             eval_weights: Vec::new(),
             overlapped_eval_ms: 0.0,
+            test_view,
         }
     }
 
@@ -453,8 +465,9 @@ impl GradientStep {
         self.apply_changes(r, changes, st)?;
         self.previous_round(r, started, st, &mut stats);
         self.checkpoint(r, st, &stats)?;
-        self.evaluate(r, st, &mut stats);
+        self.evaluate(r, st, &mut stats)?;
         if r == self.rounds {
+            self.write_shard(st)?;
             return Ok(stats);
         }
         let batch = self.next_batch(r);
@@ -546,29 +559,61 @@ impl GradientStep {
     /// last round they are computed here; otherwise on a copy of the model, some rows at a
     /// time while the worker waits for the next round ([`Self::evaluate_some`]), so that the
     /// evaluation does not delay the rounds after it. The metrics are the same either way.
-    fn evaluate(&mut self, r: u64, st: &WorkerState, stats: &mut RoundStats) {
+    fn evaluate(&mut self, r: u64, st: &WorkerState, stats: &mut RoundStats) -> Result<(), String> {
         if !self.evaluates_at(r) {
-            return;
+            return Ok(());
         }
         let started = Instant::now();
-        let (model, loss) = (&*self.plan.model, &*self.plan.loss);
-        // SAFETY: the gradient step's window (see `Replica::in_round`).
-        let weights = unsafe { st.model.weights.in_round() };
+        let loss = &*self.plan.loss;
+        let (test, weights, model) = match self.test_view.as_mut() {
+            Some(view) => {
+                // Without a replica: the test rows' view, from the shard and pulled weights.
+                fill_view(view, &st.model, &self.plan, r)
+                    .map_err(|e| format!("worker {}, round {r}: evaluation: {e}", self.me))?;
+                let model = view.model(&self.plan.model, self.plan.intercept);
+                (&view.rows, &view.weights[..], model)
+            }
+            // SAFETY: the gradient step's window (see `Replica::in_round`).
+            None => (
+                &self.data.test,
+                unsafe { st.model.weights.in_round() },
+                self.plan.model.clone(),
+            ),
+        };
         if r == self.rounds {
-            let (test, bits) = (&self.data.test, self.plan.auc_bits);
-            stats.eval = Some(EvalPart::evaluate(test, weights, model, loss, bits));
+            let bits = self.plan.auc_bits;
+            stats.eval = Some(EvalPart::evaluate(test, weights, &*model, loss, bits));
             stats.prev_eval_ms = ms(started);
-            return;
+            return Ok(());
         }
         let mut copy = std::mem::take(&mut self.eval_weights);
         copy.clear();
         copy.extend_from_slice(weights);
         self.evaluation = Some(Evaluating {
             weights: copy,
+            model,
             next_row: 0,
             eval: PartialEval::default(),
             ms: ms(started),
         });
+        Ok(())
+    }
+
+    /// Without a replica, after the last round: writes this worker's shard for the model file
+    /// (process 0 merges the shards once every worker's dataflow, this one's last round
+    /// included, is done).
+    fn write_shard(&self, st: &WorkerState) -> Result<(), String> {
+        let (Some(model), Some(shard)) = (&self.plan.shard_output, st.model.shard) else {
+            return Ok(());
+        };
+        let path = crate::model::file::shard_path(model, self.me);
+        // SAFETY: the gradient step's window (see `Replica::in_round`).
+        let weights = unsafe { st.model.weights.in_round() };
+        let pairs = (0..)
+            .zip(weights)
+            .map(|(slot, &w)| (shard.owners.key(self.me, slot), w));
+        crate::model::file::write_shard(&path, pairs)
+            .map_err(|e| format!("worker {}: {}: {e}", self.me, path.display()))
     }
 
     /// Whether an evaluation is in progress.
@@ -583,9 +628,12 @@ impl GradientStep {
             return true;
         };
         let started = Instant::now();
-        let test = &self.data.test;
+        let test = match &self.test_view {
+            Some(view) => &view.rows,
+            None => &self.data.test,
+        };
         let end = (e.next_row + EVAL_STEP_ROWS).min(test.rows());
-        let (model, loss) = (&*self.plan.model, &*self.plan.loss);
+        let (model, loss) = (&*e.model, &*self.plan.loss);
         e.eval.rows(test, e.next_row..end, &e.weights, model, loss);
         e.next_row = end;
         let spent = ms(started);
@@ -619,11 +667,34 @@ impl GradientStep {
         let l2 = self.plan.l2();
         let rows = &self.order[batch];
         let (model, loss) = (&*self.plan.model, &*self.plan.loss);
-        // SAFETY: the gradient step's window: every owner's change of the last round is in,
-        // and no owner writes this round's before this worker's gradient reaches it.
-        let weights = unsafe { st.model.weights.in_round() };
-        let data = &self.data.train;
-        let sums = (self.workspace).minibatch(data, rows, weights, model, loss, l2, &mut self.grad);
+        let sums = if st.model.shard.is_some() {
+            // Without a replica: the batch's view of the model, its gradient renumbered back.
+            let (width, dense) = (model.width(), self.plan.dense_keys());
+            let mut view = Compact::of(&self.data.train, rows, width, dense);
+            fill_view(&mut view, &st.model, &self.plan, r)
+                .map_err(|e| format!("worker {}, round {r}: {e}", self.me))?;
+            let local_model = view.model(&self.plan.model, self.plan.intercept);
+            let all: Vec<u32> = (0..rows.len() as u32).collect();
+            self.workspace.fit(view.weights.len() as u32);
+            let (l2, data) = (view.l2(l2), &view.rows);
+            let sums = (self.workspace).minibatch(
+                data,
+                &all,
+                &view.weights,
+                &*local_model,
+                loss,
+                l2,
+                &mut self.grad,
+            );
+            view.to_model_keys(&mut self.grad);
+            sums
+        } else {
+            // SAFETY: the gradient step's window: every owner's change of the last round is
+            // in, and no owner writes this round's before this worker's gradient reaches it.
+            let weights = unsafe { st.model.weights.in_round() };
+            let data = &self.data.train;
+            (self.workspace).minibatch(data, rows, weights, model, loss, l2, &mut self.grad)
+        };
         stats.gradient_ms = ms(started);
         stats.has_gradient = true;
         stats.loss_sum = sums.loss_sum;
@@ -718,6 +789,30 @@ impl GradientStep {
         }
         Ok(keys)
     }
+}
+
+/// Sets `view`'s weights for round `r` without a replica: this worker's own keys from its
+/// shard, the others' from the weights pulled for the round, or, in a fresh run's first
+/// round, which nobody pulled for, the model's initial ones ([`crate::model::Model::initial`]).
+fn fill_view(view: &mut Compact, st: &ModelState, plan: &TrainPlan, r: u64) -> Result<(), String> {
+    let shard = st
+        .shard
+        .ok_or("the model state has no shard (Training::place_model)")?;
+    // SAFETY: the gradient step's window (see `Replica::in_round`).
+    let own = unsafe { st.weights.in_round() };
+    let (pulled, first) = (&st.pulled, r == plan.start_round);
+    let mut at = 0;
+    view.fill(|k| {
+        if shard.holds(k) {
+            return Ok(own[shard.owners.slot(k) as usize]);
+        }
+        at += pulled[at..].partition_point(|&(p, _)| p < k);
+        match pulled.get(at) {
+            Some(&(p, w)) if p == k => Ok(w),
+            _ if first => Ok(plan.model.initial(plan.seed, plan.dim, k)),
+            _ => Err(format!("the weight of key {k} was not pulled")),
+        }
+    })
 }
 
 /// The endpoint of an exchange that could not be built (the run has failed already).

@@ -69,7 +69,7 @@ use timely::order::Product;
 
 use crate::codec::{Codec, CodecSpec};
 use crate::data::table::PreparedRow;
-use crate::exchange::{Envelope, Place};
+use crate::exchange::{Envelope, Place, StateMode};
 use crate::metrics::{MetricsRow, RowOutput, WireCounters};
 use crate::model::{LossFn, Model, ModelFn, ModelLoss};
 use crate::optim::UpdateRule;
@@ -174,20 +174,26 @@ impl Training {
         self.state.clone()
     }
 
-    /// Makes this worker (`worker`, its index) keep the model in one replica with the other
-    /// workers of its process that call this with the same `slot`, when the plan allows it
+    /// Places this worker's (`worker`, its index among `peers`) model state. Under
+    /// `train.state = "sharded"` the worker keeps its shard ([`TrainPlan::shard_state`]).
+    /// Otherwise it keeps the model in one replica with the other workers of its process that
+    /// call this with the same `slot`, when the plan allows it
     /// ([`TrainPlan::shares_replica`]; otherwise it keeps its own, and this does nothing, or
     /// returns an error when the job asked for a shared one that it cannot have).
     /// Each owner then adds its keys' changes once for all of them, instead of every worker
     /// adding every change. Call it before the dataflow is built and before a checkpoint is
     /// restored (the process's first worker restores the shared weights). The runtime calls
     /// it for every job.
-    pub fn share_replica(
+    pub fn place_model(
         &mut self,
         slot: &ReplicaSlot,
         worker: u32,
         peers: usize,
     ) -> Result<(), String> {
+        if self.plan.state == StateMode::Sharded {
+            self.state.borrow_mut().model = self.plan.shard_state(worker, peers as u32);
+            return Ok(());
+        }
         if !self.plan.shares_replica(peers)? {
             return Ok(());
         }

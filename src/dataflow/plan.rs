@@ -13,7 +13,7 @@ use crate::exchange::replica::{ReplicaMode, SHARE_FROM_BYTES};
 use crate::exchange::sketch::SketchParams;
 use crate::exchange::{
     build_exchange, CheckpointRounds, CustomExchange, Exchange, ExchangeKind, ExchangePlan,
-    ModelState, Ownership, Replica,
+    ModelState, Owners, Ownership, Replica, Shard, StateMode,
 };
 use crate::memory::MemorySpec;
 use crate::metrics::{RowOutput, Traffic};
@@ -61,6 +61,11 @@ pub struct TrainPlan {
     /// `sharded`: workers pull the weights of their next batch instead of receiving every
     /// owner's broadcast change.
     pub pull: bool,
+    /// Where the model's state lives (`train.state`): replicas, or owners only (which pull).
+    pub state: StateMode,
+    /// Without a replica: the model file each worker writes its shard beside, after the last
+    /// round ([`crate::model::file::shard_path`]), for process 0 to merge.
+    pub shard_output: Option<std::path::PathBuf>,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
     /// Rounds in flight (`train.staleness`): round `r`'s gradient is computed on the model
@@ -171,6 +176,7 @@ impl TrainPlan {
             downlink: self.downlink.clone(),
             ownership: self.ownership,
             pull: self.pull,
+            state: self.state,
             sketch: self.sketch.clone(),
             staleness: self.staleness,
             delay_compensation: self.delay_compensation,
@@ -191,8 +197,13 @@ impl TrainPlan {
     }
 
     /// A worker's model state at the start: the plan's initial model (zeros, or a warm start),
-    /// fresh memory and optimizer.
+    /// fresh memory and optimizer. Under `train.state = "sharded"` an empty one, until the
+    /// worker's place is known ([`Self::shard_state`]).
     pub fn model_state(&self) -> ModelState {
+        if self.state == StateMode::Sharded {
+            let nothing = Replica::zeros(0);
+            return ModelState::new(nothing, self.memory.build(0), self.update_rule(0, 0));
+        }
         let mut weights = crate::mem::ZeroedArray::new(self.dim as usize);
         match &self.initial_weights {
             Some(init) => weights.copy_from_slice(&init.weights),
@@ -203,6 +214,78 @@ impl TrainPlan {
             self.memory.build(self.dim),
             self.update_rule(0, self.dim),
         )
+    }
+
+    /// Worker `me` of `peers`'s state under `train.state = "sharded"`: the initial weights of
+    /// the keys it owns, by slot, its memory and the update rule of its slots.
+    pub fn shard_state(&self, me: u32, peers: u32) -> ModelState {
+        let owners = Owners::new(self.ownership, self.dim, peers, self.seed);
+        let shard = Shard { owners, me };
+        let mut weights = crate::mem::ZeroedArray::new(shard.len() as usize);
+        for (slot, w) in weights.iter_mut().enumerate() {
+            let v = self
+                .model
+                .initial(self.seed, self.dim, owners.key(me, slot as u32));
+            if v != 0.0 {
+                *w = v;
+            }
+        }
+        let mut st = ModelState::new(
+            Replica::own(weights),
+            self.memory.build(self.dim),
+            self.update_rule(0, shard.len()),
+        );
+        st.shard = Some(shard);
+        st
+    }
+
+    /// The bytes of model state that `threads` workers of one process (of `peers` in all)
+    /// reserve, and what they are: each worker's weights and update-rule state (the whole
+    /// model's, or its shard's), its uplink memory and its gradient accumulator (a replica's:
+    /// model-sized). A program's own update rule counts as SGD's (no state).
+    pub fn state_bytes(&self, threads: u32, peers: u32) -> (u64, String) {
+        use crate::optim::OptimizerKind;
+        let dim = self.dim as u64;
+        let sharded = self.state == StateMode::Sharded;
+        let keys = if sharded {
+            dim.div_ceil(peers.max(1) as u64)
+        } else {
+            dim
+        };
+        let rule = match (&self.custom_optimizer, self.optimizer.kind) {
+            (None, OptimizerKind::Adam) => 8,
+            (None, OptimizerKind::Momentum) => 4,
+            _ => 0,
+        };
+        let memory = match self.memory {
+            MemorySpec::None => 0,
+            MemorySpec::Dgc { .. } => 8 * dim,
+            _ => 4 * dim,
+        };
+        let accumulator = if sharded { 0 } else { 4 * dim + dim / 8 };
+        let worker = keys * (4 + rule) + memory + accumulator;
+        let human = crate::metrics::human_bytes;
+        let what = format!(
+            "{threads} worker(s) x ({keys} {} x {} bytes (weight{}){}{})",
+            if sharded { "keys of its shard" } else { "keys" },
+            4 + rule,
+            match rule {
+                8 => " and Adam's moments",
+                4 => " and momentum",
+                _ => "",
+            },
+            if memory > 0 {
+                format!(" + {} uplink memory", human(memory))
+            } else {
+                String::new()
+            },
+            if accumulator > 0 {
+                format!(" + {} gradient accumulator", human(accumulator))
+            } else {
+                String::new()
+            },
+        );
+        (threads as u64 * worker, what)
     }
 
     /// The update rule for keys `lo..hi`: the program's own, or the job's optimizer.
@@ -268,7 +351,7 @@ impl TrainPlan {
     }
 
     /// Whether the `peers` workers keep one replica of the model instead of one each
-    /// ([`super::Training::share_replica`]), an error when `train.replica = "process"` asks
+    /// ([`super::Training::place_model`]), an error when `train.replica = "process"` asks
     /// for what cannot be: replicas are shared under `sharded` without pulls, when every
     /// worker is a thread of one process. (In a cluster, a change from another process would
     /// have to be added once per process and the process's other workers told: one more step,

@@ -125,6 +125,8 @@ pub struct Update {
     /// (after the downlink), which it corrects the next rounds' gradients for.
     pub delay: Option<DelayCompensation>,
     compensated: Vec<f32>,
+    /// The summed keys' slots in this worker's shard (`train.state = "sharded"`).
+    slots: Vec<u32>,
     /// The optimizer's change of the last round, on the summed keys.
     pub change: SparseGrad,
 }
@@ -143,6 +145,7 @@ impl Update {
             aggregator: Aggregator::default(),
             delay,
             compensated: Vec::new(),
+            slots: Vec::new(),
             change: SparseGrad::default(),
         })
     }
@@ -188,8 +191,16 @@ impl Update {
             }
             None => &sum.values,
         };
-        st.optimizer
-            .step(r, &sum.keys, grads, &mut self.change.values);
+        // The update rule's state is by slot when the worker keeps a shard.
+        let keys = match st.shard {
+            Some(shard) => {
+                self.slots.clear();
+                (self.slots).extend(sum.keys.iter().map(|&k| shard.owners.slot(k)));
+                &self.slots
+            }
+            None => &sum.keys,
+        };
+        st.optimizer.step(r, keys, grads, &mut self.change.values);
         Ok(t_update)
     }
 }

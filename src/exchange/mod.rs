@@ -45,7 +45,7 @@ pub use registry::{
 };
 pub use replica::{Replica, ReplicaMode, ReplicaSlot};
 pub use router::Router;
-pub use state::ModelState;
+pub use state::{ModelState, Shard, StateMode};
 
 use crate::data::WorkerData;
 use crate::sparse::SparseGrad;

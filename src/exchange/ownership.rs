@@ -7,6 +7,13 @@
 //!   have low indices (one-hot encodings of small vocabularies first, as in real CTR tables),
 //!   the owner of the low range sends far more than the others, and the slowest link sets the
 //!   pace of every round.
+//! * `strided`: key `k` is owner `k mod W`'s. Like `hashed`, it spreads popular low keys
+//!   over every owner; unlike it, an owner's keys are numbered `k div W` without a table,
+//!   so an owner can keep its keys' weights in an array of its own (`train.state =
+//!   "sharded"`, which serves `hashed` as `strided`).
+//!
+//! `ranges` and `strided` number each owner's keys `0..`[`Owners::shard_len`] in key order
+//! ([`Owners::slot`], [`Owners::key`]): the layout of an owner's shard.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +29,19 @@ pub enum Ownership {
     Hashed,
     /// Contiguous key ranges.
     Ranges,
+    /// Key `k` to owner `k mod W`.
+    Strided,
+}
+
+impl Ownership {
+    /// The name job files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ownership::Hashed => "hashed",
+            Ownership::Ranges => "ranges",
+            Ownership::Strided => "strided",
+        }
+    }
 }
 
 /// The owner map of one job: `parts` owners over dimension `dim`.
@@ -78,11 +98,59 @@ impl Owners {
                 }
                 w
             }
+            Ownership::Strided => key % self.parts,
         }
     }
 
     fn lo(&self, w: u32) -> u32 {
         ((self.dim as u64 * w as u64) / self.parts as u64) as u32
+    }
+
+    /// Whether an owner's keys can be numbered without a table ([`Self::slot`]).
+    pub fn has_slots(&self) -> bool {
+        self.parts == 1 || self.scheme != Ownership::Hashed
+    }
+
+    /// How many keys owner `w` owns (`ranges` or `strided`).
+    pub fn shard_len(&self, w: u32) -> u32 {
+        if self.parts == 1 {
+            return self.dim;
+        }
+        match self.scheme {
+            Ownership::Strided => (self.dim - w.min(self.dim)).div_ceil(self.parts),
+            _ => {
+                let hi = if w + 1 == self.parts {
+                    self.dim
+                } else {
+                    self.lo(w + 1)
+                };
+                hi - self.lo(w)
+            }
+        }
+    }
+
+    /// The place of `key` among its owner's keys, in key order (`ranges` or `strided`).
+    #[inline]
+    pub fn slot(&self, key: u32) -> u32 {
+        if self.parts == 1 {
+            return key;
+        }
+        match self.scheme {
+            Ownership::Strided => key / self.parts,
+            _ => key - self.lo(self.owner(key)),
+        }
+    }
+
+    /// Owner `w`'s key at `slot` (the inverse of [`Self::slot`]).
+    #[inline]
+    pub fn key(&self, w: u32, slot: u32) -> u32 {
+        if self.parts == 1 {
+            return slot;
+        }
+        match self.scheme {
+            Ownership::Strided => slot * self.parts + w,
+            _ => self.lo(w) + slot,
+        }
     }
 
     /// Splits a sorted sparse vector into one sorted piece per owner (`pieces` is resized to
@@ -115,7 +183,7 @@ impl Owners {
                 };
                 self.split_two(v, first, second);
             }
-            Ownership::Hashed => {
+            Ownership::Hashed | Ownership::Strided => {
                 for (&k, &x) in v.keys.iter().zip(&v.values) {
                     let piece = &mut pieces[self.owner(k) as usize];
                     piece.keys.push(k);
@@ -245,6 +313,8 @@ mod tests {
             (Ownership::Hashed, 2),
             (Ownership::Hashed, 3),
             (Ownership::Ranges, 3),
+            (Ownership::Strided, 2),
+            (Ownership::Strided, 3),
         ] {
             let owners = Owners::new(scheme, 7000, parts, 5);
             let mut pieces = Vec::new();
@@ -300,5 +370,33 @@ mod tests {
         let r = Owners::new(Ownership::Ranges, 10, 3, 0);
         let owners: Vec<u32> = (0..10).map(|k| r.owner(k)).collect();
         assert_eq!(owners, vec![0, 0, 0, 1, 1, 1, 2, 2, 2, 2]);
+        let s = Owners::new(Ownership::Strided, 10, 3, 0);
+        let owners: Vec<u32> = (0..10).map(|k| s.owner(k)).collect();
+        assert_eq!(owners, vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    /// Each owner's slots number its keys `0..shard_len` in key order, and `key` undoes `slot`.
+    #[test]
+    fn slots_number_each_owners_keys_in_order() {
+        for scheme in [Ownership::Ranges, Ownership::Strided] {
+            for (dim, parts) in [(10, 3), (7, 1), (1000, 4), (3, 5), (0, 2)] {
+                let owners = Owners::new(scheme, dim, parts, 9);
+                assert!(owners.has_slots());
+                let mut next = vec![0u32; parts as usize];
+                for k in 0..dim {
+                    let w = owners.owner(k);
+                    assert_eq!(
+                        owners.slot(k),
+                        next[w as usize],
+                        "{scheme:?} {dim}/{parts}: {k}"
+                    );
+                    assert_eq!(owners.key(w, owners.slot(k)), k);
+                    next[w as usize] += 1;
+                }
+                let lens: Vec<u32> = (0..parts).map(|w| owners.shard_len(w)).collect();
+                assert_eq!(lens, next, "{scheme:?} {dim}/{parts}");
+            }
+        }
+        assert!(!Owners::new(Ownership::Hashed, 10, 2, 0).has_slots());
     }
 }

@@ -27,6 +27,8 @@ pub struct ExchangePlan {
     pub ownership: Ownership,
     /// `sharded`: workers pull the weights of their next batch.
     pub pull: bool,
+    /// Where the model's state lives (`train.state`; [`StateMode::Sharded`] pulls).
+    pub state: super::StateMode,
     /// Parameters of the `sketch` exchange.
     pub sketch: SketchParams,
     /// Rounds in flight (`train.staleness`).

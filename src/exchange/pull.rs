@@ -83,40 +83,33 @@ impl Request {
 /// The sorted distinct keys the features of `rows` of a dataset reach, split by owner (own keys
 /// dropped: a worker's replica of its own keys is always current): feature `f` reaches the
 /// `width` keys from `f·width` (a model's weights per feature), and every row the `dense` keys
-/// (a network's dense layers; none if there are no rows). `seen` is a reusable bitset.
+/// (a network's dense layers; none if there are no rows). `features` is reusable room: the
+/// work and memory follow the rows, not the model's size.
 pub fn keys_by_owner<'a>(
     rows: impl Iterator<Item = &'a [u32]>,
     width: u32,
     dense: std::ops::Range<u32>,
     owners: &Owners,
     me: u32,
-    seen: &mut Vec<u64>,
+    features: &mut Vec<u32>,
     out: &mut Vec<Vec<u32>>,
 ) {
-    seen.clear();
-    seen.resize((owners.dim as usize).div_ceil(64), 0);
-    let width = width as usize;
+    features.clear();
     let mut any = false;
     for row in rows {
         any = true;
-        for &f in row {
-            crate::sparse::set_bits(seen, f as usize * width, width);
-        }
+        features.extend_from_slice(row);
     }
-    if any {
-        crate::sparse::set_bits(seen, dense.start as usize, dense.len());
-    }
+    features.sort_unstable();
+    features.dedup();
     out.resize_with(owners.parts as usize, Vec::new);
     out.iter_mut().for_each(Vec::clear);
-    for (word_index, &word) in seen.iter().enumerate() {
-        let mut bits = word;
-        while bits != 0 {
-            let k = (word_index * 64) as u32 + bits.trailing_zeros();
-            bits &= bits - 1;
-            let o = owners.owner(k);
-            if o != me {
-                out[o as usize].push(k);
-            }
+    let keys = features.iter().flat_map(|&f| f * width..(f + 1) * width);
+    let dense = if any { dense } else { 0..0 };
+    for k in keys.chain(dense) {
+        let o = owners.owner(k);
+        if o != me {
+            out[o as usize].push(k);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! Under `sharded` every owner adds the change of its keys to its replica and sends it to every
 //! other replica, which adds it too. When all workers are threads of one process, keeping a
 //! replica per worker means every worker adds every owner's change: the update does not shrink
-//! with workers. A shared replica ([`Training::share_replica`](crate::dataflow::Training::share_replica))
+//! with workers. A shared replica ([`Training::place_model`](crate::dataflow::Training::place_model))
 //! is written by each owner for its own keys only, and the owner sends the other workers an
 //! [`APPLIED`](crate::exchange::APPLIED) mark instead of its change.
 //!

@@ -8,7 +8,10 @@
 //! Two options change what comes back. With `train.pull` a worker asks each owner for the
 //! current weights of the keys its next batch (and, before an evaluation, its test rows)
 //! needs ([`super::pull`]) instead of receiving every change; the owner adds its change in
-//! place and answers with the weights. Workers that share one replica
+//! place and answers with the weights. With `train.state = "sharded"` (which pulls) there is
+//! no replica: an owner keeps its keys' weights in its shard, by slot, and a worker keeps
+//! the weights it pulled for the round ([`ModelState::pulled`]), which the gradient step
+//! reads with its own keys' from its shard. Workers that share one replica
 //! ([`super::Replica`]) add each change once: its owner adds it in place and sends
 //! the others (and itself) an [`APPLIED`] mark instead.
 
@@ -17,7 +20,7 @@ use super::pull::{keys_by_owner, Request};
 use super::uplink::{add_change, CodecUplink};
 use super::{aggregate::Update, applied, broadcast, local_message, read_f32s, write_f32s};
 use super::{Ahead, Downlink, Endpoint, Envelope, Exchange, Owners, Place, Step};
-use super::{ExchangePlan, ModelState, Ownership};
+use super::{ExchangePlan, ModelState, StateMode};
 use super::{APPLIED, DATA, PULL_REQUEST};
 use crate::codec::{build_codec, Codec, EncodeContext};
 use crate::data::WorkerData;
@@ -51,7 +54,7 @@ impl Exchange for Sharded {
             Pull {
                 asked: vec![None; at.peers as usize],
                 test_keys,
-                seen,
+                features: seen,
                 next: Vec::new(),
                 values: Vec::new(),
             }
@@ -81,14 +84,12 @@ impl Exchange for Sharded {
             // Ownership is checked on what may have crossed a socket: when some worker is in
             // another process. Messages between the workers of one process never leave it.
             check_owners: (0..at.peers).any(|w| at.remote(w)),
+            slotted: SparseGrad::default(),
         })])
     }
 
     fn describe(&self, plan: &ExchangePlan) -> String {
-        let ownership = match plan.ownership {
-            Ownership::Hashed => "hashed",
-            Ownership::Ranges => "ranges",
-        };
+        let ownership = plan.ownership.name();
         let back = match plan.pull {
             true => "pull".to_string(),
             false => format!("downlink {}", plan.downlink.name()),
@@ -142,7 +143,7 @@ struct ShardedEndpoint {
 struct Pull {
     asked: Vec<Option<Request>>,
     test_keys: Vec<Vec<u32>>,
-    seen: Vec<u64>,
+    features: Vec<u32>,
     next: Vec<Vec<u32>>,
     values: Vec<f32>,
 }
@@ -169,6 +170,7 @@ impl Endpoint for ShardedEndpoint {
             plan: &self.plan,
         };
         let shared = st.weights.is_shared();
+        st.pulled.clear();
         for msg in changes {
             let same_process = !at.remote(msg.src);
             if msg.kind == APPLIED {
@@ -210,10 +212,17 @@ impl Endpoint for ShardedEndpoint {
                 .ok_or_else(|| bad("weights nobody asked for".into()))?
                 .keys_at(&self.owners, msg.src);
             read_f32s(&msg.payload, keys.len(), &mut p.values).map_err(bad)?;
+            if st.shard.is_some() {
+                st.pulled
+                    .extend(keys.iter().copied().zip(p.values.iter().copied()));
+                continue;
+            }
             for (&k, &v) in keys.iter().zip(&p.values) {
                 st.weights.set(k as usize, v);
             }
         }
+        // Each owner's keys are increasing; together, sorted once.
+        st.pulled.sort_unstable_by_key(|&(k, _)| k);
         Ok(())
     }
 
@@ -234,7 +243,9 @@ impl Endpoint for ShardedEndpoint {
 
     /// `train.pull`: asks each owner for the weights this worker needs next round: the keys of
     /// its next batch, those of its test rows before an evaluation, and (worker 0, after the
-    /// last round) every key, for the model it writes.
+    /// last round, with a replica) every key, for the model it writes. Without a replica
+    /// (`train.state = "sharded"`) each owner writes its own keys; every worker asks for its
+    /// test rows' keys after the last round, whatever ends it.
     fn ask(&mut self, next: Ahead<'_>, st: &mut ModelState, out: &mut Vec<Envelope>) {
         let (me, peers) = (self.me, self.peers);
         let Some(p) = self.pull.as_mut() else {
@@ -242,20 +253,21 @@ impl Endpoint for ShardedEndpoint {
         };
         let (width, dense) = (self.plan.model_width, self.plan.dense_keys.clone());
         let batch = next.batch;
+        let sharded = self.plan.state == StateMode::Sharded;
         keys_by_owner(
             batch,
             width,
             dense,
             &self.owners,
             me,
-            &mut p.seen,
+            &mut p.features,
             &mut p.next,
         );
         for owner in (0..peers).filter(|&o| o != me) {
             let o = owner as usize;
-            let request = if next.last && me == 0 {
+            let request = if next.last && me == 0 && !sharded {
                 Request::All
-            } else if next.evaluates {
+            } else if next.evaluates || (next.last && sharded) {
                 Request::Keys(merge_sorted(&p.next[o], &p.test_keys[o]))
             } else {
                 Request::Keys(std::mem::take(&mut p.next[o]))
@@ -298,6 +310,8 @@ struct Aggregate {
     update: Update,
     downlink: Downlink,
     check_owners: bool,
+    /// The change by slot (`train.state = "sharded"`).
+    slotted: SparseGrad,
 }
 
 impl Step for Aggregate {
@@ -393,7 +407,19 @@ impl Step for Aggregate {
         }
         let in_place = st.weights.is_shared() || plan.pull;
         if in_place {
-            (st.weights.add(mine))
+            let by_index = match st.shard {
+                Some(shard) => {
+                    let slotted = &mut self.slotted;
+                    slotted.clone_from(mine);
+                    slotted
+                        .keys
+                        .iter_mut()
+                        .for_each(|k| *k = shard.owners.slot(*k));
+                    &*slotted
+                }
+                None => mine,
+            };
+            (st.weights.add(by_index))
                 .map_err(|e| format!("worker {me}, round {r}: model diverged: {e}"))?;
         } else {
             out.push(local_message(me, me, 0, plan.dim, mine.clone(), 0));
@@ -416,7 +442,9 @@ impl Step for Aggregate {
             ));
         }
         for m in requests.iter() {
-            let answer = st.weights.read(|w| answer_pull(m, &self.owners, me, w));
+            let answer = st
+                .weights
+                .read(|w| answer_pull(m, &self.owners, me, w, |k| st.index(k)));
             let answer = answer.map_err(|e| {
                 format!(
                     "worker {me}, round {r}: bad pull request from worker {}: {e}",
@@ -441,13 +469,14 @@ fn answer_pull(
     owners: &Owners,
     me: u32,
     weights: &[f32],
+    index: impl Fn(u32) -> usize,
 ) -> Result<Envelope, String> {
     let keys = Request::decode(&request.payload, owners.dim)?.keys_at(owners, me);
     if let Some(&k) = keys.iter().find(|&&k| owners.owner(k) != me) {
         return Err(format!("key {k} is owned by worker {}", owners.owner(k)));
     }
     let mut payload = Vec::with_capacity(4 * keys.len());
-    write_f32s(keys.iter().map(|&k| weights[k as usize]), &mut payload);
+    write_f32s(keys.iter().map(|&k| weights[index(k)]), &mut payload);
     Ok(Envelope {
         dest: request.src,
         src: me,

@@ -4,7 +4,7 @@
 use super::*;
 use crate::codec::ErrorFeedback;
 use crate::dataflow::TrainPlan;
-use crate::exchange::ExchangeKind;
+use crate::exchange::{ExchangeKind, Ownership, StateMode};
 use crate::memory::MemorySpec;
 use crate::model::{Fm, Linear, LossFn, LossName, Mlp, ModelArgs, ModelFn, MODELS};
 
@@ -23,6 +23,16 @@ impl Job {
         }
         let plan = self.plan(1, 1);
         plan.strategy().describe(&plan.exchange_plan())
+    }
+
+    /// Key ownership: the job's, but `hashed` is served as `strided` when owners keep the
+    /// only copy of their keys (`train.state = "sharded"`): a hashed owner would need a table
+    /// of its keys as large as the model to find them in its shard.
+    pub fn ownership(&self) -> Ownership {
+        match (self.train.state, self.train.ownership) {
+            (StateMode::Sharded, Ownership::Hashed) => Ownership::Strided,
+            (_, o) => o,
+        }
     }
 
     /// The uplink memory: the job's, or the paper default of its compressor and exchange.
@@ -121,8 +131,11 @@ impl Job {
             codec: self.train.compressor.clone(),
             memory: self.memory(),
             downlink: self.train.downlink.clone(),
-            ownership: self.train.ownership,
-            pull: self.train.pull,
+            ownership: self.ownership(),
+            pull: self.train.pull || self.train.state == StateMode::Sharded,
+            state: self.train.state,
+            shard_output: (self.output.model.clone())
+                .filter(|_| self.train.state == StateMode::Sharded),
             staleness: self.train.staleness,
             delay_compensation: self.train.delay_compensation,
             replica: self.train.replica,

@@ -12,7 +12,7 @@ use crate::data::Dataset;
 use crate::dataflow::checkpoint::CheckpointSpec;
 use crate::dataflow::ReplicaMode;
 use crate::exchange::sketch::SketchParams;
-use crate::exchange::{ExchangeKind, Ownership};
+use crate::exchange::{ExchangeKind, Ownership, StateMode};
 use crate::memory::MemorySpec;
 use crate::model::{LossName, MODELS};
 
@@ -469,6 +469,10 @@ pub struct TrainSection {
     /// `sharded` only: each worker asks the owners for the weights of its next mini-batch's
     /// keys (and of its test rows before an evaluation) instead of receiving every change.
     pub pull: bool,
+    /// Where the weights and the optimizer state live: `replicated` (default: every worker,
+    /// or process, keeps the whole model) or `sharded` (each key only with its owner; the
+    /// `sharded` exchange, pulling; `hashed` ownership is served as `strided`).
+    pub state: StateMode,
     /// Where the workers of a process keep the model: `auto` (default: one per process when
     /// it can be shared and is larger than about a core's L2 cache, or its two workers'
     /// cores measure near), `worker` or `process`.
@@ -514,6 +518,7 @@ impl Default for TrainSection {
             downlink: CodecSpec::default(),
             ownership: Ownership::Hashed,
             pull: false,
+            state: StateMode::Replicated,
             replica: ReplicaMode::Auto,
             sketch: SketchParams::default(),
             staleness: 0,

@@ -4,7 +4,7 @@ use super::*;
 use crate::codec::CodecSpec;
 use crate::data::table::FeatureSpec;
 use crate::dataflow::ReplicaMode;
-use crate::exchange::ExchangeKind;
+use crate::exchange::{ExchangeKind, StateMode};
 use crate::memory::MemorySpec;
 use crate::model::LossName;
 
@@ -57,7 +57,59 @@ impl Job {
         self.check_data_format()?;
         self.check_model()?;
         self.check_exchange()?;
+        self.check_state()?;
         self.optimizer.validate()
+    }
+
+    /// `train.state = "sharded"`: what owners that keep the only copy of their keys can serve.
+    fn check_state(&self) -> Result<(), String> {
+        let t = &self.train;
+        if t.state != StateMode::Sharded {
+            return Ok(());
+        }
+        let refuse =
+            |field: &str, why: &str| Err(format!("{field}: {why} with train.state = \"sharded\""));
+        if t.auto.any() {
+            return refuse(
+                "train.exchange/compressor = \"auto\"",
+                "auto is not available",
+            );
+        }
+        if t.exchange != ExchangeKind::Sharded {
+            return refuse(
+                &format!("train.exchange = \"{}\"", t.exchange.name()),
+                "only the sharded exchange has owners to keep each key's state; the others \
+                 keep a replica on every worker (set train.state = \"replicated\")",
+            );
+        }
+        if t.downlink != CodecSpec::default() {
+            return refuse(
+                "train.downlink",
+                "pulled weights travel exact; it must be none",
+            );
+        }
+        if t.staleness > 0 {
+            return refuse(
+                "train.staleness",
+                "pulled weights answer the next round's batch; it must be 0",
+            );
+        }
+        if t.replica == ReplicaMode::Process {
+            return refuse(
+                "train.replica = \"process\"",
+                "there is no replica to share",
+            );
+        }
+        if t.checkpoint.is_some() {
+            return refuse(
+                "train.checkpoint",
+                "checkpoints of shards are not written yet",
+            );
+        }
+        if t.init_model.is_some() {
+            return refuse("train.init_model", "a warm start of shards is not read yet");
+        }
+        Ok(())
     }
 
     /// `train`: epochs, checkpoints, the batch fraction and the number of rounds; `"auto"`.

@@ -21,7 +21,8 @@
 //! read, with a note that a cut cannot be detected in them.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use super::{Fm, Linear, LossFn, LossName, Mlp, Model, ModelFn};
 use super::{MAX_CLASSES, MAX_FACTORS, MAX_HIDDEN};
@@ -167,6 +168,101 @@ impl ModelFile {
     }
 }
 
+/// Where worker `w` writes its shard of the model bound for `model`, beside it.
+pub fn shard_path(model: &Path, w: u32) -> PathBuf {
+    let name = model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    model.with_file_name(format!(".{name}.shard-{w:05}"))
+}
+
+/// The first bytes of a shard file.
+const SHARD_MAGIC: &[u8; 16] = b"gradflow shard1\n";
+
+/// Writes a shard of a model to `path`: the nonzero weights of `weights` (`(key, weight)`,
+/// keys increasing) as the magic, their count (u64) and the pairs (u32, f32), little-endian.
+pub fn write_shard(path: &Path, weights: impl Iterator<Item = (u32, f32)>) -> std::io::Result<()> {
+    let mut body = Vec::new();
+    let mut count = 0u64;
+    for (k, w) in weights.filter(|&(_, w)| w != 0.0) {
+        body.extend_from_slice(&k.to_le_bytes());
+        body.extend_from_slice(&w.to_le_bytes());
+        count += 1;
+    }
+    let mut out = crate::atomic::AtomicFile::create(path)?;
+    out.write_all(SHARD_MAGIC)?;
+    out.write_all(&count.to_le_bytes())?;
+    out.write_all(&body)?;
+    out.commit()
+}
+
+/// The pairs of the shard files `shards`, merged in key order; each file is checked (its
+/// magic, its length against its count, finite weights) and named in errors.
+fn merge_shards(
+    shards: &[PathBuf],
+) -> Result<impl Iterator<Item = Result<(u32, f32), String>>, String> {
+    use std::cmp::Reverse;
+    use std::io::Read;
+    struct Shard {
+        name: String,
+        file: std::io::BufReader<std::fs::File>,
+        left: u64,
+    }
+    impl Shard {
+        fn next(&mut self) -> Result<Option<(u32, f32)>, String> {
+            if self.left == 0 {
+                return Ok(None);
+            }
+            let mut pair = [0u8; 8];
+            self.file
+                .read_exact(&mut pair)
+                .map_err(|e| format!("{}: {e} ({} pairs short)", self.name, self.left))?;
+            self.left -= 1;
+            let k = u32::from_le_bytes(pair[..4].try_into().unwrap());
+            let w = f32::from_le_bytes(pair[4..].try_into().unwrap());
+            if !w.is_finite() {
+                return Err(format!("{}: the weight of key {k} is {w}", self.name));
+            }
+            Ok(Some((k, w)))
+        }
+    }
+    let mut open = Vec::new();
+    for path in shards {
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|e| format!("{name}: {e}"))?;
+        let len = file.metadata().map_err(|e| format!("{name}: {e}"))?.len();
+        let mut file = std::io::BufReader::new(file);
+        let mut head = [0u8; 24];
+        file.read_exact(&mut head)
+            .map_err(|e| format!("{name}: not a model shard ({e})"))?;
+        let left = u64::from_le_bytes(head[16..].try_into().unwrap());
+        if &head[..16] != SHARD_MAGIC
+            || Some(len) != left.checked_mul(8).and_then(|b| b.checked_add(24))
+        {
+            return Err(format!(
+                "{name}: not a whole model shard ({len} bytes, {left} pairs)"
+            ));
+        }
+        open.push(Shard { name, file, left });
+    }
+    let mut heads = std::collections::BinaryHeap::new();
+    for (i, s) in open.iter_mut().enumerate() {
+        if let Some((k, w)) = s.next()? {
+            heads.push(Reverse((k, i, w.to_bits())));
+        }
+    }
+    Ok(std::iter::from_fn(move || {
+        let Reverse((k, i, w)) = heads.pop()?;
+        match open[i].next() {
+            Ok(Some((k2, w2))) => heads.push(Reverse((k2, i, w2.to_bits()))),
+            Ok(None) => {}
+            Err(e) => return Some(Err(e)),
+        }
+        Some(Ok((k, f32::from_bits(w))))
+    }))
+}
+
 const MAGIC_V1: &str = "# gradflow model v1";
 const MAGIC_V2: &str = "# gradflow model v2";
 const MAGIC: &str = "# gradflow model v3";
@@ -179,8 +275,21 @@ fn checksum(text: &str) -> u64 {
 impl ModelFile {
     /// The model file's text.
     pub fn to_text(&self) -> String {
+        let mut s = self.header(self.weights.len());
+        let mut count = 0u64;
+        for (k, w) in self.weights.iter().enumerate().filter(|(_, w)| **w != 0.0) {
+            let _ = writeln!(s, "{k} {w}");
+            count += 1;
+        }
+        let sum = checksum(&s);
+        let _ = writeln!(s, "end {count} {sum:016x}");
+        s
+    }
+
+    /// The text before the weights' lines, of a model of `dim` weights.
+    fn header(&self, dim: usize) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "{MAGIC}\nloss {}\ndim {}", self.loss, self.weights.len());
+        let _ = writeln!(s, "{MAGIC}\nloss {}\ndim {dim}", self.loss);
         match self.intercept {
             Some(k) => writeln!(s, "intercept {k}"),
             None => writeln!(s, "intercept none"),
@@ -196,14 +305,49 @@ impl ModelFile {
             let _ = writeln!(s, "features {}\n{}", f.lines().count(), f.trim_end());
         }
         s.push_str("weights\n");
-        let mut count = 0u64;
-        for (k, w) in self.weights.iter().enumerate().filter(|(_, w)| **w != 0.0) {
-            let _ = writeln!(s, "{k} {w}");
+        s
+    }
+
+    /// Writes to `path` (whole or not at all, creating its directory) the model of `dim`
+    /// weights that the shard files `shards` hold between them ([`write_shard`]): the same
+    /// text [`Self::to_text`] makes of the whole model (`self.weights` is not read), merged
+    /// key by key as it is written, in memory independent of the model's size. The shards are
+    /// removed once the model is in place.
+    pub fn save_from_shards(
+        &self,
+        path: &Path,
+        dim: u32,
+        shards: &[PathBuf],
+    ) -> Result<(), String> {
+        let io = |e: std::io::Error| format!("{}: {e}", path.display());
+        crate::atomic::create_parent(path).map_err(io)?;
+        let mut out = crate::atomic::AtomicFile::create(path).map_err(io)?;
+        let mut hash = xxhash_rust::xxh3::Xxh3::new();
+        let header = self.header(dim as usize);
+        hash.update(header.as_bytes());
+        out.write_all(header.as_bytes()).map_err(io)?;
+        let (mut count, mut line, mut last) = (0u64, String::new(), None);
+        for pair in merge_shards(shards)? {
+            let (k, w) = pair?;
+            if k >= dim || last.is_some_and(|l| l >= k) {
+                return Err(format!(
+                    "model shards: key {k} after key {last:?} (of {dim} weights)"
+                ));
+            }
+            last = Some(k);
+            line.clear();
+            let _ = writeln!(line, "{k} {w}");
+            hash.update(line.as_bytes());
+            out.write_all(line.as_bytes()).map_err(io)?;
             count += 1;
         }
-        let sum = checksum(&s);
-        let _ = writeln!(s, "end {count} {sum:016x}");
-        s
+        let end = format!("end {count} {:016x}\n", hash.digest());
+        out.write_all(end.as_bytes()).map_err(io)?;
+        out.commit().map_err(io)?;
+        for shard in shards {
+            let _ = std::fs::remove_file(shard);
+        }
+        Ok(())
     }
 
     /// Writes the model to `path` (whole or not at all), creating its directory.

@@ -73,16 +73,17 @@ impl Model for Fm {
         1 + self.factors
     }
 
-    fn init(&self, seed: u64, weights: &mut [f32]) {
-        let width = self.width() as usize;
-        for (i, feature) in weights.chunks_exact_mut(width).enumerate() {
-            if Some(i as u32) == self.intercept {
-                continue;
-            }
-            for (f, v) in feature[1..].iter_mut().enumerate() {
-                *v = self.init_std * super::seeded_normal(seed, (i * width + 1 + f) as u64);
-            }
+    /// The factors are N(0, `init_std`); the linear weights and the intercept's factors 0.
+    fn initial(&self, seed: u64, _dim: u32, key: u32) -> f32 {
+        let width = self.width();
+        if key.is_multiple_of(width) || Some(key / width) == self.intercept {
+            return 0.0;
         }
+        self.init_std * super::seeded_normal(seed, key as u64)
+    }
+
+    fn renumbered(&self, intercept: Option<u32>) -> Option<super::ModelFn> {
+        Some(super::ModelFn::new(Fm { intercept, ..*self }))
     }
 
     fn forward(

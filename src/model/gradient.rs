@@ -68,6 +68,16 @@ impl GradientWorkspace {
         }
     }
 
+    /// Makes room for a model of dimension `dim` (a batch's view of the model, whose size
+    /// changes from batch to batch: [`super::Compact`]); the buffers only grow.
+    pub fn fit(&mut self, dim: u32) {
+        if (dim as usize) > self.sums.acc.len() {
+            let scratch = std::mem::take(&mut self.sums.scratch);
+            *self = GradientWorkspace::new(dim.next_power_of_two());
+            self.sums.scratch = scratch;
+        }
+    }
+
     /// The gradient of the mean loss over `rows` of `data` under `model` plus `λ w_k` on every
     /// touched key `k` but the intercept's, written into `out` (sorted keys). Returns the batch
     /// loss statistics.

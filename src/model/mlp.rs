@@ -187,18 +187,24 @@ impl Model for Mlp {
         self.layers.last().map_or(0, |l| l.end()) as u32
     }
 
-    fn init(&self, seed: u64, weights: &mut [f32]) {
-        let dense_start = weights.len() - self.dense() as usize;
-        let (features, dense) = weights.split_at_mut(dense_start);
-        for (k, w) in features.iter_mut().enumerate() {
-            *w = self.init_std * super::seeded_normal(seed, k as u64);
+    /// The features' vectors N(0, `init_std`); each dense layer's weights He-normal
+    /// (N(0, 2/inputs)), the biases 0.
+    fn initial(&self, seed: u64, dim: u32, key: u32) -> f32 {
+        let dense_start = dim - self.dense();
+        if key < dense_start {
+            return self.init_std * super::seeded_normal(seed, key as u64);
         }
-        for layer in &self.layers {
-            let std = (2.0 / layer.inputs as f32).sqrt();
-            let matrix = &mut dense[layer.weights..layer.biases()];
-            for (k, w) in (layer.weights..).zip(matrix) {
-                *w = std * super::seeded_normal(seed, (dense_start + k) as u64);
+        let k = (key - dense_start) as usize;
+        match self
+            .layers
+            .iter()
+            .find(|l| (l.weights..l.biases()).contains(&k))
+        {
+            Some(layer) => {
+                let std = (2.0 / layer.inputs as f32).sqrt();
+                std * super::seeded_normal(seed, key as u64)
             }
+            None => 0.0,
         }
     }
 

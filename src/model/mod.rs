@@ -5,6 +5,7 @@
 //! regression (squared), each with L2 regularisation `λ/2 ‖w‖²` (λ = 0.01 in the papers); and
 //! multiclass softmax regression ([`softmax`]), whose model has one weight per feature and class.
 
+pub mod compact;
 pub mod file;
 pub mod fm;
 pub mod gradient;
@@ -13,6 +14,7 @@ pub mod metrics;
 pub mod mlp;
 pub mod softmax;
 
+pub use compact::Compact;
 pub use fm::Fm;
 pub use gradient::{Accumulator, Batch, GradientWorkspace, SparseGrad};
 pub use linear::Linear;
@@ -59,11 +61,31 @@ pub trait Model: Send + Sync + std::fmt::Debug {
     fn dense(&self) -> u32 {
         0
     }
-    /// Sets the initial weights of a fresh model (all zero before), from the job's `seed`:
-    /// each weight's value may depend on the seed and its key only, so that every worker
-    /// starts from the same model. The linear model starts at zero.
+    /// The initial weight of `key` in a fresh model of `dim` weights, from the job's `seed`:
+    /// a function of the seed and the key only, so that every worker starts from the same
+    /// model and an owner of some keys (`train.state = "sharded"`) can set just those. The
+    /// linear model starts at zero.
+    fn initial(&self, seed: u64, dim: u32, key: u32) -> f32 {
+        let _ = (seed, dim, key);
+        0.0
+    }
+    /// Sets the initial weights of a fresh model (all zero before): [`Model::initial`] at
+    /// every key. Zeros are not written, so that a model's untouched pages stay unallocated.
     fn init(&self, seed: u64, weights: &mut [f32]) {
-        let _ = (seed, weights);
+        let dim = weights.len() as u32;
+        for (k, w) in weights.iter_mut().enumerate() {
+            let v = self.initial(seed, dim, k as u32);
+            if v != 0.0 {
+                *w = v;
+            }
+        }
+    }
+    /// The same model for rows whose features are renumbered (a batch's features, in order,
+    /// as `0..n`: [`Compact`]), the intercept now being feature `intercept`; `None` when the
+    /// model reads no feature number (the default: the built-in linear model and the network).
+    fn renumbered(&self, intercept: Option<u32>) -> Option<ModelFn> {
+        let _ = intercept;
+        None
     }
     /// Row `(keys, vals)`'s outputs under `weights`, into `outputs` (`outputs()` of them);
     /// `scratch` is room the model may use, reused from row to row.

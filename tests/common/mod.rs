@@ -13,6 +13,26 @@ use gradflow::job::Job;
 use gradflow::metrics::MetricsRow;
 use gradflow::runtime::{quiet, run_job, ClusterSpec, RunOutcome};
 
+/// The field-structured CTR generator (one value per field, popular values at low indices,
+/// crosses; 105,060 features, 16 per row) with 2% batches.
+pub const FIELDS_JOB: &str = r#"
+[data]
+test_fraction = 0.2
+[data.synth]
+kind = "fields"
+rows = 20000
+[model]
+loss = "logistic"
+lambda = 0.0001
+[optimizer]
+kind = "sgd"
+lr = 2.0
+[train]
+epochs = 3
+batch_fraction = 0.02
+seed = 7
+"#;
+
 /// The job in `text` (named `name` in errors) with `overrides` (`section.field=value`).
 pub fn job_from(text: &str, name: &str, overrides: &[&str]) -> Job {
     let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();

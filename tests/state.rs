@@ -1,0 +1,260 @@
+//! `train.state = "sharded"`: each key's weight and optimizer state live only with its owner,
+//! and workers pull what their batches and test rows reach. With a lossless exchange it trains
+//! the replicated model bit for bit: the same model file and the same test metrics every
+//! epoch, at 1, 2 and 4 processes and with 2 workers per process, for logistic regression
+//! under plain SGD, softmax, a factorization machine and the MLP (real `gradflow` processes).
+
+use std::path::Path;
+
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
+
+mod common;
+
+use common::{epoch_fields, gradflow, gradflow_ok, FIELDS_JOB};
+use gradflow::data::{write_libsvm, Dataset};
+
+/// The `pairs` rows (the label is a product of two features: a linear model cannot learn it).
+fn pairs(model: &str) -> String {
+    format!(
+        r#"
+[data]
+test_fraction = 0.2
+[data.synth]
+kind = "pairs"
+rows = 6000
+dim = 300
+nnz = 8
+[model]
+{model}
+lambda = 1e-4
+[train]
+epochs = 2
+batch_fraction = 0.02
+seed = 42
+"#
+    )
+}
+
+/// Softmax over 4 classes of sparse rows written as a LibSVM file: each class has its own
+/// frequent features.
+fn softmax(dir: &Path) -> String {
+    let path = dir.join("classes.svm");
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
+    let mut data = Dataset::new(400);
+    for _ in 0..4000 {
+        let class = rng.random_range(0..4u32);
+        let mut keys: Vec<u32> = (0..6)
+            .map(|i| match i {
+                0 | 1 => class * 50 + rng.random_range(0..50),
+                _ => 200 + rng.random_range(0..200),
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let values = vec![1.0; keys.len()];
+        data.push_row(&keys, &values, class as f32);
+    }
+    write_libsvm(&path, &data).unwrap();
+    format!(
+        r#"
+[data]
+train = {path:?}
+test_fraction = 0.2
+[model]
+loss = "softmax"
+classes = 4
+lambda = 1e-4
+[optimizer]
+lr = 0.05
+[train]
+epochs = 2
+batch_fraction = 0.02
+seed = 5
+"#,
+        path = path.display().to_string()
+    )
+}
+
+/// The layouts every model is trained on: one process, 2 and 4 processes of one worker, and
+/// 2 processes of 2 workers.
+const LAYOUTS: [&[&str]; 4] = [
+    &["train", "-w=1"],
+    &["cluster", "-n=2", "-w=1"],
+    &["cluster", "-n=4", "-w=1"],
+    &["cluster", "-n=2", "-w=2"],
+];
+
+/// Trains `job` with each state on each layout: the model files are equal byte for byte and
+/// the epoch lines (train and test loss, accuracy, AUC) are equal; the model learned.
+fn assert_states_train_alike(dir: &Path, name: &str, job: &str) {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, job).unwrap();
+    for layout in LAYOUTS {
+        let run = |state: &str| {
+            let model = dir.join(format!("{name}-{state}-{}.txt", layout.join("")));
+            let mut args: Vec<String> = layout.iter().map(|s| s.to_string()).collect();
+            args.insert(1, path.display().to_string());
+            args.push(format!("--set=train.state=\"{state}\""));
+            args.push(format!(
+                "--set=output.model={:?}",
+                model.display().to_string()
+            ));
+            let out = gradflow_ok(&args);
+            (std::fs::read_to_string(&model).unwrap(), epoch_fields(&out))
+        };
+        let (replicated, sharded) = (run("replicated"), run("sharded"));
+        assert_eq!(
+            replicated.1.len(),
+            2,
+            "{name} {layout:?}: {:?}",
+            replicated.1
+        );
+        assert!(
+            replicated.0 == sharded.0,
+            "{name} {layout:?}: the model files differ"
+        );
+        assert_eq!(replicated.1, sharded.1, "{name} {layout:?}");
+        let weights = sharded.0.lines().skip_while(|l| *l != "weights").count();
+        assert!(weights > 100, "{name} {layout:?}: {weights} weight lines");
+        // No shard file is left beside the model.
+        let left: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".shard-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}
+
+#[test]
+fn logistic_regression_under_sgd_trains_the_replicated_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = FIELDS_JOB
+        .replace("rows = 20000", "rows = 6000")
+        .replace("epochs = 3", "epochs = 2");
+    assert_states_train_alike(dir.path(), "logistic", &job);
+}
+
+#[test]
+fn softmax_trains_the_replicated_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = softmax(dir.path());
+    assert_states_train_alike(dir.path(), "softmax", &job);
+}
+
+#[test]
+fn a_factorization_machine_trains_the_replicated_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = pairs("kind = \"fm\"\nfactors = 4\nintercept = true");
+    assert_states_train_alike(dir.path(), "fm", &job);
+}
+
+#[test]
+fn the_mlp_trains_the_replicated_model() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_states_train_alike(dir.path(), "mlp", &pairs("kind = \"mlp\"\nhidden = [8]"));
+}
+
+/// What owners that keep the only copy of their keys cannot serve is refused before training,
+/// naming both fields.
+#[test]
+fn what_sharded_state_cannot_serve_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.toml");
+    std::fs::write(&path, FIELDS_JOB).unwrap();
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "train.exchange = \"allgather\"",
+            &["train.exchange=\"allgather\""],
+        ),
+        (
+            "train.exchange = \"sketch\"",
+            &["train.exchange=\"sketch\""],
+        ),
+        ("train.staleness", &["train.staleness=1"]),
+        (
+            "train.checkpoint",
+            &["train.checkpoint={every_rounds=10,dir=\"ck\"}"],
+        ),
+    ];
+    for (field, sets) in cases {
+        let mut args = vec![
+            "train".to_string(),
+            path.display().to_string(),
+            "--set=train.state=\"sharded\"".into(),
+        ];
+        args.extend(sets.iter().map(|s| format!("--set={s}")));
+        let out = gradflow(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{field}: trained");
+        assert!(
+            err.contains(field) && err.contains("train.state = \"sharded\""),
+            "{field}: {err}"
+        );
+    }
+}
+
+/// A model whose replicated state does not fit the process's address-space limit is refused
+/// before training, with the figures; sharded over 4 processes, each under the same limit,
+/// it trains (LR + Adam over 2^27 features: 2.2 GB a replica, 0.4 GB a shard).
+#[test]
+fn a_model_too_large_for_a_process_is_refused_and_trains_sharded() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.toml");
+    std::fs::write(
+        &path,
+        r#"
+[data]
+max_dim = 134217728
+test_fraction = 0.2
+[data.synth]
+kind = "ctr"
+rows = 4000
+dim = 134217727
+nnz = 20
+[model]
+loss = "logistic"
+[train]
+epochs = 1
+batch_fraction = 0.1
+"#,
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_gradflow"));
+        command.args(args).arg(&path);
+        // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 1_500_000_000,
+                    rlim_max: 1_500_000_000,
+                };
+                match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            })
+        };
+        command.output().unwrap()
+    };
+    let refused = run(&["train", "-w=1"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        err.contains("the model's state needs 2.16 GB")
+            && err.contains("more than 1.50 GB allowed by the address-space limit")
+            && err.contains("train.state = \"sharded\""),
+        "{err}"
+    );
+    let sharded = run(&["cluster", "-n=4", "-w=1", "--set=train.state=\"sharded\""]);
+    let out = String::from_utf8_lossy(&sharded.stdout);
+    assert!(
+        sharded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sharded.stderr)
+    );
+    assert!(out.contains("trained 1 epochs"), "{out}");
+}
