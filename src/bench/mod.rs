@@ -20,7 +20,7 @@
 //! "train.epochs" = 2
 //! "train.eval_every" = 10
 //!
-//! [[compressor]]                   # a codec table, plus optional label, memory, downlink, pull,
+//! [[compressor]]                   # a codec table, plus optional label, memory, downlink, pull, state,
 //!                                  # staleness
 //! name = "none"
 //!
@@ -494,7 +494,7 @@ impl Suite {
         let sharded_only = |c: &AxisValue| {
             c.sets
                 .iter()
-                .any(|(k, _)| k == "train.downlink" || k == "train.pull")
+                .any(|(k, _)| matches!(k.as_str(), "train.downlink" | "train.pull" | "train.state"))
         };
         let pipelined = |c: &AxisValue| {
             (c.sets.iter()).any(|(k, v)| k == "train.staleness" && v.as_integer() != Some(0))
@@ -510,7 +510,7 @@ impl Suite {
         // Why `exchange` and `compressor` make no cell, if they do not.
         let excluded = |e: &AxisValue, c: &AxisValue| {
             if sharded_only(c) && !matches!(e.label.as_str(), "sharded" | "job") {
-                Some("a downlink or pull needs the sharded exchange")
+                Some("a downlink, pull or sharded state needs the sharded exchange")
             } else if coded(c) && e.label == "sketch" {
                 Some("the sketch exchange sends count sketches, not codec messages")
             } else if pipelined(c) && !memoryless(c) && e.label == "sketch" {
@@ -586,17 +586,18 @@ fn axis<T>(
     entries.iter().map(value).collect()
 }
 
-/// A `[[compressor]]` entry: `label`, `memory`, `downlink`, `pull` and `staleness` (the
+/// A `[[compressor]]` entry: `label`, `memory`, `downlink`, `pull`, `state` and `staleness` (the
 /// exchange's settings beside the codec) come out; the rest is the codec table, checked by
 /// parsing it as one.
 fn compressor_value(t: &toml::Table) -> Result<AxisValue, String> {
     let mut codec = t.clone();
     let label = codec.remove("label");
     let mut sets = Vec::new();
-    let extra: Vec<(&str, Option<toml::Value>)> = ["memory", "downlink", "pull", "staleness"]
-        .iter()
-        .map(|k| (*k, codec.remove(*k)))
-        .collect();
+    let extra: Vec<(&str, Option<toml::Value>)> =
+        ["memory", "downlink", "pull", "state", "staleness"]
+            .iter()
+            .map(|k| (*k, codec.remove(*k)))
+            .collect();
     let what = table_label(t, "name");
     let auto = codec.len() == 1 && codec.get("name").and_then(|n| n.as_str()) == Some("auto");
     if !auto {
@@ -617,6 +618,10 @@ fn compressor_value(t: &toml::Table) -> Result<AxisValue, String> {
                 CodecSpec::deserialize(v.clone())
                     .map_err(|e| format!("compressor {what}: downlink: {e}"))?;
             }
+            if k == "state" {
+                crate::exchange::StateMode::deserialize(v.clone())
+                    .map_err(|e| format!("compressor {what}: state: {e}"))?;
+            }
             sets.push((format!("train.{k}"), v));
         }
     }
@@ -633,6 +638,7 @@ fn compressor_value(t: &toml::Table) -> Result<AxisValue, String> {
                         format!("+down={}", table_label(d, "name"))
                     }
                     ("train.pull", toml::Value::Boolean(true)) => "+pull".into(),
+                    ("train.state", v) => format!("+state={}", plain(v)),
                     ("train.staleness", v) => format!("+s{}", plain(v)),
                     (_, v) => format!("+{}", plain(v)),
                 };
