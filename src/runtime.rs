@@ -481,6 +481,7 @@ impl Process {
     ) -> Result<(WorkerData, TrainPlan, Features, Notes), String> {
         let (job, threads, index) = (&self.job, self.threads, worker.index());
         let (data, dim, features, notes) = job.load_on(worker)?;
+        job.check_model_keys(dim)?;
         let mut plan = job.plan(dim, threads);
         if index % threads == 0 {
             check_memory(&plan, threads, self.processes)?;

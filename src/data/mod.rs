@@ -19,9 +19,11 @@ pub use source::Part;
 pub use worker::WorkerData;
 
 /// The largest model dimension a job allocates unless it raises `data.max_dim` (2^27 =
-/// 134,217,728 features). Every worker holds a dense weight per feature, and beside it the
-/// optimizer's state and the error-feedback memory (4-16 bytes per feature in all), so this
-/// default costs up to ~2 GiB per worker; a file's one stray index must not cost more.
+/// 134,217,728 features; it may be raised to 2^32 - 2, and a model's weights, features times
+/// weights per feature, number at most 2^32 - 1: its keys are `u32`). With a replica every
+/// worker holds a dense weight per feature, and beside it the optimizer's state and the
+/// error-feedback memory (4-16 bytes per feature in all), so this default costs up to ~2 GiB
+/// per worker; a file's one stray index must not cost more.
 pub const MAX_DIM: u32 = 1 << 27;
 
 /// The most characters of input an error message quotes: a 200 MB line must not become a

@@ -550,3 +550,33 @@ pub struct TrainHandle {
     /// The model the loop trained.
     pub model: ModelFn,
 }
+
+#[cfg(test)]
+mod shard_tests {
+    use std::path::Path;
+
+    /// Each worker's shard holds the initial weights of exactly its keys, by slot, and the
+    /// shards together are the replicated model's initial weights.
+    #[test]
+    fn the_shards_together_are_the_initial_model() {
+        let text = "[model]\nkind = \"fm\"\nfactors = 3\n[train]\nstate = \"sharded\"";
+        let job = crate::job::Job::parse(text, Path::new("j.toml"), &[]).unwrap();
+        let mut plan = job.plan(101, 1);
+        let peers = 3;
+        let mut union = vec![f32::NAN; plan.dim as usize];
+        for me in 0..peers {
+            let st = plan.shard_state(me, peers);
+            let shard = st.shard.unwrap();
+            assert_eq!(st.weights.len(), shard.len() as usize);
+            for (slot, w) in st.weights.to_vec().into_iter().enumerate() {
+                let k = shard.owners.key(me, slot as u32);
+                assert!(union[k as usize].is_nan(), "key {k} in two shards");
+                union[k as usize] = w;
+            }
+        }
+        plan.state = crate::exchange::StateMode::Replicated;
+        let whole = plan.model_state().weights.to_vec();
+        assert!(whole.iter().any(|&w| w != 0.0), "the factors start random");
+        assert_eq!(union, whole);
+    }
+}

@@ -329,3 +329,41 @@ fn a_registered_model_is_named_by_model_kind() {
         "{e}"
     );
 }
+
+/// A model's keys are 32-bit: features × weights per feature + dense weights must fit, or the
+/// error names the model's size and the fields that set it.
+#[test]
+fn a_model_of_more_keys_than_a_u32_numbers_is_refused() {
+    let fm = parse("[model]\nkind = \"fm\"\nfactors = 8").unwrap();
+    assert!(fm.check_model_keys(1 << 28).is_ok(), "9 x 2^28 keys fit");
+    let e = fm.check_model_keys(1 << 29).unwrap_err();
+    assert!(
+        e.contains("536870912 features make a fm model of 4831838208 weights (9 per feature")
+            && e.contains("at most 4294967295"),
+        "{e}"
+    );
+    let linear = parse("").unwrap();
+    assert!(linear.check_model_keys(u32::MAX).is_ok());
+}
+
+/// `train.state = "sharded"` pulls, serves hashed ownership as strided, and is refused with
+/// what it cannot serve.
+#[test]
+fn sharded_state_plans_pulls_and_strided_owners() {
+    let job = parse("[train]\nstate = \"sharded\"").unwrap();
+    let plan = job.plan(1000, 1);
+    assert!(plan.pull);
+    assert_eq!(plan.ownership, crate::exchange::Ownership::Strided);
+    let ranges = parse("[train]\nstate = \"sharded\"\nownership = \"ranges\"").unwrap();
+    assert_eq!(
+        ranges.plan(1000, 1).ownership,
+        crate::exchange::Ownership::Ranges
+    );
+    let e = parse("[train]\nstate = \"sharded\"\ninit_model = \"m.txt\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("train.init_model") && e.contains("train.state = \"sharded\""),
+        "{e}"
+    );
+}

@@ -178,11 +178,32 @@ impl Job {
         Ok(())
     }
 
+    /// Whether a model over `features` features (the intercept included) has keys a `u32`
+    /// can number: `features × weights per feature + dense weights` at most 2^32 - 1, the
+    /// most any model may have; an error naming the fields that size it otherwise.
+    pub fn check_model_keys(&self, features: u32) -> Result<(), String> {
+        let model = self.model_fn(features);
+        let keys = features as u64 * model.width() as u64 + model.dense() as u64;
+        if keys <= u32::MAX as u64 {
+            return Ok(());
+        }
+        Err(format!(
+            "the data's {features} features make a {} model of {keys} weights ({} per feature \
+             + {} dense; model.kind, model.factors, model.hidden, model.classes): a model's \
+             keys are 32-bit, at most {} weights; hash into fewer features",
+            model.name(),
+            model.width(),
+            model.dense(),
+            u32::MAX
+        ))
+    }
+
     /// The error of `what`, which makes a model of `dim` features, above `data.max_dim`.
     fn above_cap(&self, what: String, dim: u64) -> String {
         format!(
             "{what} makes a model of {dim} features, more than data.max_dim = {}: raise \
-             data.max_dim in [data] if every worker has the memory (4-16 bytes per feature)",
+             data.max_dim in [data] if every worker has the memory (4-16 bytes per feature; \
+             with train.state = \"sharded\", each process holds 1/W of it)",
             self.data.max_dim
         )
     }

@@ -484,9 +484,9 @@ impl TableSpec {
             if !(1..=8).contains(&t.ngrams) {
                 return Err(format!("{at}: ngrams must be 1 to 8, got {}", t.ngrams));
             }
-            if !(1..=28).contains(&t.hash_bits) {
+            if !(1..=31).contains(&t.hash_bits) {
                 return Err(format!(
-                    "{at}: hash_bits must be 1 to 28, got {}",
+                    "{at}: hash_bits must be 1 to 31, got {}",
                     t.hash_bits
                 ));
             }
