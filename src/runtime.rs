@@ -353,9 +353,6 @@ impl Process {
         if cluster.process == 0 {
             check_outputs(job)?;
         }
-        if cluster.resume.is_some() && job.train.state == crate::exchange::StateMode::Sharded {
-            return Err("--resume: checkpoints of shards are not written yet with train.state = \"sharded\"".into());
-        }
         // Only process 0 writes metrics rows, with their per-round wire bytes.
         let wire = match cluster.process {
             0 => WireCounters::new(),

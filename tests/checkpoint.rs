@@ -499,3 +499,25 @@ fn pipelined_rounds_resume_bit_for_bit() {
         assert!(resumed == full, "{processes} process(es): {job}");
     }
 }
+
+#[test]
+fn sharded_state_resumes_bit_for_bit() {
+    // Each worker's file holds its shard, its shard's optimizer state and the weights it
+    // pulled for the checkpoint's round: resumed there, the run repeats the uninterrupted
+    // one, on two threads and as two processes, with top-k and its residual memory.
+    let sharded = JOB
+        .replace("epochs = 800", "epochs = 6")
+        .replace("downlink = { name = \"topk\", ratio = 0.5 }\n", "")
+        .replace("seed = 11\n", "seed = 11\nstate = \"sharded\"\n");
+    assert!(sharded.contains("state = \"sharded\"") && !sharded.contains("downlink"));
+    for processes in [1, 2] {
+        let (dir, _) = setup(&sharded);
+        finish(start(dir.path(), processes, &[]));
+        let full = std::fs::read(dir.path().join("model.txt")).unwrap();
+        std::fs::remove_file(dir.path().join("model.txt")).unwrap();
+        let err = finish(start(dir.path(), processes, &["--resume", "ckpt"]));
+        assert!(err.contains("resuming from round 40"), "{err}");
+        let resumed = std::fs::read(dir.path().join("model.txt")).unwrap();
+        assert!(resumed == full, "{processes} process(es)");
+    }
+}

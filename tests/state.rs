@@ -173,10 +173,7 @@ fn what_sharded_state_cannot_serve_is_refused_by_name() {
             &["train.exchange=\"sketch\""],
         ),
         ("train.staleness", &["train.staleness=1"]),
-        (
-            "train.checkpoint",
-            &["train.checkpoint={every_rounds=10,dir=\"ck\"}"],
-        ),
+        ("train.init_model", &["train.init_model=\"m.txt\""]),
     ];
     for (field, sets) in cases {
         let mut args = vec![

@@ -4,7 +4,8 @@
 //!
 //! **What is kept.** At the start of round `R` (every `N` rounds), before it computes the
 //! round's batch, each worker's gradient operator writes `DIR/round-R/worker-W.bin`: its
-//! replica of the weights, its error-feedback memory, its update rule's state, its `sharded`
+//! replica of the weights (or, with `train.state = "sharded"`, its shard and the weights it
+//! pulled for round `R`), its error-feedback memory, its update rule's state, its `sharded`
 //! downlink residual and the statistics of round `R - 1` it has yet to report. At that moment
 //! every operator of that worker is exactly "after round `R - 1`": every exchange of round `R`
 //! waits for this worker's round-`R` gradient, so nothing of round `R` has run on it. The data
@@ -50,7 +51,7 @@ use super::WorkerState;
 use crate::metrics::{MetricsRow, Traffic};
 use crate::snapshot::NonZero;
 
-const MAGIC: &[u8; 8] = b"GFCKPT\x00\x01";
+const MAGIC: &[u8; 8] = b"GFCKPT\x00\x02";
 const KEEP: usize = 2;
 
 /// `train.checkpoint`: write a checkpoint every `every_rounds` rounds into `dir`.
@@ -94,6 +95,8 @@ struct WorkerFile {
     optimizer: Vec<u8>,
     #[serde(with = "serde_bytes")]
     downlink: Vec<u8>,
+    /// Without a replica (`train.state = "sharded"`): the weights pulled for the round.
+    pulled: Vec<(u32, f32)>,
     carried: Carried,
 }
 
@@ -341,6 +344,7 @@ impl Checkpoints {
                 "downlink residual",
                 crate::memory::Memory::save(&st.model.downlink),
             )?,
+            pulled: st.model.pulled.clone(),
             carried,
         };
         let dir = round_dir(self.dir(), round);
@@ -803,10 +807,15 @@ pub fn restore_worker_from(
     let mismatch = |what: String| Err(format!("{name}: {what}"));
     if f.dim as usize != st.model.weights.len() {
         return mismatch(format!(
-            "a model of {} features, this job's data makes {}",
+            "a model of {} weights, this job's data makes {}",
             f.dim,
             st.model.weights.len()
         ));
+    }
+    let dim = st.model.shard.map_or(0, |s| s.owners.dim);
+    let increasing = f.pulled.windows(2).all(|w| w[0].0 < w[1].0);
+    if !increasing || f.pulled.iter().any(|&(k, w)| k >= dim || !w.is_finite()) {
+        return mismatch("pulled weights out of order, beyond the model or not finite".into());
     }
     let field = |what: &str| format!("{name}: {what}");
     st.model.weights.restore_with(|weights| {
@@ -820,6 +829,7 @@ pub fn restore_worker_from(
         .map_err(|e| field(&e))?;
     st.restored_optimizer = Some(f.optimizer);
     crate::memory::Memory::restore(&mut st.model.downlink, &f.downlink).map_err(|e| field(&e))?;
+    st.model.pulled = f.pulled;
     Ok(f.carried)
 }
 

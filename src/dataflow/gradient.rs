@@ -717,6 +717,10 @@ impl GradientStep {
         changes: Vec<Envelope>,
         st: &mut WorkerState,
     ) -> Result<(), String> {
+        if changes.is_empty() && r == self.plan.start_round {
+            // Nothing precedes a run's first round; a resumed one has its pulled weights.
+            return Ok(());
+        }
         self.endpoint.receive(r, changes, &mut st.model)
     }
 
@@ -792,15 +796,16 @@ impl GradientStep {
 }
 
 /// Sets `view`'s weights for round `r` without a replica: this worker's own keys from its
-/// shard, the others' from the weights pulled for the round, or, in a fresh run's first
-/// round, which nobody pulled for, the model's initial ones ([`crate::model::Model::initial`]).
+/// shard, the others' from the weights pulled for the round (a resumed run's first round:
+/// those its checkpoint saved), or, in round 0, which nobody pulled for, the model's initial
+/// ones ([`crate::model::Model::initial`]).
 fn fill_view(view: &mut Compact, st: &ModelState, plan: &TrainPlan, r: u64) -> Result<(), String> {
     let shard = st
         .shard
         .ok_or("the model state has no shard (Training::place_model)")?;
     // SAFETY: the gradient step's window (see `Replica::in_round`).
     let own = unsafe { st.weights.in_round() };
-    let (pulled, first) = (&st.pulled, r == plan.start_round);
+    let (pulled, first) = (&st.pulled, r == 0);
     let mut at = 0;
     view.fill(|k| {
         if shard.holds(k) {
