@@ -296,6 +296,8 @@ struct GradientStep {
     /// Without a replica (`train.state = "sharded"`): the test rows' view of the model, on
     /// which they are scored ([`Compact`]).
     test_view: Option<Compact>,
+    /// Without a replica: the next round's batch view, built when its weights were asked for.
+    next_view: Option<(u64, Compact)>,
     /// Evaluation time since the last round's messages went out (spent while waiting).
     overlapped_eval_ms: f64,
 }
@@ -406,6 +408,7 @@ impl GradientStep {
             eval_weights: Vec::new(),
             overlapped_eval_ms: 0.0,
             test_view,
+            next_view: None,
         }
     }
 
@@ -670,7 +673,10 @@ impl GradientStep {
         let sums = if st.model.shard.is_some() {
             // Without a replica: the batch's view of the model, its gradient renumbered back.
             let (width, dense) = (model.width(), self.plan.dense_keys());
-            let mut view = Compact::of(&self.data.train, rows, width, dense);
+            let mut view = match self.next_view.take() {
+                Some((round, view)) if round == r => view,
+                _ => Compact::of(&self.data.train, rows, width, dense),
+            };
             fill_view(&mut view, &st.model, &self.plan, r)
                 .map_err(|e| format!("worker {}, round {r}: {e}", self.me))?;
             let local_model = view.model(&self.plan.model, self.plan.intercept);
@@ -761,6 +767,22 @@ impl GradientStep {
             0..0
         };
         let (order, train) = (&self.order, &self.data.train);
+        if self.test_view.is_some() {
+            // Without a replica: the next batch's view, whose features (sorted, distinct) are
+            // what to ask for, and which the next round's gradient takes.
+            let (width, dense) = (self.plan.model.width(), self.plan.dense_keys());
+            let view = Compact::of(train, &order[rows], width, dense);
+            let mut features = std::iter::once(&view.features[..]);
+            let ahead = Ahead {
+                round: next,
+                last: next == self.rounds,
+                evaluates: self.plan.evaluates_after(next),
+                batch: &mut features,
+            };
+            self.endpoint.ask(ahead, &mut st.model, out);
+            self.next_view = Some((next, view));
+            return;
+        }
         let mut batch = order[rows].iter().map(|&i| train.row(i as usize).0);
         let ahead = Ahead {
             round: next,
@@ -811,7 +833,9 @@ fn fill_view(view: &mut Compact, st: &ModelState, plan: &TrainPlan, r: u64) -> R
         if shard.holds(k) {
             return Ok(own[shard.owners.slot(k) as usize]);
         }
-        at += pulled[at..].partition_point(|&(p, _)| p < k);
+        while pulled.get(at).is_some_and(|&(p, _)| p < k) {
+            at += 1;
+        }
         match pulled.get(at) {
             Some(&(p, w)) if p == k => Ok(w),
             _ if first => Ok(plan.model.initial(plan.seed, plan.dim, k)),

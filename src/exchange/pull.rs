@@ -100,8 +100,11 @@ pub fn keys_by_owner<'a>(
         any = true;
         features.extend_from_slice(row);
     }
-    features.sort_unstable();
-    features.dedup();
+    // Rows' features are sorted each; one row (a view's features) is sorted as a whole.
+    if !features.windows(2).all(|w| w[0] < w[1]) {
+        radsort::sort(features);
+        features.dedup();
+    }
     out.resize_with(owners.parts as usize, Vec::new);
     out.iter_mut().for_each(Vec::clear);
     let keys = features.iter().flat_map(|&f| f * width..(f + 1) * width);

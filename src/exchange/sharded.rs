@@ -149,10 +149,10 @@ struct Pull {
 }
 
 impl Endpoint for ShardedEndpoint {
-    /// Every owner's change (or its [`APPLIED`] mark); pulled weights come from the owners
-    /// asked, a number that changes.
+    /// Every owner's change (or its [`APPLIED`] mark); pulling, every other owner's answer
+    /// (each is asked every round, if for no key) and this worker's own mark.
     fn changes_per_round(&self) -> Option<usize> {
-        self.pull.is_none().then_some(self.peers as usize)
+        Some(self.peers as usize)
     }
 
     /// Adds every owner's change, except where an [`APPLIED`] mark says it is in the replica
@@ -222,7 +222,8 @@ impl Endpoint for ShardedEndpoint {
             }
         }
         // Each owner's keys are increasing; together, sorted once.
-        st.pulled.sort_unstable_by_key(|&(k, _)| k);
+        // A stable sort merges the owners' increasing runs.
+        st.pulled.sort_by_key(|&(k, _)| k);
         Ok(())
     }
 
@@ -272,9 +273,8 @@ impl Endpoint for ShardedEndpoint {
             } else {
                 Request::Keys(std::mem::take(&mut p.next[o]))
             };
-            if request == Request::Keys(Vec::new()) {
-                continue;
-            }
+            // Asked even for no key, so that every round brings one answer from each owner
+            // and the round starts as soon as they are in (not when progress says so).
             let mut payload = Vec::new();
             request.encode(&mut payload);
             let remote = self.plan.process_of(owner) != self.plan.process_of(me);
@@ -319,9 +319,10 @@ impl Step for Aggregate {
         "Aggregate"
     }
 
-    /// One piece from every worker, and pull requests (how many, nobody knows in advance).
+    /// One piece from every worker, and, pulling, one request from every other worker.
     fn expected(&self) -> Option<usize> {
-        (!self.plan.pull).then_some(self.peers as usize)
+        let peers = self.peers as usize;
+        Some(if self.plan.pull { 2 * peers - 1 } else { peers })
     }
 
     /// Sums the pieces, takes the optimizer step and sends the change: encoded (plus the

@@ -33,26 +33,32 @@ impl Compact {
     /// The view of rows `rows` of `data` under a model of `width` weights per feature and
     /// the dense weights `dense` (keys). The weights are zeros until [`Self::fill`].
     pub fn of(data: &Dataset, rows: &[u32], width: u32, dense: std::ops::Range<u32>) -> Compact {
-        let mut features: Vec<u32> = Vec::new();
+        // Every (feature, place among the rows' features) pair, sorted by feature (a radix
+        // sort: linear in the rows' features), numbers the distinct features in order and
+        // tells each place its new number: no search, no table the size of the model.
+        let mut places: Vec<(u32, u32)> = Vec::new();
         for &i in rows {
-            features.extend_from_slice(data.row(i as usize).0);
+            let at = places.len() as u32;
+            let row = data.row(i as usize).0;
+            places.extend(row.iter().zip(at..).map(|(&f, p)| (f, p)));
         }
-        features.sort_unstable();
-        features.dedup();
-        let mut local = Dataset::new(features.len() as u32);
-        let nnz: usize = rows.iter().map(|&i| data.row(i as usize).0.len()).sum();
-        local.reserve(rows.len(), nnz);
-        let mut keys = Vec::new();
-        for &i in rows {
-            let (row_keys, values) = data.row(i as usize);
-            keys.clear();
-            // Each row's features are increasing, so each search starts where the last ended.
-            let mut from = 0;
-            for &f in row_keys {
-                from += features[from..].partition_point(|&g| g < f);
-                keys.push(from as u32);
+        let mut keys = vec![0u32; places.len()];
+        radsort::sort_by_key(&mut places, |&(f, _)| f);
+        let mut features: Vec<u32> = Vec::new();
+        for &(f, p) in &places {
+            if features.last() != Some(&f) {
+                features.push(f);
             }
-            local.push_row(&keys, values, data.labels[i as usize]);
+            keys[p as usize] = features.len() as u32 - 1;
+        }
+        let mut local = Dataset::new(features.len() as u32);
+        local.reserve(rows.len(), keys.len());
+        let mut start = 0;
+        for &i in rows {
+            let values = data.row(i as usize).1;
+            let end = start + values.len();
+            local.push_row(&keys[start..end], values, data.labels[i as usize]);
+            start = end;
         }
         let len = features.len() * width as usize + dense.len();
         Compact {
