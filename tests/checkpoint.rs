@@ -105,6 +105,19 @@ fn complete(ckpt: &Path, processes: usize) -> Vec<u64> {
     rounds
 }
 
+/// Runs `job` as `processes` processes to its end, then again resumed from its last
+/// checkpoint (round 40): the resumed run must write the same model file.
+fn assert_resumes_bit_for_bit(job: &str, processes: usize) {
+    let (dir, _) = setup(job);
+    finish(start(dir.path(), processes, &[]));
+    let full = std::fs::read(dir.path().join("model.txt")).unwrap();
+    std::fs::remove_file(dir.path().join("model.txt")).unwrap();
+    let err = finish(start(dir.path(), processes, &["--resume", "ckpt"]));
+    assert!(err.contains("resuming from round 40"), "{err}");
+    let resumed = std::fs::read(dir.path().join("model.txt")).unwrap();
+    assert!(resumed == full, "{processes} process(es): {job}");
+}
+
 fn killed_and_resumed_equals_uninterrupted(processes: usize, kill_all: bool) {
     // The uninterrupted run.
     let (full, _) = setup(JOB);
@@ -448,14 +461,7 @@ fn the_other_exchanges_and_memories_resume_bit_for_bit() {
     let shared = base.replace("seed = 11\n", "seed = 11\nreplica = \"process\"\n");
     assert!(shared.contains("replica"));
     for job in [sketch, allgather, shared] {
-        let (dir, _) = setup(&job);
-        finish(start(dir.path(), 1, &[]));
-        let full = std::fs::read(dir.path().join("model.txt")).unwrap();
-        std::fs::remove_file(dir.path().join("model.txt")).unwrap();
-        let err = finish(start(dir.path(), 1, &["--resume", "ckpt"]));
-        assert!(err.contains("resuming from round 40"), "{err}");
-        let resumed = std::fs::read(dir.path().join("model.txt")).unwrap();
-        assert!(resumed == full, "{job}");
+        assert_resumes_bit_for_bit(&job, 1);
     }
 }
 
@@ -489,14 +495,7 @@ fn pipelined_rounds_resume_bit_for_bit() {
         (&pipelined, 2),
     ];
     for (job, processes) in cases {
-        let (dir, _) = setup(job);
-        finish(start(dir.path(), processes, &[]));
-        let full = std::fs::read(dir.path().join("model.txt")).unwrap();
-        std::fs::remove_file(dir.path().join("model.txt")).unwrap();
-        let err = finish(start(dir.path(), processes, &["--resume", "ckpt"]));
-        assert!(err.contains("resuming from round 40"), "{err}");
-        let resumed = std::fs::read(dir.path().join("model.txt")).unwrap();
-        assert!(resumed == full, "{processes} process(es): {job}");
+        assert_resumes_bit_for_bit(job, processes);
     }
 }
 
@@ -511,13 +510,6 @@ fn sharded_state_resumes_bit_for_bit() {
         .replace("seed = 11\n", "seed = 11\nstate = \"sharded\"\n");
     assert!(sharded.contains("state = \"sharded\"") && !sharded.contains("downlink"));
     for processes in [1, 2] {
-        let (dir, _) = setup(&sharded);
-        finish(start(dir.path(), processes, &[]));
-        let full = std::fs::read(dir.path().join("model.txt")).unwrap();
-        std::fs::remove_file(dir.path().join("model.txt")).unwrap();
-        let err = finish(start(dir.path(), processes, &["--resume", "ckpt"]));
-        assert!(err.contains("resuming from round 40"), "{err}");
-        let resumed = std::fs::read(dir.path().join("model.txt")).unwrap();
-        assert!(resumed == full, "{processes} process(es)");
+        assert_resumes_bit_for_bit(&sharded, processes);
     }
 }

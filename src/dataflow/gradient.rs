@@ -767,30 +767,31 @@ impl GradientStep {
             0..0
         };
         let (order, train) = (&self.order, &self.data.train);
-        if self.test_view.is_some() {
-            // Without a replica: the next batch's view, whose features (sorted, distinct) are
-            // what to ask for, and which the next round's gradient takes.
+        // Without a replica: the next batch's view, whose features (sorted, distinct) are
+        // what to ask for, and which the next round's gradient takes.
+        let view = self.test_view.is_some().then(|| {
             let (width, dense) = (self.plan.model.width(), self.plan.dense_keys());
-            let view = Compact::of(train, &order[rows], width, dense);
-            let mut features = std::iter::once(&view.features[..]);
-            let ahead = Ahead {
-                round: next,
-                last: next == self.rounds,
-                evaluates: self.plan.evaluates_after(next),
-                batch: &mut features,
-            };
-            self.endpoint.ask(ahead, &mut st.model, out);
-            self.next_view = Some((next, view));
-            return;
-        }
-        let mut batch = order[rows].iter().map(|&i| train.row(i as usize).0);
+            Compact::of(train, &order[rows.clone()], width, dense)
+        });
+        let (mut features, mut batch);
+        let keys: &mut dyn Iterator<Item = &[u32]> = match &view {
+            Some(view) => {
+                features = std::iter::once(&view.features[..]);
+                &mut features
+            }
+            None => {
+                batch = order[rows].iter().map(|&i| train.row(i as usize).0);
+                &mut batch
+            }
+        };
         let ahead = Ahead {
             round: next,
             last: next == self.rounds,
             evaluates: self.plan.evaluates_after(next),
-            batch: &mut batch,
+            batch: keys,
         };
         self.endpoint.ask(ahead, &mut st.model, out);
+        self.next_view = view.map(|view| (next, view));
     }
 
     /// Checks the gradient, gives it to the exchange's endpoint (memory, codec, addressing:
