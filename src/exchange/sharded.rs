@@ -38,7 +38,7 @@ impl Exchange for Sharded {
         let plan = at.plan;
         let owners = Owners::new(plan.ownership, plan.dim, at.peers, plan.seed);
         let pull = plan.pull.then(|| {
-            let (mut seen, mut test_keys) = (Vec::new(), Vec::new());
+            let (mut features, mut test_keys) = (Vec::new(), Vec::new());
             let test = &data.test;
             let rows = (0..test.rows()).map(|i| test.row(i).0);
             let (width, dense) = (plan.model_width, plan.dense_keys.clone());
@@ -48,13 +48,13 @@ impl Exchange for Sharded {
                 dense,
                 &owners,
                 at.me,
-                &mut seen,
+                &mut features,
                 &mut test_keys,
             );
             Pull {
                 asked: vec![None; at.peers as usize],
                 test_keys,
-                features: seen,
+                features,
                 next: Vec::new(),
                 values: Vec::new(),
             }
@@ -221,8 +221,7 @@ impl Endpoint for ShardedEndpoint {
                 st.weights.set(k as usize, v);
             }
         }
-        // Each owner's keys are increasing; together, sorted once.
-        // A stable sort merges the owners' increasing runs.
+        // Each owner's keys are increasing: a stable sort merges those runs.
         st.pulled.sort_by_key(|&(k, _)| k);
         Ok(())
     }
