@@ -813,6 +813,28 @@ staleness = 1
         }
     }
 
+    /// A `state` entry sets `train.state`, is labelled by it, applies to `sharded` only, and
+    /// an unknown state is an error naming the entry.
+    #[test]
+    fn a_state_entry_runs_under_sharded_only() {
+        let text = r#"
+job = "base.toml"
+exchange = ["sharded", "allgather"]
+[[compressor]]
+name = "none"
+state = "sharded"
+"#;
+        let (s, _dir) = suite(text).unwrap();
+        let ids: Vec<String> = s.cells().iter().map(|c| c.id.clone()).collect();
+        assert_eq!(ids, ["loopback/W2/job/sharded/none+state=sharded/r0"]);
+        assert!(s.left_out()[0].contains("sharded state needs the sharded exchange"));
+        let job = s.cells()[0].job_text(&s.job, &[]).unwrap();
+        assert!(job.contains("state = \"sharded\""), "{job}");
+        let bad = suite(&text.replace("state = \"sharded\"", "state = \"mirrored\""));
+        let e = bad.unwrap_err();
+        assert!(e.contains("state") && e.contains("mirrored"), "{e}");
+    }
+
     #[test]
     fn a_model_entry_sets_model_fields_and_replaces_the_optimizer() {
         let (s, _dir) = suite(
