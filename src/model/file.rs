@@ -180,20 +180,19 @@ pub fn shard_path(model: &Path, w: u32) -> PathBuf {
 /// The first bytes of a shard file.
 const SHARD_MAGIC: &[u8; 16] = b"gradflow shard1\n";
 
-/// Writes a shard of a model to `path`: the nonzero weights of `weights` (`(key, weight)`,
-/// keys increasing) as the magic, their count (u64) and the pairs (u32, f32), little-endian.
+/// Writes a shard of a model to `path`: the magic, the nonzero weights of `weights` (`(key,
+/// weight)`, keys increasing) as pairs (u32, f32), then their count (u64), little-endian;
+/// streamed, in memory independent of the shard's size.
 pub fn write_shard(path: &Path, weights: impl Iterator<Item = (u32, f32)>) -> std::io::Result<()> {
-    let mut body = Vec::new();
-    let mut count = 0u64;
-    for (k, w) in weights.filter(|&(_, w)| w != 0.0) {
-        body.extend_from_slice(&k.to_le_bytes());
-        body.extend_from_slice(&w.to_le_bytes());
-        count += 1;
-    }
     let mut out = crate::atomic::AtomicFile::create(path)?;
     out.write_all(SHARD_MAGIC)?;
+    let mut count = 0u64;
+    for (k, w) in weights.filter(|&(_, w)| w != 0.0) {
+        out.write_all(&k.to_le_bytes())?;
+        out.write_all(&w.to_le_bytes())?;
+        count += 1;
+    }
     out.write_all(&count.to_le_bytes())?;
-    out.write_all(&body)?;
     out.commit()
 }
 
@@ -232,12 +231,17 @@ fn merge_shards(
         let name = path.display().to_string();
         let file = std::fs::File::open(path).map_err(|e| format!("{name}: {e}"))?;
         let len = file.metadata().map_err(|e| format!("{name}: {e}"))?.len();
+        let (mut head, mut tail) = ([0u8; 16], [0u8; 8]);
+        use std::os::unix::fs::FileExt;
+        let read = file
+            .read_exact_at(&mut head, 0)
+            .and_then(|()| file.read_exact_at(&mut tail, len.saturating_sub(8)));
+        read.map_err(|e| format!("{name}: not a model shard ({e})"))?;
+        let left = u64::from_le_bytes(tail);
         let mut file = std::io::BufReader::new(file);
-        let mut head = [0u8; 24];
         file.read_exact(&mut head)
             .map_err(|e| format!("{name}: not a model shard ({e})"))?;
-        let left = u64::from_le_bytes(head[16..].try_into().unwrap());
-        if &head[..16] != SHARD_MAGIC
+        if &head[..] != SHARD_MAGIC
             || Some(len) != left.checked_mul(8).and_then(|b| b.checked_add(24))
         {
             return Err(format!(
