@@ -19,12 +19,13 @@ use crate::dataflow::checkpoint::{self, Checkpoints};
 use crate::dataflow::heartbeat::Heartbeat;
 use crate::dataflow::{
     build_training, InitialWeights, ReplicaSlot, Supervisor, TrainHandle, TrainPlan, Training,
-    WorkerData,
+    WarmWeights, WorkerData,
 };
+use crate::exchange::{Owners, StateMode};
 use crate::handshake::{self, Credentials, Identity};
 use crate::job::Job;
 use crate::metrics::{MetricsRow, RowOutput, Traffic, WireBytes, WireCounters};
-use crate::model::file::ModelFile;
+use crate::model::file::{ModelFile, ModelStream};
 
 /// Where this process sits in the computation.
 #[derive(Clone, Debug)]
@@ -378,7 +379,7 @@ impl Process {
         }
         // Read once per process; every worker checks it against the data it loads.
         let warm_start = match &job.train.init_model {
-            Some(path) => Some(Arc::new(WarmStart::load(path, job.data.max_dim)?)),
+            Some(path) => Some(Arc::new(WarmStart::load(path, job)?)),
             None => None,
         };
         let process = Process {
@@ -484,7 +485,8 @@ impl Process {
             check_memory(&plan, threads, self.processes)?;
         }
         if let Some(start) = &self.warm_start {
-            plan.initial_weights = Some(start.weights_for(&plan, &features)?);
+            let place = (index as u32, (threads * self.processes) as u32);
+            plan.initial_weights = Some(start.weights_for(&plan, &features, place, &data.train)?);
         }
         if job.train.auto.any() {
             let choice = crate::auto::choose(worker, job, &data, &plan, &self.supervisor)?;
@@ -656,8 +658,8 @@ fn check_memory(plan: &TrainPlan, threads: usize, processes: usize) -> Result<()
     }
     let human = crate::metrics::human_bytes;
     let hint = match plan.state {
-        crate::exchange::StateMode::Sharded => "run more processes (each holds 1/W of the model), or raise the limit",
-        crate::exchange::StateMode::Replicated => {
+        StateMode::Sharded => "run more processes (each holds 1/W of the model), or raise the limit",
+        StateMode::Replicated => {
             "set train.state = \"sharded\" and run more processes (each then holds 1/W of the model), or raise the limit"
         }
     };
@@ -752,41 +754,58 @@ fn gather_reports(
     Ok(outcome)
 }
 
-/// A warm start (`train.init_model`): the model file, read once per process, its weights
-/// shared by every local worker.
+/// A warm start (`train.init_model`): the model file's header, read once per process, and
+/// its weights: under replicated state every weight, read once and shared by the process's
+/// workers; under `train.state = "sharded"` each worker reads only its own keys' and those its
+/// first batch reaches ([`WarmStart::weights_for`]).
 struct WarmStart {
     path: PathBuf,
-    /// The model's header (its weights moved into `weights`).
+    /// The model's header (no weights).
     model: ModelFile,
-    weights: InitialWeights,
+    /// The model's number of weights.
+    dim: u32,
+    max_dim: u32,
+    /// Every weight (replicated state).
+    all: Option<Arc<WarmWeights>>,
 }
 
 impl WarmStart {
-    fn load(path: &Path, max_dim: u32) -> Result<Self, String> {
-        let (mut model, note) = ModelFile::load_noted(path, max_dim)?;
-        if let Some(note) = note {
+    fn load(path: &Path, job: &Job) -> Result<Self, String> {
+        let stream = ModelStream::open(path, job.data.max_dim)?;
+        if let Some(note) = &stream.note {
             eprintln!("note: train.init_model: {note}");
         }
-        let weights = InitialWeights {
-            weights: Arc::new(std::mem::take(&mut model.weights)),
-            from: path.display().to_string(),
-            model: model.model.clone().unwrap_or_else(|| "linear".into()),
-            loss: model.loss.clone(),
+        let (model, dim) = (stream.header.clone(), stream.dim);
+        let all = match job.train.state {
+            StateMode::Replicated => {
+                let mut all = crate::mem::try_zeroed_vec::<f32>(dim as usize)
+                    .ok_or_else(|| format!("{}: {dim} weights do not fit", path.display()))?;
+                for (k, w) in stream.weights_where(path, |_| true)? {
+                    all[k as usize] = w;
+                }
+                Some(Arc::new(WarmWeights::All(all)))
+            }
+            StateMode::Sharded => None,
         };
         Ok(WarmStart {
             path: path.to_path_buf(),
             model,
-            weights,
+            dim,
+            max_dim: job.data.max_dim,
+            all,
         })
     }
 
     /// The weights to start from, if the model fits `plan` and the job's feature map
     /// (`features`, of a CSV job): the same dimension, intercept, loss and features, so that
     /// every weight lands on the feature it was learnt for.
+    /// Worker `me` (of `peers`, its training rows `train`) reads them under sharded state.
     fn weights_for(
         &self,
         plan: &TrainPlan,
         features: &Option<String>,
+        (me, peers): (u32, u32),
+        train: &crate::data::Dataset,
     ) -> Result<InitialWeights, String> {
         let (path, model) = (&self.path, &self.model);
         let mismatch = |what: String| {
@@ -803,8 +822,8 @@ impl WarmStart {
                 has(plan.intercept)
             )));
         }
-        let len = self.weights.weights.len();
-        if len != plan.dim as usize {
+        let len = self.dim;
+        if len != plan.dim {
             return Err(mismatch(format!(
                 "it has {len} weights, the job's data makes a model of {}",
                 plan.dim
@@ -825,7 +844,28 @@ impl WarmStart {
                     .into(),
             ));
         }
-        Ok(self.weights.clone())
+        let weights = match &self.all {
+            Some(all) => all.clone(),
+            None => {
+                let owners = Owners::new(plan.ownership, plan.dim, peers, plan.seed);
+                let first = crate::dataflow::first_batch_features(train, plan, me);
+                let (width, dense) = (plan.model.width(), plan.dense_keys());
+                let stream = ModelStream::open(path, self.max_dim)?;
+                let pairs = stream.weights_where(path, |k| {
+                    owners.owner(k) == me
+                        || dense.contains(&k)
+                        || first.binary_search(&(k / width)).is_ok()
+                })?;
+                let dim = self.dim;
+                Arc::new(WarmWeights::Owned { dim, pairs })
+            }
+        };
+        Ok(InitialWeights {
+            weights,
+            from: path.display().to_string(),
+            model: model.model.clone().unwrap_or_else(|| "linear".into()),
+            loss: model.loss.clone(),
+        })
     }
 }
 

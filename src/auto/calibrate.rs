@@ -440,7 +440,11 @@ fn batch_gradient(
 /// The model a run starts from.
 pub(crate) fn initial_weights(plan: &TrainPlan) -> Vec<f32> {
     match &plan.initial_weights {
-        Some(w) => w.weights.to_vec(),
+        Some(init) => {
+            let mut w = vec![0.0; plan.dim as usize];
+            init.weights.fill(&mut w);
+            w
+        }
         None => {
             let mut w = vec![0.0; plan.dim as usize];
             plan.model.init(plan.seed, &mut w);

@@ -226,6 +226,36 @@ fn round_changes(
     arrivals.take(r, passed(r)).map(|(_, changes)| changes)
 }
 
+/// The positions of batch `b` of `rows` rows in `batches` batches an epoch.
+fn batch_range(rows: usize, batches: u64, b: u64) -> std::ops::Range<usize> {
+    let n = rows as u64;
+    (b * n / batches) as usize..((b + 1) * n / batches) as usize
+}
+
+/// Worker `me`'s order of its rows for epoch `epoch`, from the previous epoch's: shuffled by a
+/// generator seeded by (job seed, epoch, worker), then sorted within each batch.
+fn shuffle_epoch(order: &mut [u32], plan: &TrainPlan, me: u32, epoch: u64) {
+    let (rpe, n) = (plan.rounds_per_epoch, order.len());
+    let seed = mix64(plan.seed, (epoch << 20) ^ me as u64);
+    order.shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
+    sort_within_batches(order, rpe, |b| batch_range(n, rpe, b));
+}
+
+/// The distinct features (sorted) of worker `me`'s first mini-batch of `train`: besides its
+/// own keys, the weights a warm start of its shard must hold, since nobody pulls for round 0.
+pub fn first_batch_features(train: &crate::data::Dataset, plan: &TrainPlan, me: u32) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..train.rows() as u32).collect();
+    shuffle_epoch(&mut order, plan, me, 0);
+    let rows = &order[batch_range(order.len(), plan.rounds_per_epoch, 0)];
+    let mut features: Vec<u32> = rows
+        .iter()
+        .flat_map(|&i| train.row(i as usize).0.iter().copied())
+        .collect();
+    radsort::sort(&mut features);
+    features.dedup();
+    features
+}
+
 /// Sorts each batch's positions of `order` (a permutation of `0..n`; batch `b` holds
 /// `range(b)`, `b < batches`), as sorting every range would, in two linear passes instead: each
 /// row notes its batch, then the rows, read in increasing order, go to their batch's next slot
@@ -736,22 +766,17 @@ impl GradientStep {
     /// order only changes rounding).
     fn next_batch(&mut self, r: u64) -> std::ops::Range<usize> {
         let rpe = self.plan.rounds_per_epoch;
-        let n = self.order.len() as u64;
         let (epoch, b) = (r / rpe, r % rpe);
-        let range = |b: u64| (b * n / rpe) as usize..((b + 1) * n / rpe) as usize;
         // Each epoch's shuffle starts from the previous epoch's order: a run resumed in epoch
         // `e` replays the shuffles of epochs 0..=e.
         if self.shuffled_epoch.is_none_or(|s| s < epoch) {
             let first = self.shuffled_epoch.map_or(0, |s| s + 1);
             for e in first..=epoch {
-                let seed = mix64(self.plan.seed, (e << 20) ^ self.me as u64);
-                self.order
-                    .shuffle(&mut Xoshiro256PlusPlus::seed_from_u64(seed));
-                sort_within_batches(&mut self.order, rpe, range);
+                shuffle_epoch(&mut self.order, &self.plan, self.me, e);
             }
             self.shuffled_epoch = Some(epoch);
         }
-        range(b)
+        batch_range(self.order.len(), rpe, b)
     }
 
     /// After the round's gradient: what the endpoint sends that depends on the next round's
@@ -821,7 +846,7 @@ impl GradientStep {
 /// Sets `view`'s weights for round `r` without a replica: this worker's own keys from its
 /// shard, the others' from the weights pulled for the round (a resumed run's first round:
 /// those its checkpoint saved), or, in round 0, which nobody pulled for, the model's initial
-/// ones ([`crate::model::Model::initial`]).
+/// ones ([`crate::model::Model::initial`], or a warm start's, which holds them).
 fn fill_view(view: &mut Compact, st: &ModelState, plan: &TrainPlan, r: u64) -> Result<(), String> {
     let shard = st
         .shard
@@ -839,7 +864,10 @@ fn fill_view(view: &mut Compact, st: &ModelState, plan: &TrainPlan, r: u64) -> R
         }
         match pulled.get(at) {
             Some(&(p, w)) if p == k => Ok(w),
-            _ if first => Ok(plan.model.initial(plan.seed, plan.dim, k)),
+            _ if first => Ok(match &plan.initial_weights {
+                Some(warm) => warm.weights.get(k),
+                None => plan.model.initial(plan.seed, plan.dim, k),
+            }),
             _ => Err(format!("the weight of key {k} was not pulled")),
         }
     })

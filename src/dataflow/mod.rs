@@ -50,9 +50,10 @@ pub use crate::data::WorkerData;
 pub use crate::exchange::{Replica, ReplicaMode, ReplicaSlot};
 pub use collect::collect;
 pub use evaluations::{evaluations, Evaluation};
-pub use gradient::{gradient, Rows};
+pub use gradient::{first_batch_features, gradient, Rows};
 pub use plan::{
-    worker_data, ChoiceCost, InitialWeights, RoundStats, TrainHandle, TrainPlan, WorkerState,
+    worker_data, ChoiceCost, InitialWeights, RoundStats, TrainHandle, TrainPlan, WarmWeights,
+    WorkerState,
 };
 pub use supervisor::Supervisor;
 

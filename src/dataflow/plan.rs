@@ -123,7 +123,7 @@ pub struct ChoiceCost {
 #[derive(Clone, PartialEq)]
 pub struct InitialWeights {
     /// The weights.
-    pub weights: Arc<Vec<f32>>,
+    pub weights: Arc<WarmWeights>,
     /// Where they come from (for errors).
     pub from: String,
     /// The model's spec ([`crate::model::Model::spec`]).
@@ -132,12 +132,70 @@ pub struct InitialWeights {
     pub loss: String,
 }
 
+/// The weights a warm start sets (every other weight starts at zero).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WarmWeights {
+    /// Every weight of the model: a replica's start.
+    All(Vec<f32>),
+    /// The nonzero weights of the keys that one worker owns, and of those its first batch
+    /// reaches, keys increasing, of a model of `dim` weights: the start of its shard
+    /// (`train.state = "sharded"`), read without holding the model.
+    Owned {
+        /// The model's number of weights.
+        dim: u32,
+        /// `(key, weight)`.
+        pairs: Vec<(u32, f32)>,
+    },
+}
+
+impl WarmWeights {
+    /// The model's number of weights.
+    pub fn dim(&self) -> u32 {
+        match self {
+            WarmWeights::All(w) => w.len() as u32,
+            WarmWeights::Owned { dim, .. } => *dim,
+        }
+    }
+
+    /// Sets these weights in `weights` (the whole model, zeros).
+    pub fn fill(&self, weights: &mut [f32]) {
+        match self {
+            WarmWeights::All(w) => weights.copy_from_slice(w),
+            WarmWeights::Owned { pairs, .. } => {
+                pairs.iter().for_each(|&(k, w)| weights[k as usize] = w)
+            }
+        }
+    }
+
+    /// The weight of key `k` (zero where none is held).
+    pub fn get(&self, k: u32) -> f32 {
+        match self {
+            WarmWeights::All(w) => w.get(k as usize).copied().unwrap_or(0.0),
+            WarmWeights::Owned { pairs, .. } => pairs
+                .binary_search_by_key(&k, |&(p, _)| p)
+                .map_or(0.0, |i| pairs[i].1),
+        }
+    }
+
+    /// The nonzero weights held, keys increasing.
+    pub fn nonzero(&self) -> Box<dyn Iterator<Item = (u32, f32)> + '_> {
+        match self {
+            WarmWeights::All(w) => Box::new(
+                (w.iter().enumerate())
+                    .filter(|(_, w)| **w != 0.0)
+                    .map(|(k, &w)| (k as u32, w)),
+            ),
+            WarmWeights::Owned { pairs, .. } => Box::new(pairs.iter().copied()),
+        }
+    }
+}
+
 impl std::fmt::Debug for InitialWeights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
             "InitialWeights({} weights of {} {})",
-            self.weights.len(),
+            self.weights.dim(),
             self.model,
             self.loss
         )
@@ -206,7 +264,7 @@ impl TrainPlan {
         }
         let mut weights = crate::mem::ZeroedArray::new(self.dim as usize);
         match &self.initial_weights {
-            Some(init) => weights.copy_from_slice(&init.weights),
+            Some(init) => init.weights.fill(&mut weights),
             None => self.model.init(self.seed, &mut weights),
         }
         ModelState::new(
@@ -217,17 +275,27 @@ impl TrainPlan {
     }
 
     /// Worker `me` of `peers`'s state under `train.state = "sharded"`: the initial weights of
-    /// the keys it owns, by slot, its memory and the update rule of its slots.
+    /// the keys it owns (the model's, or a warm start's), by slot, its memory and the update
+    /// rule of its slots.
     pub fn shard_state(&self, me: u32, peers: u32) -> ModelState {
         let owners = Owners::new(self.ownership, self.dim, peers, self.seed);
         let shard = Shard { owners, me };
         let mut weights = crate::mem::ZeroedArray::new(shard.len() as usize);
-        for (slot, w) in weights.iter_mut().enumerate() {
-            let v = self
-                .model
-                .initial(self.seed, self.dim, owners.key(me, slot as u32));
-            if v != 0.0 {
-                *w = v;
+        match &self.initial_weights {
+            Some(init) => {
+                let mine = init
+                    .weights
+                    .nonzero()
+                    .filter(|&(k, _)| owners.owner(k) == me);
+                mine.for_each(|(k, w)| weights[owners.slot(k) as usize] = w);
+            }
+            None => {
+                for (slot, w) in weights.iter_mut().enumerate() {
+                    let v = (self.model).initial(self.seed, self.dim, owners.key(me, slot as u32));
+                    if v != 0.0 {
+                        *w = v;
+                    }
+                }
             }
         }
         let mut st = ModelState::new(

@@ -359,11 +359,5 @@ fn sharded_state_plans_pulls_and_strided_owners() {
         ranges.plan(1000, 1).ownership,
         crate::exchange::Ownership::Ranges
     );
-    let e = parse("[train]\nstate = \"sharded\"\ninit_model = \"m.txt\"")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("train.init_model") && e.contains("train.state = \"sharded\""),
-        "{e}"
-    );
+    assert!(parse("[train]\nstate = \"sharded\"\ninit_model = \"m.txt\"").is_ok());
 }

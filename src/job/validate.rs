@@ -100,9 +100,6 @@ impl Job {
                 "there is no replica to share",
             );
         }
-        if t.init_model.is_some() {
-            return refuse("train.init_model", "a warm start of shards is not read yet");
-        }
         Ok(())
     }
 

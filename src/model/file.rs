@@ -21,6 +21,7 @@
 //! read, with a note that a cut cannot be detected in them.
 
 use std::fmt::Write as _;
+use std::io::BufRead as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -399,7 +400,7 @@ impl ModelFile {
 
     /// As [`ModelFile::parse`] with a cap of `max_dim` features plus an intercept: the header
     /// is checked before the weights are allocated.
-    pub fn parse_limited(text: &str, max_dim: u32) -> Result<ModelFile, (usize, String)> {
+    pub fn parse_limited(text: &str, max_dim: u32) -> Result<ModelFile, LineError> {
         let err = |line: usize, m: &str| (line, m.to_string());
         let first = text.lines().next().map(str::trim);
         let (v2, body, end) = match first {
@@ -418,86 +419,7 @@ impl ModelFile {
         };
         let mut lines = body.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
         lines.next();
-        let mut next = |what: &str| {
-            lines
-                .next()
-                .ok_or_else(|| err(0, &format!("ends before '{what}'")))
-        };
-        let (i, line) = next("loss")?;
-        let loss = match line.strip_prefix("loss ").map(str::trim) {
-            Some(name) if is_loss_name(name) => name.to_string(),
-            _ => {
-                let expected = "expected 'loss NAME' (e.g. logistic, hinge, squared)";
-                return Err(err(i, expected));
-            }
-        };
-        let (i, line) = next("dim")?;
-        let dim: u32 = line
-            .strip_prefix("dim ")
-            .and_then(|d| d.trim().parse().ok())
-            .ok_or_else(|| err(i, "expected 'dim N' (N below 2^32)"))?;
-        if dim as u64 > max_dim as u64 + 1 {
-            let m = format!(
-                "dim {dim} is more than the limit of {max_dim} features plus an intercept; a \
-                 model trained with a larger data.max_dim needs predict --max-dim"
-            );
-            return Err(err(i, &m));
-        }
-        let (mut intercept, mut features, mut classes, mut model) = (None, None, None, None);
-        if v2 {
-            let (i, line) = next("intercept")?;
-            intercept = match line.strip_prefix("intercept ").map(str::trim) {
-                Some("none") => None,
-                Some(k) => match k.parse::<u32>() {
-                    Ok(k) if k < dim => Some(k),
-                    _ => return Err(err(i, &format!("bad intercept key '{k}' for dim {dim}"))),
-                },
-                None => return Err(err(i, "expected 'intercept KEY' or 'intercept none'")),
-            };
-            let (mut i, mut line) = next("weights")?;
-            if let Some(k) = line.strip_prefix("classes ") {
-                let k = k.trim();
-                classes = match k.parse::<u32>() {
-                    Ok(k) if (2..=MAX_CLASSES).contains(&k) => Some(k),
-                    _ => {
-                        let m = format!("bad classes '{k}' (2 to {})", MAX_CLASSES);
-                        return Err(err(i, &m));
-                    }
-                };
-                (i, line) = next("weights")?;
-            }
-            if let Some(name) = line.strip_prefix("model ") {
-                let name = name.trim();
-                let (base, params) = name.split_once(':').unwrap_or((name, "0"));
-                let numbers = params
-                    .split(',')
-                    .all(|n| (1..=10).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()));
-                if !is_loss_name(base) || !numbers {
-                    let m = "expected 'model NAME' or 'model NAME:N[,N]' (1-64 letters, \
-                             digits, _ or -; numbers of 1-10 digits)";
-                    return Err(err(i, m));
-                }
-                model = Some(name.to_string());
-                (i, line) = next("weights")?;
-            }
-            if let Some(n) = line.strip_prefix("features ") {
-                let n: usize = n
-                    .trim()
-                    .parse()
-                    .map_err(|_| err(i, "expected 'features N' (N lines of TOML)"))?;
-                let mut map = String::new();
-                for _ in 0..n {
-                    let (_, l) = next("the feature map's lines")?;
-                    map.push_str(l);
-                    map.push('\n');
-                }
-                features = Some(map);
-                (i, line) = next("weights")?;
-            }
-            if line != "weights" {
-                return Err(err(i, "expected 'weights'"));
-            }
-        }
+        let (mut model, dim) = parse_header(&mut lines, v2, max_dim)?;
         // (A header's dim is checked against the reader's limit, but the limit may be raised
         // past what this process can hold: an error, not an abort.)
         let mut weights = crate::mem::try_zeroed_vec::<f32>(dim as usize).ok_or_else(|| {
@@ -508,68 +430,310 @@ impl ModelFile {
             );
             err(1, &m)
         })?;
-        let count = read_weights(lines, &mut weights)?;
+        let mut previous = None;
+        let mut count = 0u64;
+        for (i, line) in lines {
+            if let Some((k, w)) = parse_weight(i, line, dim, &mut previous)? {
+                weights[k as usize] = w;
+                count += 1;
+            }
+        }
         if let Some((line, expected)) = end {
             if count != expected {
                 let m = format!("{count} weights where the 'end' line counts {expected}");
                 return Err(err(line, &m));
             }
         }
-        Ok(ModelFile {
-            loss,
-            weights,
-            intercept,
-            classes,
-            model,
-            features,
-        })
+        model.weights = weights;
+        Ok(model)
     }
 }
 
-/// Reads the `<key> <weight>` lines into `weights` (keys increasing, below its length, weights
-/// finite; blank lines skipped) and returns how many there were; an error is `(1-based line,
-/// message)`.
-fn read_weights<'a>(
-    lines: impl Iterator<Item = (usize, &'a str)>,
-    weights: &mut [f32],
-) -> Result<u64, (usize, String)> {
+/// Reads a model file's header from `lines` (after its first line; `v2`: a version 2 or 3
+/// header, else version 1's `loss` and `dim`): the model without its weights, and its number
+/// of weights, at most `max_dim` plus an intercept.
+fn parse_header<'a>(
+    lines: &mut impl Iterator<Item = (usize, &'a str)>,
+    v2: bool,
+    max_dim: u32,
+) -> Result<(ModelFile, u32), LineError> {
     let err = |line: usize, m: &str| (line, m.to_string());
-    let (mut count, mut previous) = (0u64, None);
-    for (i, line) in lines {
-        if line.is_empty() {
-            continue;
+    let mut next = |what: &str| {
+        lines
+            .next()
+            .ok_or_else(|| err(0, &format!("ends before '{what}'")))
+    };
+    let (i, line) = next("loss")?;
+    let loss = match line.strip_prefix("loss ").map(str::trim) {
+        Some(name) if is_loss_name(name) => name.to_string(),
+        _ => {
+            let expected = "expected 'loss NAME' (e.g. logistic, hinge, squared)";
+            return Err(err(i, expected));
         }
-        let (k, w) = line
-            .split_once(' ')
-            .ok_or_else(|| err(i, "expected '<key> <weight>'"))?;
-        let show = crate::data::clip;
-        let k: usize = k
-            .parse()
-            .map_err(|_| err(i, &format!("bad key '{}'", show(k))))?;
-        let w: f32 = w
-            .trim()
-            .parse()
-            .map_err(|_| err(i, &format!("bad weight '{}'", show(w))))?;
-        if k >= weights.len() {
-            let dim = weights.len();
-            return Err(err(i, &format!("key {k} beyond dim {dim}")));
-        }
-        if let Some(p) = previous.filter(|&p| k <= p) {
-            let m = match k == p {
-                true => format!("key {k} repeated"),
-                false => format!("key {k} after key {p} (keys increase)"),
+    };
+    let (i, line) = next("dim")?;
+    let dim: u32 = line
+        .strip_prefix("dim ")
+        .and_then(|d| d.trim().parse().ok())
+        .ok_or_else(|| err(i, "expected 'dim N' (N below 2^32)"))?;
+    if dim as u64 > max_dim as u64 + 1 {
+        let m = format!(
+            "dim {dim} is more than the limit of {max_dim} features plus an intercept; a \
+             model trained with a larger data.max_dim needs predict --max-dim"
+        );
+        return Err(err(i, &m));
+    }
+    let (mut intercept, mut features, mut classes, mut model) = (None, None, None, None);
+    if v2 {
+        let (i, line) = next("intercept")?;
+        intercept = match line.strip_prefix("intercept ").map(str::trim) {
+            Some("none") => None,
+            Some(k) => match k.parse::<u32>() {
+                Ok(k) if k < dim => Some(k),
+                _ => return Err(err(i, &format!("bad intercept key '{k}' for dim {dim}"))),
+            },
+            None => return Err(err(i, "expected 'intercept KEY' or 'intercept none'")),
+        };
+        let (mut i, mut line) = next("weights")?;
+        if let Some(k) = line.strip_prefix("classes ") {
+            let k = k.trim();
+            classes = match k.parse::<u32>() {
+                Ok(k) if (2..=MAX_CLASSES).contains(&k) => Some(k),
+                _ => {
+                    let m = format!("bad classes '{k}' (2 to {})", MAX_CLASSES);
+                    return Err(err(i, &m));
+                }
             };
-            return Err(err(i, &m));
+            (i, line) = next("weights")?;
         }
-        if !w.is_finite() {
-            return Err(err(
-                i,
-                &format!("the weight of key {k} is not a finite f32"),
-            ));
+        if let Some(name) = line.strip_prefix("model ") {
+            let name = name.trim();
+            let (base, params) = name.split_once(':').unwrap_or((name, "0"));
+            let numbers = params
+                .split(',')
+                .all(|n| (1..=10).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()));
+            if !is_loss_name(base) || !numbers {
+                let m = "expected 'model NAME' or 'model NAME:N[,N]' (1-64 letters, \
+                         digits, _ or -; numbers of 1-10 digits)";
+                return Err(err(i, m));
+            }
+            model = Some(name.to_string());
+            (i, line) = next("weights")?;
         }
-        previous = Some(k);
-        weights[k] = w;
-        count += 1;
+        if let Some(n) = line.strip_prefix("features ") {
+            let n: usize = n
+                .trim()
+                .parse()
+                .map_err(|_| err(i, "expected 'features N' (N lines of TOML)"))?;
+            let mut map = String::new();
+            for _ in 0..n {
+                let (_, l) = next("the feature map's lines")?;
+                map.push_str(l);
+                map.push('\n');
+            }
+            features = Some(map);
+            (i, line) = next("weights")?;
+        }
+        if line != "weights" {
+            return Err(err(i, "expected 'weights'"));
+        }
+    }
+    let model = ModelFile {
+        loss,
+        weights: Vec::new(),
+        intercept,
+        classes,
+        model,
+        features,
+    };
+    Ok((model, dim))
+}
+
+/// One `<key> <weight>` line (line `i`, trimmed) of a model of `dim` weights: the pair, or
+/// `None` for a blank line. Keys must increase (`previous`, updated) and stay below `dim`;
+/// weights must be finite.
+fn parse_weight(
+    i: usize,
+    line: &str,
+    dim: u32,
+    previous: &mut Option<u32>,
+) -> Result<Option<(u32, f32)>, LineError> {
+    let err = |m: &str| (i, m.to_string());
+    if line.is_empty() {
+        return Ok(None);
+    }
+    let (k, w) = line
+        .split_once(' ')
+        .ok_or_else(|| err("expected '<key> <weight>'"))?;
+    let show = crate::data::clip;
+    let k: u64 = k
+        .parse()
+        .map_err(|_| err(&format!("bad key '{}'", show(k))))?;
+    let w: f32 = w
+        .trim()
+        .parse()
+        .map_err(|_| err(&format!("bad weight '{}'", show(w))))?;
+    if k >= dim as u64 {
+        return Err(err(&format!("key {k} beyond dim {dim}")));
+    }
+    let k = k as u32;
+    if let Some(p) = previous.filter(|&p| k <= p) {
+        let m = match k == p {
+            true => format!("key {k} repeated"),
+            false => format!("key {k} after key {p} (keys increase)"),
+        };
+        return Err(err(&m));
+    }
+    if !w.is_finite() {
+        return Err(err(&format!("the weight of key {k} is not a finite f32")));
+    }
+    *previous = Some(k);
+    Ok(Some((k, w)))
+}
+
+/// A model file read as a stream: its header first, then its weights, of which the reader
+/// keeps only those it asks for ([`ModelStream::weights_where`]); memory follows the header
+/// and the kept weights, not the model (an owner's keys of a model larger than one process).
+/// A version 3 file is checked as it streams (its `end` line's count and checksum, before
+/// the weights are returned); an older one, which has no checksum, is read whole.
+pub struct ModelStream {
+    /// The model without its weights.
+    pub header: ModelFile,
+    /// Its number of weights.
+    pub dim: u32,
+    /// A note for a file of an older format ([`ModelFile::load_noted`]).
+    pub note: Option<String>,
+    body: Body,
+}
+
+/// What is left to read of a [`ModelStream`].
+enum Body {
+    /// A version 3 file after its `weights` line: the rest of its lines, the number of the
+    /// last line read and the checksum of every byte so far.
+    Lines {
+        input: Box<dyn std::io::BufRead>,
+        line: usize,
+        hash: Box<xxhash_rust::xxh3::Xxh3>,
+    },
+    /// An older file's weights, read whole.
+    Whole(Vec<f32>),
+}
+
+impl ModelStream {
+    /// Opens the model file `path` (gzip or zstd too) of at most `max_dim` features plus an
+    /// intercept, and reads its header; errors name the file and line.
+    pub fn open(path: &Path, max_dim: u32) -> Result<Self, String> {
+        let name = path.display();
+        let mut input = crate::data::source::open_stream(path).map_err(|e| e.to_string())?;
+        let (mut header, mut buf, mut line) = (String::new(), String::new(), 0);
+        let mut hash = Box::new(xxhash_rust::xxh3::Xxh3::new());
+        loop {
+            buf.clear();
+            let n = (input.read_line(&mut buf)).map_err(|e| format!("{name}:{}: {e}", line + 1))?;
+            if n == 0 {
+                break;
+            }
+            line += 1;
+            if line == 1 && buf.trim() != MAGIC {
+                // An older format (or none: its parse says which).
+                let (mut header, note) = ModelFile::load_noted(path, max_dim)?;
+                let weights = std::mem::take(&mut header.weights);
+                return Ok(ModelStream {
+                    dim: weights.len() as u32,
+                    header,
+                    note,
+                    body: Body::Whole(weights),
+                });
+            }
+            hash.update(buf.as_bytes());
+            header.push_str(&buf);
+            if buf.trim() == "weights" {
+                break;
+            }
+        }
+        let mut lines = header.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        lines.next();
+        let (header, dim) =
+            parse_header(&mut lines, true, max_dim).map_err(|(i, m)| format!("{name}:{i}: {m}"))?;
+        Ok(ModelStream {
+            header,
+            dim,
+            note: None,
+            body: Body::Lines { input, line, hash },
+        })
+    }
+
+    /// The nonzero weights of the keys `keep` accepts, keys increasing. Every line is
+    /// checked as [`ModelFile::load`] checks it; `path` names the file in errors.
+    pub fn weights_where(
+        self,
+        path: &Path,
+        mut keep: impl FnMut(u32) -> bool,
+    ) -> Result<Vec<(u32, f32)>, String> {
+        let (mut input, mut line, mut hash) = match self.body {
+            Body::Whole(weights) => {
+                let pairs = weights.into_iter().enumerate();
+                let pairs = pairs.map(|(k, w)| (k as u32, w));
+                return Ok(pairs.filter(|&(k, w)| w != 0.0 && keep(k)).collect());
+            }
+            Body::Lines { input, line, hash } => (input, line, hash),
+        };
+        let name = path.display();
+        let (mut kept, mut buf, mut previous, mut count) = (Vec::new(), String::new(), None, 0u64);
+        loop {
+            buf.clear();
+            let n = (input.read_line(&mut buf)).map_err(|e| format!("{name}:{}: {e}", line + 1))?;
+            if n == 0 {
+                return Err(format!("{name}:{line}: {CUT}"));
+            }
+            line += 1;
+            if buf.starts_with("end ") {
+                let last = buf
+                    .strip_suffix('\n')
+                    .ok_or(format!("{name}:{line}: {CUT}"))?;
+                let expected =
+                    end_count(last, hash.digest()).map_err(|m| format!("{name}:{line}: {m}"))?;
+                buf.clear();
+                let after = input
+                    .read_line(&mut buf)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                if after > 0 {
+                    return Err(format!("{name}:{}: a line after the 'end' line", line + 1));
+                }
+                if count != expected {
+                    let m = format!("{count} weights where the 'end' line counts {expected}");
+                    return Err(format!("{name}:{line}: {m}"));
+                }
+                return Ok(kept);
+            }
+            hash.update(buf.as_bytes());
+            let pair = parse_weight(line, buf.trim(), self.dim, &mut previous)
+                .map_err(|(i, m)| format!("{name}:{i}: {m}"))?;
+            if let Some((k, w)) = pair {
+                count += 1;
+                if w != 0.0 && keep(k) {
+                    kept.push((k, w));
+                }
+            }
+        }
+    }
+}
+
+/// The message of a version 3 file without its `end` line.
+const CUT: &str = "the file ends without its 'end' line: it was cut short";
+
+/// The weight count of a version 3 file's last line (`last`, without its line break), if it
+/// is an `end` line and its checksum is `sum`, that of every byte before it.
+fn end_count(last: &str, sum: u64) -> Result<u64, &'static str> {
+    let mut words = last.split(' ');
+    let (Some("end"), Some(count), Some(hex), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(CUT);
+    };
+    let count: u64 = count.parse().map_err(|_| CUT)?;
+    if hex.len() != 16 || u64::from_str_radix(hex, 16).ok() != Some(sum) {
+        return Err("the checksum does not match the file: it was damaged or edited");
     }
     Ok(count)
 }
@@ -581,27 +745,13 @@ type LineError = (usize, String);
 /// once the checksum matches.
 fn split_end(text: &str) -> Result<(&str, (usize, u64)), LineError> {
     let lines = text.lines().count();
-    let cut = (
-        lines,
-        "the file ends without its 'end' line: it was cut short".to_string(),
-    );
     let Some(body) = text.strip_suffix('\n') else {
-        return Err(cut);
+        return Err((lines, CUT.to_string()));
     };
     let start = body.rfind('\n').map_or(0, |i| i + 1);
     let (body, last) = text.split_at(start);
-    let mut words = last.trim_end_matches('\n').split(' ');
-    let (Some("end"), Some(count), Some(sum), None) =
-        (words.next(), words.next(), words.next(), words.next())
-    else {
-        return Err(cut);
-    };
-    let count: u64 = count.parse().map_err(|_| cut.clone())?;
-    if u64::from_str_radix(sum, 16).ok() != Some(checksum(body)) || sum.len() != 16 {
-        let m = "the checksum does not match the file: it was damaged or edited";
-        return Err((lines, m.to_string()));
-    }
-    Ok((body, (lines, count)))
+    let count = end_count(last.trim_end_matches('\n'), checksum(body));
+    Ok((body, (lines, count.map_err(|m| (lines, m.to_string()))?)))
 }
 
 #[cfg(test)]
@@ -762,6 +912,70 @@ mod tests {
         assert!(e.0 == end + 1 && e.1.contains("checksum"), "{e:?}");
     }
 
+    /// The weights of `text`, streamed from a file, that `keep` accepts.
+    fn streamed(text: &[u8], keep: impl FnMut(u32) -> bool) -> Result<Vec<(u32, f32)>, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.txt");
+        std::fs::write(&p, text).unwrap();
+        ModelStream::open(&p, 100)?.weights_where(&p, keep)
+    }
+
+    /// A streamed file gives the header and the kept weights that loading it whole gives
+    /// (gzip too, and an older format); what it checks, it checks as loading does.
+    #[test]
+    fn a_stream_keeps_the_weights_asked_for_and_checks_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.txt");
+        let m = sample();
+        m.save(&p).unwrap();
+        let pairs = |keep: fn(u32) -> bool| {
+            let w = m.weights.iter().enumerate().map(|(k, &w)| (k as u32, w));
+            w.filter(|&(k, w)| w != 0.0 && keep(k)).collect::<Vec<_>>()
+        };
+        let stream = ModelStream::open(&p, 100).unwrap();
+        assert_eq!((stream.dim, stream.note.is_none()), (6, true));
+        let header = ModelFile {
+            weights: Vec::new(),
+            ..m.clone()
+        };
+        assert_eq!(stream.header, header);
+        let odd = stream.weights_where(&p, |k| k % 2 == 1).unwrap();
+        assert_eq!(odd, pairs(|k| k % 2 == 1));
+        assert_eq!(odd, vec![(3, 7.0), (5, 1.0 / 3.0)]);
+        let gz = dir.path().join("m.txt.gz");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(m.to_text().as_bytes()).unwrap();
+        std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+        let all = ModelStream::open(&gz, 100).unwrap();
+        assert_eq!(all.weights_where(&gz, |_| true).unwrap(), pairs(|_| true));
+        let v2 = m.to_text().replace(MAGIC, MAGIC_V2);
+        let v2 = &v2[..v2.find("end ").unwrap()];
+        std::fs::write(&p, v2).unwrap();
+        let old = ModelStream::open(&p, 100).unwrap();
+        assert!(old.note.is_some());
+        assert_eq!(old.weights_where(&p, |k| k < 3).unwrap(), pairs(|k| k < 3));
+        let text = m.to_text();
+        let end = text.lines().count();
+        for (bad, line, why) in [
+            (text.replace("3 7\n", "3 8\n"), end, "checksum"),
+            (text.replace("3 7\n", "3 x\n"), 11, "bad weight 'x'"),
+            (format!("{text}\n"), end + 1, "after the 'end' line"),
+            (text[..text.len() - 1].to_string(), end, "cut short"),
+            (
+                text[..text.find("\nend").unwrap() + 1].to_string(),
+                end - 1,
+                "cut short",
+            ),
+            (text.replace("dim 6", "dim 600"), 3, "more than the limit"),
+        ] {
+            let e = streamed(bad.as_bytes(), |_| true).unwrap_err();
+            assert!(
+                e.contains(&format!("m.txt:{line}: ")) && e.contains(why),
+                "{e}"
+            );
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
         /// Any truncation or single-byte change of a valid file is an error or the same model
@@ -776,9 +990,16 @@ mod tests {
             if let Ok(m) = ModelFile::parse(&text[..cut]) {
                 proptest::prop_assert_eq!(m, sample());
             }
+            let all: Vec<(u32, f32)> = vec![(0, 0.5), (2, -1.25e-3), (3, 7.0), (5, 1.0 / 3.0)];
+            if let Ok(pairs) = streamed(&text.as_bytes()[..cut], |_| true) {
+                proptest::prop_assert_eq!(&pairs, &all);
+            }
             let mut bytes = text.clone().into_bytes();
             let at = at % bytes.len();
             bytes[at] = byte;
+            if let Ok(pairs) = streamed(&bytes, |_| true) {
+                proptest::prop_assert_eq!(&pairs, &all, "byte {} to {}", at, byte);
+            }
             if let Ok(changed) = std::str::from_utf8(&bytes) {
                 if let Ok(m) = ModelFile::parse(changed) {
                     proptest::prop_assert_eq!(m, sample(), "byte {} to {}", at, byte);
