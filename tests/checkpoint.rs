@@ -503,7 +503,8 @@ fn pipelined_rounds_resume_bit_for_bit() {
 fn sharded_state_resumes_bit_for_bit() {
     // Each worker's file holds its shard, its shard's optimizer state and the weights it
     // pulled for the checkpoint's round: resumed there, the run repeats the uninterrupted
-    // one, on two threads and as two processes, with top-k and its residual memory.
+    // one, on two threads and as two processes, with top-k and its residual memory, and
+    // with compressed pull replies.
     let sharded = JOB
         .replace("epochs = 800", "epochs = 6")
         .replace("downlink = { name = \"topk\", ratio = 0.5 }\n", "")
@@ -512,4 +513,10 @@ fn sharded_state_resumes_bit_for_bit() {
     for processes in [1, 2] {
         assert_resumes_bit_for_bit(&sharded, processes);
     }
+    // With compressed replies between the processes, whose decoded weights the files keep.
+    let reply = sharded.replace(
+        "seed = 11\n",
+        "seed = 11\ndownlink = { name = \"logquant\" }\n",
+    );
+    assert_resumes_bit_for_bit(&reply, 2);
 }

@@ -8,12 +8,22 @@
 //! worker does not need. At epoch ends a worker also asks for the keys of its test rows, and at
 //! the end worker 0 asks for every key (the model it writes).
 //!
-//! A request on the wire: a flag byte (0: a key list follows, 1: every key the owner owns), the
-//! key count (u32 LE), then the keys, Golomb-Rice coded.
+//! A request on the wire: a flag byte (0: a key list follows, 1: every key the owner owns, 2: a
+//! key list whose reply must be exact), the key count (u32 LE), then the keys, Golomb-Rice
+//! coded.
+//!
+//! Under `train.state = "sharded"` the reply to another process may be compressed with the
+//! job's `train.downlink` codec: the weights, as the values of keys `0..n` (their places in
+//! the request), so the codec must keep every one ([`check_reply_codec`]: a quantizer, not a
+//! sparsifier). It needs no residual: the owner keeps the exact weights, and each reply reads
+//! them afresh, so a reply's rounding error is never carried into the model, only into the
+//! one gradient computed from it. Requests for an evaluation (or the last round) are
+//! [`Request::Exact`]: test metrics score the model the owners hold.
 
 use super::Owners;
 use crate::codec::bits::{BitReader, BitWriter};
 use crate::codec::keys::KeyCoding;
+use crate::codec::{Codec, EncodeContext};
 
 /// What a worker asks an owner for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,6 +32,8 @@ pub enum Request {
     Keys(Vec<u32>),
     /// Every key the owner owns.
     All,
+    /// These keys (sorted), answered exactly whatever `train.downlink`: for an evaluation.
+    Exact(Vec<u32>),
 }
 
 impl Request {
@@ -32,8 +44,12 @@ impl Request {
                 out.push(1);
                 out.extend_from_slice(&0u32.to_le_bytes());
             }
-            Request::Keys(keys) => {
-                out.push(0);
+            Request::Keys(keys) | Request::Exact(keys) => {
+                out.push(if matches!(self, Request::Keys(_)) {
+                    0
+                } else {
+                    2
+                });
                 out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
                 let mut w = BitWriter::new(out);
                 KeyCoding::Rice.encode(keys, &mut w);
@@ -53,7 +69,7 @@ impl Request {
         let body = &bytes[5..];
         match bytes[0] {
             1 if count == 0 && body.is_empty() => Ok(Request::All),
-            0 => {
+            flag @ (0 | 2) => {
                 if count > body.len().saturating_mul(8) || count > dim as usize {
                     return Err(format!("{count} keys in {} bytes", body.len()));
                 }
@@ -63,7 +79,10 @@ impl Request {
                     .decode(count, dim, &mut r, &mut keys)
                     .map_err(|e| e.to_string())?;
                 r.finish().map_err(|e| e.to_string())?;
-                Ok(Request::Keys(keys))
+                Ok(match flag {
+                    0 => Request::Keys(keys),
+                    _ => Request::Exact(keys),
+                })
             }
             flag => Err(format!("bad request flag {flag} (count {count})")),
         }
@@ -72,12 +91,86 @@ impl Request {
     /// The keys this request names at owner `owner` (resolving [`Request::All`]).
     pub fn keys_at(&self, owners: &Owners, owner: u32) -> Vec<u32> {
         match self {
-            Request::Keys(keys) => keys.clone(),
+            Request::Keys(keys) | Request::Exact(keys) => keys.clone(),
             Request::All => (0..owners.dim)
                 .filter(|&k| owners.owner(k) == owner)
                 .collect(),
         }
     }
+
+    /// Whether the reply may be compressed with the job's downlink codec (only
+    /// [`Request::Keys`]'s).
+    pub fn compressible(&self) -> bool {
+        matches!(self, Request::Keys(_))
+    }
+}
+
+/// The largest relative error (‖decoded − weights‖ / ‖weights‖) a reply codec may make on the
+/// test weights of [`check_reply_codec`]: quantizers make a few percent; sparsifiers, which
+/// read every weight they leave out as zero, make most of the weights' norm.
+pub const MAX_REPLY_ERROR: f64 = 0.25;
+
+/// Why `codec` cannot compress a pull reply, if it cannot: on 256 weights of mixed signs and
+/// magnitudes its relative error must stay within [`MAX_REPLY_ERROR`].
+pub fn check_reply_codec(codec: &mut dyn Codec) -> Result<(), String> {
+    if codec.is_lossless() {
+        return Ok(());
+    }
+    let n = 256u32;
+    let keys: Vec<u32> = (0..n).collect();
+    let values: Vec<f32> = (0..n)
+        .map(|i| (i as f32 * 0.7).sin() * 10f32.powi(i as i32 % 3 - 2))
+        .collect();
+    let (mut bytes, mut decoded) = (Vec::new(), crate::sparse::SparseGrad::default());
+    let mut weights = Vec::new();
+    codec
+        .encode(&keys, &values, n, EncodeContext::default(), &mut bytes)
+        .map_err(|e| format!("it cannot encode weights: {e}"))?;
+    decode_weights(codec, &bytes, n as usize, &mut decoded, &mut weights)
+        .map_err(|e| format!("it cannot decode weights: {e}"))?;
+    let (mut err, mut norm) = (0f64, 0f64);
+    for (&w, &v) in weights.iter().zip(&values) {
+        err += (w as f64 - v as f64).powi(2);
+        norm += (v as f64).powi(2);
+    }
+    let relative = (err / norm).sqrt();
+    if relative > MAX_REPLY_ERROR {
+        return Err(format!(
+            "its relative error on weights is {relative:.2}, more than {MAX_REPLY_ERROR} (a \
+             pull reply reads every weight it leaves out as zero): use a quantizer, such as \
+             logquant, zipml or fastsgd"
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a compressed reply of `n` weights (`bytes`, a message of `codec` whose keys are the
+/// weights' places `0..n`; a place it leaves out is a zero) into `values`; `scratch` is room
+/// to decode.
+pub fn decode_weights(
+    codec: &mut dyn Codec,
+    bytes: &[u8],
+    n: usize,
+    scratch: &mut crate::sparse::SparseGrad,
+    values: &mut Vec<f32>,
+) -> Result<(), String> {
+    let dim = codec.decode(bytes, scratch).map_err(|e| e.to_string())?;
+    if dim as usize != n {
+        return Err(format!("a reply of dimension {dim} for {n} weights"));
+    }
+    values.clear();
+    values.resize(n, 0.0);
+    let mut previous = None;
+    for (&k, &w) in scratch.keys.iter().zip(&scratch.values) {
+        if k as usize >= n || previous.is_some_and(|p| p >= k) || !w.is_finite() {
+            return Err(format!(
+                "weight {w} at place {k} (after {previous:?}, of {n})"
+            ));
+        }
+        previous = Some(k);
+        values[k as usize] = w;
+    }
+    Ok(())
 }
 
 /// The sorted distinct keys the features of `rows` of a dataset reach, split by owner (own keys
@@ -121,6 +214,7 @@ pub fn keys_by_owner<'a>(
 mod tests {
     use super::*;
     use crate::exchange::Ownership;
+    use crate::sparse::SparseGrad;
 
     #[test]
     fn requests_round_trip_and_bad_ones_are_errors() {
@@ -128,6 +222,7 @@ mod tests {
             Request::All,
             Request::Keys(vec![]),
             Request::Keys(vec![0, 5, 6, 999]),
+            Request::Exact(vec![3, 4]),
         ] {
             let mut b = Vec::new();
             req.encode(&mut b);
@@ -149,6 +244,37 @@ mod tests {
             "key beyond the dimension"
         );
         assert!(Request::decode(&[7, 0, 0, 0, 0], 10).is_err(), "bad flag");
+    }
+
+    /// Quantizers may compress a reply, sparsifiers may not; a place a reply leaves out is a
+    /// zero, and a reply of another dimension than the request's is an error.
+    #[test]
+    fn a_reply_codec_must_keep_the_weights_and_its_message_the_places() {
+        use crate::codec::{build_codec, CodecSpec};
+        let build = |name: &str| build_codec(&CodecSpec::with_defaults(name).unwrap()).unwrap();
+        for name in ["none", "logquant", "zipml", "fastsgd"] {
+            assert_eq!(check_reply_codec(build(name).as_mut()), Ok(()), "{name}");
+        }
+        for name in ["topk", "randomk", "signsgd", "terngrad"] {
+            let e = check_reply_codec(build(name).as_mut()).unwrap_err();
+            assert!(e.contains("relative error"), "{name}: {e}");
+        }
+        let mut none = build("none");
+        let (mut scratch, mut values) = (SparseGrad::default(), Vec::new());
+        let mut message = |keys: &[u32], dim: u32| {
+            let mut b = Vec::new();
+            let ones = vec![1.0; keys.len()];
+            none.encode(keys, &ones, dim, EncodeContext::default(), &mut b)
+                .unwrap();
+            b
+        };
+        let (good, short, other) = (message(&[0, 2], 3), message(&[0], 1), message(&[0], 9));
+        decode_weights(none.as_mut(), &good, 3, &mut scratch, &mut values).unwrap();
+        assert_eq!(values, [1.0, 0.0, 1.0], "a place left out is a zero");
+        for bad in [&short, &other] {
+            let e = decode_weights(none.as_mut(), bad, 3, &mut scratch, &mut values);
+            assert!(e.unwrap_err().contains("dimension"));
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! the others (and itself) an [`APPLIED`] mark instead.
 
 use super::cost::{CodecCost, RoundInputs, RoundModel};
-use super::pull::{keys_by_owner, Request};
+use super::pull::{decode_weights, keys_by_owner, Request};
 use super::uplink::{add_change, CodecUplink};
 use super::{aggregate::Update, applied, broadcast, local_message, read_f32s, write_f32s};
 use super::{Ahead, Downlink, Endpoint, Envelope, Exchange, Owners, Place, Step};
@@ -59,12 +59,14 @@ impl Exchange for Sharded {
                 values: Vec::new(),
             }
         });
+        let downlink = build_codec(&plan.downlink).map_err(|e| format!("train.downlink: {e}"))?;
         Ok(Box::new(ShardedEndpoint {
             me: at.me,
             peers: at.peers,
             plan: plan.clone(),
             uplink: CodecUplink::new(at, true)?,
-            downlink: build_codec(&plan.downlink).map_err(|e| format!("train.downlink: {e}"))?,
+            compress_replies: plan.state == StateMode::Sharded && !downlink.is_lossless(),
+            downlink,
             owners,
             scratch: SparseGrad::default(),
             pull,
@@ -90,7 +92,11 @@ impl Exchange for Sharded {
 
     fn describe(&self, plan: &ExchangePlan) -> String {
         let ownership = plan.ownership.name();
+        let sharded = plan.state == StateMode::Sharded;
         let back = match plan.pull {
+            true if sharded && plan.downlink != Default::default() => {
+                format!("pull, reply {}", plan.downlink.name())
+            }
             true => "pull".to_string(),
             false => format!("downlink {}", plan.downlink.name()),
         };
@@ -136,6 +142,9 @@ struct ShardedEndpoint {
     owners: Owners,
     scratch: SparseGrad,
     pull: Option<Pull>,
+    /// Whether owners in other processes answer pulls encoded with `downlink`
+    /// (`train.state = "sharded"`, a lossy downlink).
+    compress_replies: bool,
 }
 
 /// A worker's side of `train.pull`: what it asked each owner for last round, the keys of its
@@ -208,10 +217,21 @@ impl Endpoint for ShardedEndpoint {
                 )
             };
             let asked = p.asked.get_mut(msg.src as usize).and_then(Option::take);
-            let keys = asked
-                .ok_or_else(|| bad("weights nobody asked for".into()))?
-                .keys_at(&self.owners, msg.src);
-            read_f32s(&msg.payload, keys.len(), &mut p.values).map_err(bad)?;
+            let asked = asked.ok_or_else(|| bad("weights nobody asked for".into()))?;
+            let keys = asked.keys_at(&self.owners, msg.src);
+            if self.compress_replies && at.remote(msg.src) && asked.compressible() {
+                let codec = self.downlink.as_mut();
+                decode_weights(
+                    codec,
+                    &msg.payload,
+                    keys.len(),
+                    &mut self.scratch,
+                    &mut p.values,
+                )
+                .map_err(bad)?;
+            } else {
+                read_f32s(&msg.payload, keys.len(), &mut p.values).map_err(bad)?;
+            }
             if st.shard.is_some() {
                 st.pulled
                     .extend(keys.iter().copied().zip(p.values.iter().copied()));
@@ -268,7 +288,11 @@ impl Endpoint for ShardedEndpoint {
             let request = if next.last && me == 0 && !sharded {
                 Request::All
             } else if next.evaluates || (next.last && sharded) {
-                Request::Keys(merge_sorted(&p.next[o], &p.test_keys[o]))
+                let keys = merge_sorted(&p.next[o], &p.test_keys[o]);
+                match sharded {
+                    true => Request::Exact(keys),
+                    false => Request::Keys(keys),
+                }
             } else {
                 Request::Keys(std::mem::take(&mut p.next[o]))
             };
@@ -442,9 +466,18 @@ impl Step for Aggregate {
             ));
         }
         for m in requests.iter() {
-            let answer = st
-                .weights
-                .read(|w| answer_pull(m, &self.owners, me, w, |k| st.index(k)));
+            let ctx = EncodeContext {
+                seed: plan.seed,
+                round: r,
+                worker: me,
+                piece: m.src,
+            };
+            let sharded = plan.state == StateMode::Sharded;
+            let codec = (self.downlink.codec())
+                .filter(|_| sharded)
+                .map(|c| (c, ctx, remote(m.src)));
+            let index = |k| st.index(k);
+            let answer = (st.weights).read(|w| answer_pull(m, &self.owners, me, w, index, codec));
             let answer = answer.map_err(|e| {
                 format!(
                     "worker {me}, round {r}: bad pull request from worker {}: {e}",
@@ -462,21 +495,35 @@ impl Step for Aggregate {
     }
 }
 
-/// The answer to a pull request: the owner's current weights of the requested keys, f32 in
-/// request order. Every requested key must be this owner's.
+/// The answer to a pull request: the owner's current weights of the requested keys, in
+/// request order: f32, or encoded by `codec` as the values of keys `0..n` where the reply
+/// is compressed (`codec`: a lossy downlink's under `train.state = "sharded"`, the encoding's
+/// context and whether the asker is in another process; not for an evaluation's request).
+/// Every requested key must be this owner's.
 fn answer_pull(
     request: &Envelope,
     owners: &Owners,
     me: u32,
     weights: &[f32],
     index: impl Fn(u32) -> usize,
+    codec: Option<(&mut dyn Codec, EncodeContext, bool)>,
 ) -> Result<Envelope, String> {
-    let keys = Request::decode(&request.payload, owners.dim)?.keys_at(owners, me);
+    let asked = Request::decode(&request.payload, owners.dim)?;
+    let keys = asked.keys_at(owners, me);
     if let Some(&k) = keys.iter().find(|&&k| owners.owner(k) != me) {
         return Err(format!("key {k} is owned by worker {}", owners.owner(k)));
     }
     let mut payload = Vec::with_capacity(4 * keys.len());
-    write_f32s(keys.iter().map(|&k| weights[index(k)]), &mut payload);
+    let values = keys.iter().map(|&k| weights[index(k)]);
+    match codec {
+        Some((codec, ctx, remote)) if remote && asked.compressible() => {
+            let values: Vec<f32> = values.collect();
+            let places: Vec<u32> = (0..values.len() as u32).collect();
+            let n = values.len() as u32;
+            (codec.encode(&places, &values, n, ctx, &mut payload)).map_err(|e| e.to_string())?;
+        }
+        _ => write_f32s(values, &mut payload),
+    }
     Ok(Envelope {
         dest: request.src,
         src: me,

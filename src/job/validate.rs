@@ -82,11 +82,10 @@ impl Job {
                  keep a replica on every worker (set train.state = \"replicated\")",
             );
         }
-        if t.downlink != CodecSpec::default() {
-            return refuse(
-                "train.downlink",
-                "pulled weights travel exact; it must be none",
-            );
+        let mut downlink =
+            crate::codec::build_codec(&t.downlink).map_err(|e| format!("train.downlink: {e}"))?;
+        if let Err(why) = crate::exchange::pull::check_reply_codec(downlink.as_mut()) {
+            return refuse(&format!("train.downlink = \"{}\"", t.downlink.name()), &why);
         }
         if t.staleness > 0 {
             return refuse(
@@ -387,9 +386,12 @@ impl Job {
             if self.train.exchange != ExchangeKind::Sharded {
                 return Err("train.pull: only the sharded exchange pulls weights".into());
             }
-            if self.train.downlink != CodecSpec::default() {
+            let replicated = self.train.state == StateMode::Replicated;
+            if replicated && self.train.downlink != CodecSpec::default() {
                 return Err(
-                    "train.pull: pulled weights travel exact; train.downlink must be none".into(),
+                    "train.pull: pulled weights travel exact (a compressed reply needs \
+                     train.state = \"sharded\"); train.downlink must be none"
+                        .into(),
                 );
             }
         }
