@@ -52,6 +52,7 @@ pub mod metrics;
 pub mod model;
 pub mod named;
 pub mod optim;
+pub mod placement;
 pub mod runtime;
 pub mod snapshot;
 pub mod sparse;

@@ -194,12 +194,14 @@ struct ProcessArgs {
     /// Worker threads per process (1 to 256).
     #[arg(short = 'w', long = "workers", default_value_t = 1, value_parser = count::<1, MAX_THREADS>)]
     workers: usize,
-    /// Number of processes in the cluster (1 to 4096).
-    #[arg(short = 'n', long, default_value_t = 1, value_parser = count::<1, MAX_PROCESSES>)]
-    processes: usize,
-    /// This process's index in the cluster.
-    #[arg(short = 'p', long, default_value_t = 0, value_parser = count::<0, { MAX_PROCESSES - 1 }>)]
-    process: usize,
+    /// Number of processes in the cluster (1 to 4096; default: the scheduler's, see
+    /// docs/clusters.md, or 1).
+    #[arg(short = 'n', long, value_parser = count::<1, MAX_PROCESSES>)]
+    processes: Option<usize>,
+    /// This process's index in the cluster (default: the scheduler's: Slurm, Open MPI, PMI,
+    /// torchrun-style RANK/WORLD_SIZE, a Kubernetes Indexed Job; or 0).
+    #[arg(short = 'p', long, value_parser = count::<0, { MAX_PROCESSES - 1 }>)]
+    process: Option<usize>,
     /// File with one host:port per line, one line per process (default: localhost:2101+i).
     #[arg(long, conflicts_with = "hosts")]
     hostfile: Option<PathBuf>,
@@ -221,11 +223,48 @@ struct ProcessArgs {
 }
 
 impl ProcessArgs {
-    fn spec(&self) -> ClusterSpec {
+    /// The process's place: the flags, or where neither `-p` nor `-n` is given, the
+    /// scheduler's environment ([`crate::placement`]), with a line saying which.
+    fn spec(&self) -> Result<(ClusterSpec, Option<String>), String> {
+        let mut spec = self.flags_spec();
+        if self.processes.is_some() || self.process.is_some() {
+            return Ok((spec, None));
+        }
+        let Some(place) = crate::placement::from_environment(&|n| std::env::var(n).ok())? else {
+            return Ok((spec, None));
+        };
+        if place.processes as u64 > MAX_PROCESSES {
+            return Err(format!(
+                "{}: more than {MAX_PROCESSES} processes",
+                place.source
+            ));
+        }
+        (spec.process, spec.processes) = (place.process, place.processes);
+        let flagged = !spec.hosts.is_empty() || spec.hostfile.is_some();
+        match place.hosts {
+            Some(hosts) if !flagged => spec.hosts = hosts,
+            None if !flagged && place.processes > 1 && !place.one_machine => {
+                return Err(format!(
+                    "{}: names no peer addresses, and the processes are not all on this \
+                     machine: pass --hostfile or --hosts (docs/clusters.md)",
+                    place.source
+                ))
+            }
+            _ => {}
+        }
+        let note = format!(
+            "cluster: process {} of {}, from {}",
+            place.process, place.processes, place.source
+        );
+        Ok((spec, Some(note)))
+    }
+
+    /// The place the flags give.
+    fn flags_spec(&self) -> ClusterSpec {
         ClusterSpec {
             workers: self.workers,
-            processes: self.processes,
-            process: self.process,
+            processes: self.processes.unwrap_or(1),
+            process: self.process.unwrap_or(0),
             hostfile: self.hostfile.clone(),
             hosts: self.hosts.clone(),
             startup_timeout: Duration::from_secs(self.startup_timeout),
@@ -661,7 +700,7 @@ fn printer(quiet: bool) -> ObserverFactory {
 /// The latest round process `process` could resume from in the job's checkpoint directory.
 fn last_checkpoint(job: &Job, a: &TrainArgs, process: usize) -> Option<u64> {
     let dir = &job.train.checkpoint.as_ref()?.dir;
-    let spec = a.place.spec();
+    let (spec, _) = a.place.spec().ok()?;
     let rounds = crate::dataflow::checkpoint::resumable_rounds(
         dir,
         job.cluster_id(),
@@ -719,9 +758,13 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
         print!("{}", job.to_toml());
         return Ok(());
     }
+    let (place, note) = a.place.spec()?;
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
     let spec = ClusterSpec {
         resume: a.resume.clone(),
-        ..a.place.spec()
+        ..place
     };
     let supervisor = Supervisor::new();
     supervisor.install_panic_hook();
@@ -839,7 +882,10 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
 
 fn data_prepare(a: PrepareArgs) -> Result<(), String> {
     let job = load_job(a.job.as_deref(), &a.data.to_sets()?)?;
-    let spec = a.place.spec();
+    let (spec, note) = a.place.spec()?;
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
     let started = std::time::Instant::now();
     let (train, test) = crate::runtime::prepare_job(&job, &spec, &a.out)?;
     println!(
