@@ -520,3 +520,121 @@ fn sharded_state_resumes_bit_for_bit() {
     );
     assert_resumes_bit_for_bit(&reply, 2);
 }
+
+/// The processes `pid` started (from /proc: each process's parent).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid ...`: the fields after the command's closing parenthesis.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        if after.split_whitespace().nth(1) == Some(&pid.to_string()) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// `gradflow cluster --restarts 3`: one process is killed (SIGKILL) three times during the
+/// run, each time once a later checkpoint is complete; every time the launcher stops the
+/// others and starts every process again from the last checkpoint all of them completed,
+/// and the run ends with the uninterrupted run's model, bit for bit.
+#[test]
+fn a_cluster_restarts_from_its_checkpoints_and_trains_the_uninterrupted_model() {
+    let job = JOB
+        .replace("epochs = 800", "epochs = 30")
+        .replace("every_rounds = 40", "every_rounds = 20");
+    let (full, _) = setup(&job);
+    let ok = Command::new(BIN)
+        .current_dir(full.path())
+        .args(["cluster", "job.toml", "-n", "2", "-q"])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let expected = std::fs::read(full.path().join("model.txt")).unwrap();
+
+    let (run, _) = setup(&job);
+    let launcher = Command::new(BIN)
+        .current_dir(run.path())
+        .args(["cluster", "job.toml", "-n", "2", "-q", "--restarts", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ckpt = run.path().join("ckpt");
+    let started = Instant::now();
+    // Kill process 1, then 0, then 1, once checkpoints 40, 100 and 160 are complete.
+    for (kill, after_round) in [(1usize, 40u64), (0, 100), (1, 160)] {
+        while complete(&ckpt, 2).last().is_none_or(|&r| r < after_round) {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no checkpoint {after_round}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // The processes of this attempt, in the order they were started (their pids rise).
+        let mut pids = children_of(launcher.id());
+        pids.sort_unstable();
+        assert_eq!(pids.len(), 2, "{pids:?}");
+        let killed = Command::new("kill")
+            .args(["-9", &pids[kill].to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        // The next attempt starts afresh: wait until its processes are not the killed ones.
+        while children_of(launcher.id()).contains(&pids[1 - kill]) {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "not restarted"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let out = launcher.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for n in 1..=3 {
+        assert!(
+            err.contains(&format!(
+                "restart {n} of 3: every process again, from round"
+            )),
+            "{err}"
+        );
+    }
+    // Every restart resumed (a run started over would end with the same model too).
+    let resumed = err
+        .matches("[p0] note: process 0: resuming from round")
+        .count();
+    assert_eq!(resumed, 3, "{err}");
+    let got = std::fs::read(run.path().join("model.txt")).unwrap();
+    assert!(got == expected, "the restarted run's model differs");
+}
+
+/// Restarts resume from checkpoints: a job that writes none is refused before any process
+/// starts.
+#[test]
+fn restarts_without_checkpoints_are_refused() {
+    let (dir, _) = setup(&JOB.replace("checkpoint = { every_rounds = 40, dir = \"ckpt\" }\n", ""));
+    let out = Command::new(BIN)
+        .current_dir(dir.path())
+        .args(["cluster", "job.toml", "-n", "2", "--restarts", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--restarts: the job writes no checkpoints (train.checkpoint)"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("metrics.csv").exists(),
+        "a process started"
+    );
+}

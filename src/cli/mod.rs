@@ -299,6 +299,10 @@ struct ClusterArgs {
     /// Every process continues from the latest checkpoint in DIR (see `train --resume`).
     #[arg(long, value_name = "DIR")]
     resume: Option<PathBuf>,
+    /// When a process fails, stop every process and start them all again from the last
+    /// checkpoint every process completed (train.checkpoint), up to N times (0 to 100).
+    #[arg(long, default_value_t = 0, value_name = "N", value_parser = count::<0, 100>)]
+    restarts: usize,
     #[command(flatten)]
     overrides: Overrides,
 }
@@ -438,22 +442,7 @@ fn with_part_names(cli: clap::Command) -> clap::Command {
 pub fn run(cli: Cli, program: Program) -> Result<(), String> {
     match cli.command {
         Command::Train(a) => train(a, program),
-        Command::Cluster(a) => cluster::run(
-            a.job.as_deref(),
-            a.processes,
-            a.workers,
-            a.startup_timeout,
-            &[
-                a.quiet.then(|| "--quiet".to_string()).into_iter().collect(),
-                vec!["--peer-timeout".to_string(), a.peer_timeout.to_string()],
-                a.resume
-                    .iter()
-                    .flat_map(|d| ["--resume".to_string(), d.display().to_string()])
-                    .collect(),
-                a.overrides.to_args()?,
-            ]
-            .concat(),
-        ),
+        Command::Cluster(a) => cluster_command(a),
         Command::Bench(a) => bench::run(a),
         Command::Predict(a) => predict(a),
         Command::Data(DataCommand::Synth(a)) => data_synth(a),
@@ -461,6 +450,74 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
         Command::Codec(CodecCommand::Compare(a)) => codec_compare(a),
         Command::Codec(CodecCommand::Keys(a)) => codec_keys(a),
     }
+}
+
+/// `gradflow cluster`: the processes, started again from the last complete checkpoint after a
+/// failure, up to `--restarts` times.
+fn cluster_command(a: ClusterArgs) -> Result<(), String> {
+    // The job's checkpoints, which a restart resumes from.
+    let checkpoints = match a.restarts {
+        0 => None,
+        _ => {
+            let job = load_job(a.job.as_deref(), &a.overrides.to_sets()?)?;
+            let dir = job.train.checkpoint.as_ref().map(|c| c.dir.clone()).ok_or(
+                "--restarts: the job writes no checkpoints (train.checkpoint), so a restart \
+                 would start over",
+            )?;
+            Some((dir, job.cluster_id()))
+        }
+    };
+    let mut resume = a.resume.clone();
+    for attempt in 0..=a.restarts {
+        let args = [
+            a.quiet.then(|| "--quiet".to_string()).into_iter().collect(),
+            vec!["--peer-timeout".to_string(), a.peer_timeout.to_string()],
+            resume
+                .iter()
+                .flat_map(|d| ["--resume".to_string(), d.display().to_string()])
+                .collect(),
+            a.overrides.to_args()?,
+        ]
+        .concat();
+        let failure = match cluster::run(
+            a.job.as_deref(),
+            a.processes,
+            a.workers,
+            a.startup_timeout,
+            &args,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let Some((dir, job_id)) = checkpoints.as_ref().filter(|_| attempt < a.restarts) else {
+            return Err(match a.restarts {
+                0 => failure,
+                n => format!("{failure} (after {n} restart(s))"),
+            });
+        };
+        // The last round every process completed: `train --resume` starts there.
+        let complete = (0..a.processes)
+            .map(|p| crate::dataflow::checkpoint::complete_rounds(dir, *job_id, p))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap_or_default();
+        let common = (complete.first().cloned().unwrap_or_default().into_iter())
+            .filter(|r| complete.iter().all(|c| c.contains(r)))
+            .max();
+        let from = match common {
+            Some(r) => format!(
+                "from round {r} (the last complete checkpoint in {})",
+                dir.display()
+            ),
+            None => "from the start (no complete checkpoint yet)".to_string(),
+        };
+        eprintln!(
+            "cluster: {failure}\ncluster: restart {} of {}: every process again, {from}",
+            attempt + 1,
+            a.restarts
+        );
+        resume = common.map(|_| dir.clone()).or(resume);
+    }
+    unreachable!("the last attempt returns")
 }
 
 /// A gradient's dimension for `codec compare`/`keys`, at most [`crate::data::MAX_DIM`]: a
