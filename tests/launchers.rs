@@ -39,26 +39,44 @@ fn hosts() -> String {
     format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1])
 }
 
+/// The repository's deployment file `path`.
+fn deploy(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(path)
+}
+
+/// `deploy/mpi/run.sh` (mpirun with the secret passed on and a hostfile of the ranks'
+/// addresses) starts two ranks that train the cluster's model.
 #[test]
 fn mpirun_starts_processes_that_train_the_clusters_model() {
     let dir = tempfile::tempdir().unwrap();
     let job = job(dir.path());
     let model = dir.path().join("mpi.txt");
-    let out = Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
-        .args(["-x", "GRADFLOW_CLUSTER_SECRET=mpi-test"])
-        .arg(env!("CARGO_BIN_EXE_gradflow"))
-        .arg("train")
-        .arg(&job)
-        .arg(format!("--hosts={}", hosts()))
-        .arg(format!(
-            "--set=output.model={:?}",
-            model.display().to_string()
-        ))
+    std::fs::write(dir.path().join("hosts.txt"), hosts().replace(',', "\n")).unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_gradflow")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let with_output = std::fs::read_to_string(&job).unwrap()
+        + &format!("[output]\nmodel = {:?}\n", model.display().to_string());
+    std::fs::write(&job, with_output).unwrap();
+    let out = Command::new("bash")
+        .arg(deploy("mpi/run.sh"))
+        .args(["job.toml", "2"])
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env("HOSTS", "hosts.txt")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .output()
-        .expect("mpirun (Debian's openmpi-bin) must be installed: .ci/run installs it");
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    assert!(
+        out.status.success(),
+        "mpirun (Debian's openmpi-bin, which .ci/run installs): {err}"
+    );
     for rank in 0..2 {
         let said =
             format!("cluster: process {rank} of 2, from Open MPI (OMPI_COMM_WORLD_RANK={rank}");
@@ -118,6 +136,157 @@ fn slurm_variables_place_real_processes() {
     for (rank, out) in [a, b].iter().enumerate() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "task {rank}: {err}");
+        let said = format!("cluster: process {rank} of 2, from Slurm (SLURM_PROCID={rank}");
+        assert!(err.contains(&said), "{err}");
+    }
+    assert!(
+        std::fs::read_to_string(&model).unwrap() == cluster_model(dir.path(), &job),
+        "the models differ"
+    );
+}
+
+/// The environment variables a Kubernetes manifest's container sets with a literal `value`,
+/// and its `command`.
+fn manifest(text: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let unquote = |s: &str| s.trim().trim_matches('"').to_string();
+    let command = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("command: ["))
+        .map(|c| c.trim_end_matches(']').split(',').map(unquote).collect())
+        .expect("a command");
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let env = lines
+        .windows(2)
+        .filter_map(|w| {
+            let name = w[0].strip_prefix("- name: ")?;
+            let value = w[1].strip_prefix("value: ")?;
+            Some((name.to_string(), unquote(value)))
+        })
+        .collect();
+    (command, env)
+}
+
+/// `deploy/k8s/gradflow.yaml`: each pod's command, run with the environment the manifest
+/// gives it and the index Kubernetes adds (pods' names become loopback addresses, one per
+/// pod, 127.0.I.1, on one port as pods behind a headless Service), trains the model
+/// `gradflow cluster` trains with as many processes; the Job's completions and
+/// GRADFLOW_PROCESSES agree.
+#[test]
+fn the_kubernetes_manifest_starts_a_cluster() {
+    let text = std::fs::read_to_string(deploy("k8s/gradflow.yaml")).unwrap();
+    let (command, env) = manifest(&text);
+    let var = |name: &str| env.iter().find(|(n, _)| n == name).unwrap().1.clone();
+    let processes: usize = var("GRADFLOW_PROCESSES").parse().unwrap();
+    assert!(
+        text.contains(&format!("completions: {processes}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("parallelism: {processes}")),
+        "{text}"
+    );
+    let pattern = var("GRADFLOW_HOST_PATTERN");
+    assert_eq!(pattern, "gradflow-{index}.gradflow:2101");
+    let port = free_ports(1)[0];
+    let local = pattern
+        .replace("gradflow-{index}.gradflow", "127.0.{index}.1")
+        .replace(":2101", &format!(":{port}"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let job = job(dir.path());
+    let model = dir.path().join("k8s.txt");
+    assert_eq!(command[..3], ["gradflow", "train", "job.toml"]);
+    let pods: Vec<_> = (0..processes)
+        .map(|index| {
+            let mut pod = Command::new(env!("CARGO_BIN_EXE_gradflow"));
+            pod.args(&command[1..])
+                .arg(format!(
+                    "--set=output.model={:?}",
+                    model.display().to_string()
+                ))
+                .current_dir(dir.path())
+                .env("JOB_COMPLETION_INDEX", index.to_string())
+                .env("GRADFLOW_CLUSTER_SECRET", "k8s-test")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            for (name, value) in &env {
+                pod.env(name, value);
+            }
+            pod.env("GRADFLOW_HOST_PATTERN", &local);
+            pod.spawn().unwrap()
+        })
+        .collect();
+    for (index, pod) in pods.into_iter().enumerate() {
+        let out = pod.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "pod {index}: {err}");
+        assert!(err.contains("from a Kubernetes Indexed Job"), "{err}");
+    }
+    let cluster = dir.path().join("cluster4.txt");
+    gradflow_ok([
+        "cluster".to_string(),
+        job.display().to_string(),
+        format!("-n={processes}"),
+        format!("--set=output.model={:?}", cluster.display().to_string()),
+    ]);
+    assert!(
+        std::fs::read(&model).unwrap() == std::fs::read(&cluster).unwrap(),
+        "the models differ"
+    );
+}
+
+/// A real single-node Slurm (Debian's `slurm-wlm` and `munge`, which `.ci/run` installs),
+/// started by `deploy/slurm/local.sh` on free ports (as root): `srun -n 2 gradflow train`
+/// trains the cluster's model, each task placed by the variables srun gives it.
+#[test]
+fn srun_starts_processes_that_train_the_clusters_model() {
+    /// Stops the Slurm daemons, however the test ends.
+    struct Stop(std::path::PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let script = deploy("slurm/local.sh");
+            let _ = Command::new("bash")
+                .arg(script)
+                .arg("stop")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = dir.path().join("slurm");
+    let ports = free_ports(2);
+    let _stop = Stop(slurm.clone());
+    let started = Command::new("bash")
+        .arg(deploy("slurm/local.sh"))
+        .arg("start")
+        .arg(&slurm)
+        .args([ports[0].to_string(), ports[1].to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "a single-node Slurm (Debian's slurm-wlm and munge, which .ci/run installs): {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let job = job(dir.path());
+    let model = dir.path().join("srun.txt");
+    let out = Command::new("srun")
+        .args(["-n", "2", "--distribution=block"])
+        .arg(env!("CARGO_BIN_EXE_gradflow"))
+        .arg("train")
+        .arg(&job)
+        .arg(format!(
+            "--set=output.model={:?}",
+            model.display().to_string()
+        ))
+        .env("SLURM_CONF", slurm.join("slurm.conf"))
+        .env("GRADFLOW_PORT", two_ports().to_string())
+        .env("GRADFLOW_CLUSTER_SECRET", "srun-test")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for rank in 0..2 {
         let said = format!("cluster: process {rank} of 2, from Slurm (SLURM_PROCID={rank}");
         assert!(err.contains(&said), "{err}");
     }
