@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
         "atomic", "cpu", "cores", "le", "mem", "named", "snapshot", "sparse", "metrics",
     ],
     &["data"],
-    &["model", "codec", "memory", "optim", "handshake"],
+    &["model", "codec", "memory", "optim", "handshake", "placement"],
     &["exchange"],
     &["dataflow"],
     &["job"],
