@@ -295,3 +295,130 @@ fn srun_starts_processes_that_train_the_clusters_model() {
         "the models differ"
     );
 }
+
+/// An sshd (Debian's `openssh-server`, which `.ci/run` installs) on a loopback port with a
+/// host key and a client key made for it; killed when dropped.
+struct Sshd {
+    child: std::process::Child,
+    /// The ssh command that reaches it.
+    ssh: String,
+}
+
+impl Sshd {
+    fn start(dir: &Path) -> Sshd {
+        for key in ["host", "client"] {
+            let made = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", ""])
+                .arg("-f")
+                .arg(dir.join(key))
+                .status()
+                .expect("ssh-keygen (Debian's openssh-client)");
+            assert!(made.success());
+        }
+        std::fs::copy(dir.join("client.pub"), dir.join("authorized_keys")).unwrap();
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let port = free_ports(1)[0];
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {host}\nAuthorizedKeysFile {keys}\n\
+             PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+            host = dir.join("host").display(),
+            keys = dir.join("authorized_keys").display(),
+        );
+        std::fs::write(dir.join("sshd_config"), config).unwrap();
+        let child = Command::new("/usr/sbin/sshd")
+            .arg("-D")
+            .arg("-f")
+            .arg(dir.join("sshd_config"))
+            .arg("-E")
+            .arg(dir.join("sshd.log"))
+            .spawn()
+            .expect("sshd (Debian's openssh-server, which .ci/run installs)");
+        let ssh = format!(
+            "ssh -p {port} -i {} -o BatchMode=yes -o StrictHostKeyChecking=no \
+             -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            dir.join("client").display()
+        );
+        // Ready when a command runs through it.
+        let started = std::time::Instant::now();
+        loop {
+            let words: Vec<&str> = ssh.split_whitespace().collect();
+            let ok = Command::new(words[0])
+                .args(&words[1..])
+                .args(["127.0.0.1", "true"])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                break;
+            }
+            assert!(started.elapsed().as_secs() < 20, "sshd did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Sshd { child, ssh }
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `gradflow launch` starts two processes over ssh (a real sshd on loopback): they train
+/// the cluster's model, their output comes back prefixed with index and host; a job file
+/// a host cannot read is an error naming the host and the path, before anything starts.
+#[test]
+fn launch_over_ssh_trains_the_clusters_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let sshd = Sshd::start(dir.path());
+    let job = job(dir.path());
+    let model = dir.path().join("ssh.txt");
+    let out = Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .current_dir(dir.path())
+        .args([
+            "launch",
+            "job.toml",
+            "--hosts",
+            "127.0.0.1:2",
+            "--ssh",
+            &sshd.ssh,
+        ])
+        .arg(format!("--port={}", two_ports()))
+        .arg(format!(
+            "--set=output.model={:?}",
+            model.display().to_string()
+        ))
+        .output()
+        .unwrap();
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(said.contains("[p0 127.0.0.1] epoch   2"), "{said}");
+    assert!(said.contains("[p1 127.0.0.1] process 1 sent"), "{said}");
+    assert!(
+        std::fs::read_to_string(&model).unwrap() == cluster_model(dir.path(), &job),
+        "the models differ"
+    );
+    let missing = Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .current_dir(dir.path())
+        .args([
+            "launch",
+            "gone.toml",
+            "--hosts",
+            "127.0.0.1:2",
+            "--ssh",
+            &sshd.ssh,
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(
+        err.contains("127.0.0.1: does not have") && err.contains("gone.toml"),
+        "{err}"
+    );
+}

@@ -226,6 +226,7 @@ fn run_cell(
         startup_timeout,
         hosts: net.hosts(cell.processes),
         wrap: Some(&wrap),
+        remote: None,
         log: Some(&log),
         ..Launch::local(Some(&job), cell.processes, cell.workers, &[])
     })

@@ -40,6 +40,93 @@ pub struct Launch<'a> {
     pub wrap: Option<&'a dyn Fn(usize) -> Vec<String>>,
     /// Append the processes' output, prefixed `[pI]`, to this file instead of printing it.
     pub log: Option<&'a Path>,
+    /// Start each process on its host over ssh (`gradflow launch`) instead of locally.
+    pub remote: Option<&'a Remote>,
+}
+
+/// Processes started over ssh: the ssh command's words, each process's host, and the
+/// directory every host runs in (the same path on every host: a shared filesystem).
+pub struct Remote {
+    /// The ssh command, e.g. `ssh -o BatchMode=yes` (the host follows it).
+    pub ssh: Vec<String>,
+    /// The host of each process.
+    pub hosts: Vec<String>,
+    /// The working directory on every host.
+    pub dir: std::path::PathBuf,
+}
+
+/// `word` quoted for a POSIX shell.
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+impl Remote {
+    /// The ssh command running `words` on `host`: the remote shell reads the cluster secret
+    /// from the first line of standard input (never on a command line), runs the process
+    /// in the shared directory, and kills it when standard input closes (the launcher or
+    /// its ssh died), so a process never outlives its launcher; it exits with the process's
+    /// status. (A background list reads /dev/null unless told otherwise: the watcher reads
+    /// standard input through fd 3.)
+    fn command(&self, host: &str, words: &[String]) -> Command {
+        let run: Vec<String> = words.iter().map(|w| quoted(w)).collect();
+        let script = format!(
+            "cd {dir} && read -r {SECRET_VARIABLE} && export {SECRET_VARIABLE} && \
+             exec 3<&0 && {{ {run} </dev/null & pid=$!; }} && \
+             {{ (while read -r _; do :; done; kill $pid 2>/dev/null) <&3 & watch=$!; }} && \
+             wait $pid; status=$?; kill $watch 2>/dev/null; exit $status",
+            dir = quoted(&self.dir.display().to_string()),
+            run = run.join(" ")
+        );
+        let (ssh, options) = self.ssh.split_first().expect("an ssh command");
+        let mut cmd = Command::new(ssh);
+        cmd.args(options).arg(host).arg(script);
+        cmd
+    }
+
+    /// Checks, before anything starts, that every host reaches the binary, the job file
+    /// and the directory by the same paths (a shared filesystem); an error names the host
+    /// and what it lacks.
+    pub fn check(&self, exe: &Path, job: Option<&Path>) -> Result<(), String> {
+        let mut hosts = self.hosts.clone();
+        hosts.sort();
+        hosts.dedup();
+        let mut paths = vec![("-x", exe.to_path_buf()), ("-d", self.dir.clone())];
+        paths.extend(job.map(|j| ("-r", j.to_path_buf())));
+        let test: Vec<String> = paths
+            .iter()
+            .map(|(flag, p)| {
+                let p = quoted(&p.display().to_string());
+                format!("{{ test {flag} {p} || echo {p}; }}")
+            })
+            .collect();
+        for host in hosts {
+            let (ssh, options) = self.ssh.split_first().expect("an ssh command");
+            let out = Command::new(ssh)
+                .args(options)
+                .arg(&host)
+                .arg(test.join("; "))
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run `{ssh}`: {e}"))?;
+            let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !out.status.success() {
+                return Err(format!(
+                    "{host}: ssh failed ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            if !missing.is_empty() {
+                return Err(format!(
+                    "{host}: does not have {} (gradflow launch runs the same binary, job file \
+                     and directory paths on every host: put them on a filesystem every host \
+                     shares)",
+                    missing.lines().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<'a> Launch<'a> {
@@ -59,6 +146,7 @@ impl<'a> Launch<'a> {
             hosts: None,
             wrap: None,
             log: None,
+            remote: None,
         }
     }
 }
@@ -110,15 +198,27 @@ pub fn launch(l: &Launch) -> Result<(), String> {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(new_secret);
     let mut cluster = Running::new(l.processes);
+    // A remote process reads the secret from its standard input, which stays open until
+    // the launcher ends: its end stops the remote process.
+    let mut inputs = Vec::new();
     for i in 0..l.processes {
         let mut child = command(l, &exe, i, &hosts)
             .env(SECRET_VARIABLE, &secret)
             .spawn()
             .map_err(|e| format!("cannot start process {i}: {e}"))?;
-        forward_output(&mut child, i, &log);
+        if let Some(mut input) = child.stdin.take() {
+            writeln!(input, "{secret}").map_err(|e| format!("process {i}: {e}"))?;
+            inputs.push(input);
+        }
+        let label = match l.remote {
+            Some(r) => format!("p{i} {}", r.hosts[i]),
+            None => format!("p{i}"),
+        };
+        forward_output(&mut child, label, &log);
         cluster.watch(i, child);
     }
     let failure = cluster.wait();
+    drop(inputs);
     std::thread::sleep(Duration::from_millis(100)); // let the output threads drain
     match failure {
         Some(f) => Err(f),
@@ -145,14 +245,27 @@ fn command(l: &Launch, exe: &Path, i: usize, hosts: &str) -> Command {
         }
         None => Command::new(exe),
     };
-    cmd.arg("train")
-        .args(l.job)
-        .args(["--processes", &l.processes.to_string()])
-        .args(["--process", &i.to_string()])
-        .args(["--workers", &l.workers.to_string()])
-        .args(["--startup-timeout", &l.startup_timeout.to_string()])
-        .args(["--hosts", hosts])
-        .args(l.overrides)
+    let words: Vec<String> = [
+        vec!["train".to_string()],
+        l.job.iter().map(|j| j.display().to_string()).collect(),
+        vec!["--processes".into(), l.processes.to_string()],
+        vec!["--process".into(), i.to_string()],
+        vec!["--workers".into(), l.workers.to_string()],
+        vec!["--startup-timeout".into(), l.startup_timeout.to_string()],
+        vec!["--hosts".into(), hosts.to_string()],
+        l.overrides.to_vec(),
+    ]
+    .concat();
+    if let Some(remote) = l.remote {
+        let all = [vec![exe.display().to_string()], words].concat();
+        let mut cmd = remote.command(&remote.hosts[i], &all);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_parent(&mut cmd);
+        return cmd;
+    }
+    cmd.args(words)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     die_with_parent(&mut cmd);
@@ -186,20 +299,20 @@ fn die_with_parent(_: &mut Command) {}
 
 /// Copies the child's output lines, prefixed `[pI]`, to the log or to this process's own
 /// stdout and stderr.
-fn forward_output(child: &mut Child, i: usize, log: &Option<Arc<Mutex<std::fs::File>>>) {
+fn forward_output(child: &mut Child, i: String, log: &Option<Arc<Mutex<std::fs::File>>>) {
     let streams: [(Option<Box<dyn Read + Send>>, bool); 2] = [
         (child.stdout.take().map(|s| Box::new(s) as _), false),
         (child.stderr.take().map(|s| Box::new(s) as _), true),
     ];
     for (stream, is_err) in streams {
         let Some(stream) = stream else { continue };
-        let log = log.clone();
+        let (log, i) = (log.clone(), i.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stream).lines().map_while(Result::ok) {
                 let _ = match &log {
-                    Some(f) => writeln!(f.lock().unwrap(), "[p{i}] {line}"),
-                    None if is_err => writeln!(std::io::stderr(), "[p{i}] {line}"),
-                    None => writeln!(std::io::stdout(), "[p{i}] {line}"),
+                    Some(f) => writeln!(f.lock().unwrap(), "[{i}] {line}"),
+                    None if is_err => writeln!(std::io::stderr(), "[{i}] {line}"),
+                    None => writeln!(std::io::stdout(), "[{i}] {line}"),
                 };
             }
         });

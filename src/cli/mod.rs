@@ -62,6 +62,14 @@ enum Command {
     #[command(after_help = "Example:
   gradflow cluster jobs/quickstart.toml -n 2 -w 1")]
     Cluster(ClusterArgs),
+    /// Start a job's processes on their hosts over ssh, from this machine, and wait for all
+    /// of them: their output prefixed with index and host, one failure stops all, Ctrl-C
+    /// stops all. The binary, the job file and this directory must be at the same paths on
+    /// every host (a shared filesystem; checked first).
+    #[command(after_help = "Examples:
+  gradflow launch jobs/quickstart.toml --hosts node1:2,node2:2
+  gradflow launch jobs/quickstart.toml --hostfile hosts --ssh 'ssh -p 2222' --restarts 3")]
+    Launch(LaunchArgs),
     /// Run a benchmark suite: every cell (codec x exchange x processes x link x model) as a real
     /// cluster, over emulated links when root; writes results.csv and summary.md.
     #[command(after_help = "Examples:
@@ -284,6 +292,33 @@ struct ClusterArgs {
     /// Number of local processes (1 to 4096).
     #[arg(short = 'n', long, value_parser = count::<1, MAX_PROCESSES>)]
     processes: usize,
+    #[command(flatten)]
+    run: LauncherArgs,
+}
+
+#[derive(Args, Debug)]
+struct LaunchArgs {
+    /// The job file (TOML); without one, the flags set the job's fields.
+    job: Option<PathBuf>,
+    /// Hosts and their processes: `a:2,b:2` (a host without `:N` runs one).
+    #[arg(long, value_delimiter = ',', required_unless_present = "hostfile")]
+    hosts: Vec<String>,
+    /// A hostfile of `host slots=N` lines (Open MPI's, Horovod's and DeepSpeed's format).
+    #[arg(long, conflicts_with = "hosts")]
+    hostfile: Option<PathBuf>,
+    /// The port a host's first process listens on; its next ones take the following ports.
+    #[arg(long, default_value_t = 2101)]
+    port: u16,
+    /// The ssh command (the host and the remote command follow it).
+    #[arg(long, default_value = "ssh -o BatchMode=yes")]
+    ssh: String,
+    #[command(flatten)]
+    run: LauncherArgs,
+}
+
+/// What `cluster` and `launch` pass every process, and their restarts.
+#[derive(Args, Debug)]
+struct LauncherArgs {
     /// Worker threads per process (1 to 256).
     #[arg(short = 'w', long = "workers", default_value_t = 1, value_parser = count::<1, MAX_THREADS>)]
     workers: usize,
@@ -443,6 +478,7 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
     match cli.command {
         Command::Train(a) => train(a, program),
         Command::Cluster(a) => cluster_command(a),
+        Command::Launch(a) => launch_command(a),
         Command::Bench(a) => bench::run(a),
         Command::Predict(a) => predict(a),
         Command::Data(DataCommand::Synth(a)) => data_synth(a),
@@ -455,69 +491,204 @@ pub fn run(cli: Cli, program: Program) -> Result<(), String> {
 /// `gradflow cluster`: the processes, started again from the last complete checkpoint after a
 /// failure, up to `--restarts` times.
 fn cluster_command(a: ClusterArgs) -> Result<(), String> {
-    // The job's checkpoints, which a restart resumes from.
-    let checkpoints = match a.restarts {
-        0 => None,
-        _ => {
-            let job = load_job(a.job.as_deref(), &a.overrides.to_sets()?)?;
-            let dir = job.train.checkpoint.as_ref().map(|c| c.dir.clone()).ok_or(
-                "--restarts: the job writes no checkpoints (train.checkpoint), so a restart \
-                 would start over",
-            )?;
-            Some((dir, job.cluster_id()))
-        }
+    let restarts = Restarts {
+        job: a.job.as_deref(),
+        run: &a.run,
+        processes: a.processes,
     };
-    let mut resume = a.resume.clone();
-    for attempt in 0..=a.restarts {
-        let args = [
-            a.quiet.then(|| "--quiet".to_string()).into_iter().collect(),
-            vec!["--peer-timeout".to_string(), a.peer_timeout.to_string()],
-            resume
-                .iter()
-                .flat_map(|d| ["--resume".to_string(), d.display().to_string()])
-                .collect(),
-            a.overrides.to_args()?,
-        ]
-        .concat();
-        let failure = match cluster::run(
+    restarts.run(|args| {
+        cluster::run(
             a.job.as_deref(),
             a.processes,
-            a.workers,
-            a.startup_timeout,
-            &args,
-        ) {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        let Some((dir, job_id)) = checkpoints.as_ref().filter(|_| attempt < a.restarts) else {
-            return Err(match a.restarts {
-                0 => failure,
-                n => format!("{failure} (after {n} restart(s))"),
-            });
-        };
-        // The last round every process completed: `train --resume` starts there.
-        let complete = (0..a.processes)
-            .map(|p| crate::dataflow::checkpoint::complete_rounds(dir, *job_id, p))
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap_or_default();
-        let common = (complete.first().cloned().unwrap_or_default().into_iter())
-            .filter(|r| complete.iter().all(|c| c.contains(r)))
-            .max();
-        let from = match common {
-            Some(r) => format!(
-                "from round {r} (the last complete checkpoint in {})",
-                dir.display()
-            ),
-            None => "from the start (no complete checkpoint yet)".to_string(),
-        };
-        eprintln!(
-            "cluster: {failure}\ncluster: restart {} of {}: every process again, {from}",
-            attempt + 1,
-            a.restarts
-        );
-        resume = common.map(|_| dir.clone()).or(resume);
+            a.run.workers,
+            a.run.startup_timeout,
+            args,
+        )
+    })
+}
+
+/// `gradflow launch`: the processes on their hosts over ssh, with the same restarts.
+fn launch_command(a: LaunchArgs) -> Result<(), String> {
+    let slots = match &a.hostfile {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            hostfile_slots(&text).map_err(|e| format!("{}:{e}", path.display()))?
+        }
+        None => host_slots(&a.hosts)?,
+    };
+    // Process `i`'s host and address: each host's processes listen on --port and up.
+    let mut hosts = Vec::new();
+    let mut addresses = Vec::new();
+    for (host, n) in &slots {
+        for slot in 0..*n {
+            let port = a.port as usize + slot;
+            if port > u16::MAX as usize {
+                return Err(format!(
+                    "--port {}: {n} processes on {host} need ports beyond 65535",
+                    a.port
+                ));
+            }
+            hosts.push(host.clone());
+            addresses.push(format!("{host}:{port}"));
+        }
     }
-    unreachable!("the last attempt returns")
+    if hosts.len() as u64 > MAX_PROCESSES {
+        return Err(format!(
+            "{} processes: at most {MAX_PROCESSES}",
+            hosts.len()
+        ));
+    }
+    let absolute =
+        |p: &std::path::Path| std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()));
+    let job = a.job.as_deref().map(absolute).transpose()?;
+    let remote = cluster::Remote {
+        ssh: a.ssh.split_whitespace().map(String::from).collect(),
+        hosts,
+        dir: absolute(std::path::Path::new("."))?,
+    };
+    if remote.ssh.is_empty() {
+        return Err("--ssh: an empty command".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
+    remote.check(&exe, job.as_deref())?;
+    let processes = addresses.len();
+    eprintln!(
+        "launch: {processes} processes on {} host(s) over `{}`",
+        slots.len(),
+        a.ssh
+    );
+    let restarts = Restarts {
+        job: a.job.as_deref(),
+        run: &a.run,
+        processes,
+    };
+    restarts.run(|args| {
+        cluster::launch(&cluster::Launch {
+            startup_timeout: a.run.startup_timeout,
+            hosts: Some(addresses.clone()),
+            remote: Some(&remote),
+            ..cluster::Launch::local(job.as_deref(), processes, a.run.workers, args)
+        })
+    })
+}
+
+/// `a:2,b:2` (a host without `:N` runs one process).
+fn host_slots(list: &[String]) -> Result<Vec<(String, usize)>, String> {
+    list.iter()
+        .map(|h| {
+            let (host, n) = h.trim().rsplit_once(':').unwrap_or((h.trim(), "1"));
+            let n = count::<1, MAX_THREADS>(n).map_err(|e| format!("--hosts `{h}`: {e}"))?;
+            match host.is_empty() {
+                true => Err(format!("--hosts `{h}`: no host")),
+                false => Ok((host.to_string(), n)),
+            }
+        })
+        .collect()
+}
+
+/// A hostfile of `host slots=N` lines (Open MPI's, Horovod's, DeepSpeed's; `slots` defaults
+/// to 1; `#` comments and blank lines skipped); errors are `line: message`.
+fn hostfile_slots(text: &str) -> Result<Vec<(String, usize)>, String> {
+    let mut slots = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let mut words = line.split_whitespace();
+        let Some(host) = words.next() else { continue };
+        let mut n = 1;
+        for word in words {
+            let value = word
+                .strip_prefix("slots=")
+                .ok_or(format!("{}: `{word}` is not slots=N", i + 1))?;
+            n = count::<1, MAX_THREADS>(value).map_err(|e| format!("{}: slots: {e}", i + 1))?;
+        }
+        slots.push((host.to_string(), n));
+    }
+    match slots.is_empty() {
+        true => Err("0: no host".into()),
+        false => Ok(slots),
+    }
+}
+
+/// What a restarting launcher needs: the job (for its checkpoints) and the arguments every
+/// attempt passes its processes.
+struct Restarts<'a> {
+    job: Option<&'a std::path::Path>,
+    run: &'a LauncherArgs,
+    processes: usize,
+}
+
+impl Restarts<'_> {
+    /// Runs `start` (a cluster, given its processes' extra arguments) and, after a failure,
+    /// again with `--resume` from the last checkpoint every process completed, up to
+    /// `restarts` times, saying why and from where.
+    fn run(&self, mut start: impl FnMut(&[String]) -> Result<(), String>) -> Result<(), String> {
+        // The job's checkpoints, which a restart resumes from.
+        let checkpoints = match self.run.restarts {
+            0 => None,
+            _ => {
+                let job = load_job(self.job, &self.run.overrides.to_sets()?)?;
+                let dir = job.train.checkpoint.as_ref().map(|c| c.dir.clone()).ok_or(
+                    "--restarts: the job writes no checkpoints (train.checkpoint), so a \
+                     restart would start over",
+                )?;
+                Some((dir, job.cluster_id()))
+            }
+        };
+        let mut resume = self.run.resume.clone();
+        for attempt in 0..=self.run.restarts {
+            let args = [
+                self.run
+                    .quiet
+                    .then(|| "--quiet".to_string())
+                    .into_iter()
+                    .collect(),
+                vec![
+                    "--peer-timeout".to_string(),
+                    self.run.peer_timeout.to_string(),
+                ],
+                resume
+                    .iter()
+                    .flat_map(|d| ["--resume".to_string(), d.display().to_string()])
+                    .collect(),
+                self.run.overrides.to_args()?,
+            ]
+            .concat();
+            let failure = match start(&args) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let last = attempt == self.run.restarts;
+            let Some((dir, job_id)) = checkpoints.as_ref().filter(|_| !last) else {
+                return Err(match self.run.restarts {
+                    0 => failure,
+                    n => format!("{failure} (after {n} restart(s))"),
+                });
+            };
+            // The last round every process completed: `train --resume` starts there.
+            let complete = (0..self.processes)
+                .map(|p| crate::dataflow::checkpoint::complete_rounds(dir, *job_id, p))
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap_or_default();
+            let common = (complete.first().cloned().unwrap_or_default().into_iter())
+                .filter(|r| complete.iter().all(|c| c.contains(r)))
+                .max();
+            let from = match common {
+                Some(r) => format!(
+                    "from round {r} (the last complete checkpoint in {})",
+                    dir.display()
+                ),
+                None => "from the start (no complete checkpoint yet)".to_string(),
+            };
+            eprintln!(
+                "cluster: {failure}\ncluster: restart {} of {}: every process again, {from}",
+                attempt + 1,
+                self.run.restarts
+            );
+            resume = common.map(|_| dir.clone()).or(resume);
+        }
+        unreachable!("the last attempt returns")
+    }
 }
 
 /// A gradient's dimension for `codec compare`/`keys`, at most [`crate::data::MAX_DIM`]: a
@@ -1208,6 +1379,26 @@ mod tests {
         assert!(e.contains("parquet"), "{e}");
     }
 
+    /// `--hosts a:2,b` and a `host slots=N` hostfile give each host its processes; a bad
+    /// count is an error naming the entry or the line.
+    #[test]
+    fn launch_hosts_and_hostfiles_give_slots() {
+        let hosts = ["a:2".to_string(), "b".into()];
+        let want = vec![("a".to_string(), 2), ("b".to_string(), 1)];
+        assert_eq!(host_slots(&hosts).unwrap(), want);
+        assert!(host_slots(&["a:0".into()]).unwrap_err().contains("`a:0`"));
+        assert!(host_slots(&[":2".into()]).unwrap_err().contains("no host"));
+        let text = "# cluster\na slots=2\n\nb   # one\n";
+        assert_eq!(hostfile_slots(text).unwrap(), want);
+        assert!(hostfile_slots("a slots=2\nb slots=x\n")
+            .unwrap_err()
+            .starts_with("2: slots"));
+        assert!(hostfile_slots("a max=2\n")
+            .unwrap_err()
+            .starts_with("1: `max=2`"));
+        assert!(hostfile_slots("# nothing\n").is_err());
+    }
+
     /// Every help page shows examples, and each example parses as its command line.
     #[test]
     fn every_help_has_examples_that_parse() {
@@ -1223,7 +1414,7 @@ mod tests {
                 helps.push((name, n.get_after_help().cloned()));
             }
         }
-        assert_eq!(helps.len(), 11, "gradflow, 6 commands and 4 in 2 groups");
+        assert_eq!(helps.len(), 12, "gradflow, 7 commands and 4 in 2 groups");
         for (name, help) in helps {
             let help = help.unwrap_or_else(|| panic!("`{name} --help` has no examples"));
             let examples = example_lines(&help.to_string());
