@@ -92,12 +92,9 @@ impl Downlink {
         Ok((decoded, payload.len()))
     }
 
-    /// The codec, when it is lossy (a compressed pull reply's, `train.state = "sharded"`).
-    pub fn codec(&mut self) -> Option<&mut dyn Codec> {
-        match self.codec.is_lossless() {
-            true => None,
-            false => Some(self.codec.as_mut()),
-        }
+    /// The codec (also a compressed pull reply's, `train.state = "sharded"`).
+    pub fn codec_mut(&mut self) -> &mut dyn Codec {
+        self.codec.as_mut()
     }
 
     /// Whether the downlink codec is lossless (replicas add the change itself).

@@ -105,6 +105,41 @@ impl Request {
     }
 }
 
+/// Whether the reply to `asked` is encoded with the downlink codec rather than sent as f32:
+/// under sharded state, with a lossy downlink, to a worker in another process, for a request
+/// that allows it. The owner that answers and the worker that reads decide by this one rule.
+pub fn reply_is_compressed(sharded: bool, lossy: bool, remote: bool, asked: &Request) -> bool {
+    sharded && lossy && remote && asked.compressible()
+}
+
+/// An owner's room to encode compressed replies, kept across rounds: the weights asked for,
+/// and their places `0..n` (the keys of the reply's message).
+#[derive(Default)]
+pub struct ReplyScratch {
+    values: Vec<f32>,
+    places: Vec<u32>,
+}
+
+impl ReplyScratch {
+    /// Encodes `values` with `codec` as the values of keys `0..n` into `out`.
+    pub fn encode(
+        &mut self,
+        codec: &mut dyn Codec,
+        values: impl Iterator<Item = f32>,
+        ctx: EncodeContext,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        self.values.clear();
+        self.values.extend(values);
+        let n = self.values.len();
+        if self.places.len() < n {
+            self.places.extend(self.places.len() as u32..n as u32);
+        }
+        let places = &self.places[..n];
+        (codec.encode(places, &self.values, n as u32, ctx, out)).map_err(|e| e.to_string())
+    }
+}
+
 /// The largest relative error (‖decoded − weights‖ / ‖weights‖) a reply codec may make on the
 /// test weights of [`check_reply_codec`]: quantizers make a few percent; sparsifiers, which
 /// read every weight they leave out as zero, make most of the weights' norm.

@@ -16,7 +16,7 @@
 //! the others (and itself) an [`APPLIED`] mark instead.
 
 use super::cost::{CodecCost, RoundInputs, RoundModel};
-use super::pull::{decode_weights, keys_by_owner, Request};
+use super::pull::{decode_weights, keys_by_owner, reply_is_compressed, ReplyScratch, Request};
 use super::uplink::{add_change, CodecUplink};
 use super::{aggregate::Update, applied, broadcast, local_message, read_f32s, write_f32s};
 use super::{Ahead, Downlink, Endpoint, Envelope, Exchange, Owners, Place, Step};
@@ -65,7 +65,7 @@ impl Exchange for Sharded {
             peers: at.peers,
             plan: plan.clone(),
             uplink: CodecUplink::new(at, true)?,
-            compress_replies: plan.state == StateMode::Sharded && !downlink.is_lossless(),
+            sharded: plan.state == StateMode::Sharded,
             downlink,
             owners,
             scratch: SparseGrad::default(),
@@ -87,6 +87,7 @@ impl Exchange for Sharded {
             // another process. Messages between the workers of one process never leave it.
             check_owners: (0..at.peers).any(|w| at.remote(w)),
             slotted: SparseGrad::default(),
+            reply: ReplyScratch::default(),
         })])
     }
 
@@ -142,9 +143,9 @@ struct ShardedEndpoint {
     owners: Owners,
     scratch: SparseGrad,
     pull: Option<Pull>,
-    /// Whether owners in other processes answer pulls encoded with `downlink`
-    /// (`train.state = "sharded"`, a lossy downlink).
-    compress_replies: bool,
+    /// `train.state = "sharded"`: owners in other processes may answer pulls encoded with
+    /// `downlink` ([`reply_is_compressed`]).
+    sharded: bool,
 }
 
 /// A worker's side of `train.pull`: what it asked each owner for last round, the keys of its
@@ -219,7 +220,8 @@ impl Endpoint for ShardedEndpoint {
             let asked = p.asked.get_mut(msg.src as usize).and_then(Option::take);
             let asked = asked.ok_or_else(|| bad("weights nobody asked for".into()))?;
             let keys = asked.keys_at(&self.owners, msg.src);
-            if self.compress_replies && at.remote(msg.src) && asked.compressible() {
+            let lossy = !self.downlink.is_lossless();
+            if reply_is_compressed(self.sharded, lossy, at.remote(msg.src), &asked) {
                 let codec = self.downlink.as_mut();
                 decode_weights(
                     codec,
@@ -335,6 +337,8 @@ struct Aggregate {
     check_owners: bool,
     /// The change by slot (`train.state = "sharded"`).
     slotted: SparseGrad,
+    /// Room to encode compressed pull replies.
+    reply: ReplyScratch,
 }
 
 impl Step for Aggregate {
@@ -472,12 +476,15 @@ impl Step for Aggregate {
                 worker: me,
                 piece: m.src,
             };
-            let sharded = plan.state == StateMode::Sharded;
-            let codec = (self.downlink.codec())
-                .filter(|_| sharded)
-                .map(|c| (c, ctx, remote(m.src)));
+            let to = Reply {
+                sharded: plan.state == StateMode::Sharded,
+                remote: remote(m.src),
+                codec: self.downlink.codec_mut(),
+                ctx,
+                scratch: &mut self.reply,
+            };
             let index = |k| st.index(k);
-            let answer = (st.weights).read(|w| answer_pull(m, &self.owners, me, w, index, codec));
+            let answer = (st.weights).read(|w| answer_pull(m, &self.owners, me, w, index, to));
             let answer = answer.map_err(|e| {
                 format!(
                     "worker {me}, round {r}: bad pull request from worker {}: {e}",
@@ -495,18 +502,27 @@ impl Step for Aggregate {
     }
 }
 
+/// How an owner may answer one pull request: the state, whether the asker is in another
+/// process, the downlink codec and the encoding's context ([`reply_is_compressed`]).
+struct Reply<'a> {
+    sharded: bool,
+    remote: bool,
+    codec: &'a mut dyn Codec,
+    ctx: EncodeContext,
+    scratch: &'a mut ReplyScratch,
+}
+
 /// The answer to a pull request: the owner's current weights of the requested keys, in
-/// request order: f32, or encoded by `codec` as the values of keys `0..n` where the reply
-/// is compressed (`codec`: a lossy downlink's under `train.state = "sharded"`, the encoding's
-/// context and whether the asker is in another process; not for an evaluation's request).
-/// Every requested key must be this owner's.
+/// request order: f32, or encoded by the downlink codec as the values of keys `0..n` where
+/// the reply is compressed ([`reply_is_compressed`]). Every requested key must be this
+/// owner's.
 fn answer_pull(
     request: &Envelope,
     owners: &Owners,
     me: u32,
     weights: &[f32],
     index: impl Fn(u32) -> usize,
-    codec: Option<(&mut dyn Codec, EncodeContext, bool)>,
+    to: Reply<'_>,
 ) -> Result<Envelope, String> {
     let asked = Request::decode(&request.payload, owners.dim)?;
     let keys = asked.keys_at(owners, me);
@@ -515,14 +531,10 @@ fn answer_pull(
     }
     let mut payload = Vec::with_capacity(4 * keys.len());
     let values = keys.iter().map(|&k| weights[index(k)]);
-    match codec {
-        Some((codec, ctx, remote)) if remote && asked.compressible() => {
-            let values: Vec<f32> = values.collect();
-            let places: Vec<u32> = (0..values.len() as u32).collect();
-            let n = values.len() as u32;
-            (codec.encode(&places, &values, n, ctx, &mut payload)).map_err(|e| e.to_string())?;
-        }
-        _ => write_f32s(values, &mut payload),
+    let lossy = !to.codec.is_lossless();
+    match reply_is_compressed(to.sharded, lossy, to.remote, &asked) {
+        true => (to.scratch).encode(to.codec, values, to.ctx, &mut payload)?,
+        false => write_f32s(values, &mut payload),
     }
     Ok(Envelope {
         dest: request.src,
