@@ -9,9 +9,13 @@
 //! its overrides and seed, the size and digest of every input file). The handshake on each
 //! connection (connector C, listener L), in which the caller proves itself first:
 //!
-//! 1. C → L: a hello, `GRADFLOW` magic, protocol version, C's index, L's index and a fresh
-//!    random nonce ([`HELLO_LEN`] bytes). It carries nothing about the job.
-//! 2. L checks magic, version and indices, then sends its own hello (its fresh nonce).
+//! 1. C → L: a hello, `GRADFLOW` magic, protocol version, C's index, L's index, the digest of
+//!    C's run identity and a fresh random nonce ([`HELLO_LEN`] bytes). It carries nothing
+//!    about the job.
+//! 2. L checks magic, version and indices, then sends its own hello (its run, a fresh nonce).
+//!    Hellos of different runs end the connection there: a listener logs it and goes on
+//!    waiting, a connector tries again (the stale process may be gone soon) and its timeout
+//!    names the run it met.
 //! 3. C → L: `HMAC(secret, "C" ‖ identity digest ‖ hello_C ‖ hello_L)` and
 //!    `HMAC(secret, "c" ‖ hello_C ‖ hello_L)`: its identity and the secret, proven apart.
 //! 4. L checks the first against its own identity. If it holds, L sends `ACCEPTED` and
@@ -30,6 +34,12 @@
 //! Without a secret a caller must still present the job's full identity (every field and
 //! input digest) to be accepted, but anyone who can reach the port can make start-up fail.
 //!
+//! The run identity ([`run_digest`]; `--run-id`, or the scheduler's job and restart count)
+//! keeps a process of an earlier attempt, or of another job on the same ports, from joining:
+//! as the MACs cover both hellos, a peer cannot be accepted into a run it does not state.
+//! An index is accepted once: a second process claiming it is refused with [`TAKEN`] and
+//! fails at once, naming the index.
+//!
 //! A listener refuses (and logs) whatever fails a check and goes on waiting for the real peer
 //! until the start-up timeout. Each handshake runs on its own thread and must finish by a
 //! deadline ([`HANDSHAKE_TIMEOUT`] for the whole exchange, not per read, so a client trickling
@@ -42,7 +52,7 @@
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hmac::{KeyInit, Mac};
@@ -53,9 +63,9 @@ type HmacSha256 = hmac::Hmac<Sha256>;
 /// The first bytes of every gradflow handshake.
 pub const MAGIC: [u8; 8] = *b"GRADFLOW";
 /// The handshake's protocol version; processes of different versions refuse each other.
-pub const VERSION: u32 = 2;
-/// Bytes of a hello: magic, version, from, to, nonce.
-pub const HELLO_LEN: usize = 8 + 4 + 4 + 4 + 16;
+pub const VERSION: u32 = 3;
+/// Bytes of a hello: magic, version, from, to, run digest, nonce.
+pub const HELLO_LEN: usize = 8 + 4 + 4 + 4 + 16 + 16;
 /// Bytes of a MAC (HMAC-SHA256).
 pub const TAG_LEN: usize = 32;
 /// Handshakes a listener runs at once; a further connection evicts the oldest.
@@ -112,6 +122,8 @@ const ACCEPTED: u8 = 1;
 const REFUSED: u8 = 2;
 /// The byte a listener sends when the caller proved the secret but runs another identity.
 const DIFFERENT: u8 = 3;
+/// The byte a listener sends when another process already holds the caller's index.
+pub const TAKEN: u8 = 4;
 
 /// One field of an identity.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -292,6 +304,8 @@ pub struct Credentials {
     identity: Identity,
     digest: [u8; 32],
     secret: Vec<u8>,
+    /// The run identity's name (for messages) and digest (in every hello).
+    run: (String, [u8; 16]),
 }
 
 impl Credentials {
@@ -303,7 +317,38 @@ impl Credentials {
             digest: identity.digest(),
             identity,
             secret: secret.unwrap_or("").as_bytes().to_vec(),
+            run: (String::new(), [0; 16]),
         }
+    }
+
+    /// The same credentials in the run named `run` (empty: no run identity, all zeros).
+    pub fn in_run(mut self, run: &str) -> Self {
+        self.run = (run.to_string(), run_digest(run));
+        self
+    }
+
+    /// A hello from `from` to `to` in this run.
+    fn hello(&self, from: usize, to: usize) -> Hello {
+        Hello {
+            run: self.run.1,
+            ..Hello::new(from, to)
+        }
+    }
+
+    /// Why a peer's hello of another run is turned away.
+    fn other_run(&self, peer: &Hello) -> String {
+        let mine = match self.run.0.as_str() {
+            "" => "none".to_string(),
+            r => format!("`{r}`"),
+        };
+        let theirs = match peer.run == [0; 16] {
+            true => "none".to_string(),
+            false => format!("digest {}", hex(&peer.run[..6])),
+        };
+        format!(
+            "belongs to another run (its run identity: {theirs}; this process's: {mine}): a \
+             process of an earlier attempt, or of another job on the same ports"
+        )
     }
 
     /// Whether a secret is set (entries then travel in plain text).
@@ -340,6 +385,18 @@ pub fn job_id(canonical: &str) -> [u8; 16] {
     id
 }
 
+/// What a hello carries of run identity `run`: all zeros for none, else the first 16 bytes
+/// of SHA-256 over it (a name such as a Slurm job id need not travel in plain text).
+pub fn run_digest(run: &str) -> [u8; 16] {
+    if run.is_empty() {
+        return [0; 16];
+    }
+    let mut h = Sha256::new();
+    h.update(b"gradflow-run");
+    h.update(run.as_bytes());
+    h.finalize()[..16].try_into().expect("16 bytes")
+}
+
 /// Lower-case hex of `bytes` (job ids, secrets).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -354,6 +411,8 @@ pub struct Hello {
     pub from: u32,
     /// The process index the sender believes it is talking to.
     pub to: u32,
+    /// The digest of the sender's run identity ([`run_digest`]).
+    pub run: [u8; 16],
     /// The sender's fresh random nonce.
     pub nonce: [u8; 16],
 }
@@ -367,6 +426,7 @@ impl Hello {
             version: VERSION,
             from: from as u32,
             to: to as u32,
+            run: [0; 16],
             nonce,
         }
     }
@@ -378,7 +438,8 @@ impl Hello {
         b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[12..16].copy_from_slice(&self.from.to_le_bytes());
         b[16..20].copy_from_slice(&self.to.to_le_bytes());
-        b[20..].copy_from_slice(&self.nonce);
+        b[20..36].copy_from_slice(&self.run);
+        b[36..].copy_from_slice(&self.nonce);
         b
     }
 
@@ -398,7 +459,8 @@ impl Hello {
             version,
             from: word(12),
             to: word(16),
-            nonce: b[20..].try_into().expect("16 bytes"),
+            run: b[20..36].try_into().expect("16 bytes"),
+            nonce: b[36..].try_into().expect("16 bytes"),
         })
     }
 }
@@ -476,13 +538,28 @@ pub fn answer<S: Read + Write>(
     processes: usize,
     cred: &Credentials,
 ) -> Result<usize, Refusal> {
+    answer_claiming(s, me, processes, cred, &Mutex::new(vec![false; processes]))
+}
+
+/// [`answer`], accepting a peer only if no other process holds its index in `claimed` (then
+/// taking it for the peer).
+fn answer_claiming<S: Read + Write>(
+    s: &mut S,
+    me: usize,
+    processes: usize,
+    cred: &Credentials,
+    claimed: &Mutex<Vec<bool>>,
+) -> Result<usize, Refusal> {
     let failed = |e: std::io::Error| format!("failed during the handshake: {e}");
     let mut client = [0u8; HELLO_LEN];
     read_or(s, &mut client, "its hello")?;
     let hello = Hello::decode(&client)?;
     let from = hello.from as usize;
-    let server = Hello::new(me, from).encode();
+    let server = cred.hello(me, from).encode();
     s.write_all(&server).map_err(failed)?;
+    if hello.run != cred.run.1 {
+        return Err(format!("claims to be process {from} but {}", cred.other_run(&hello)).into());
+    }
     let mut proofs = [0u8; 2 * TAG_LEN];
     read_or(s, &mut proofs, "its MAC")?;
     let (identity, secret) = proofs.split_at(TAG_LEN);
@@ -490,13 +567,26 @@ pub fn answer<S: Read + Write>(
         .tag(b'C', true, &client, &server)
         .verify_slice(identity);
     if same_job.is_ok() && hello.to as usize == me && from > me && from < processes {
+        let taken = {
+            let mut claimed = claimed.lock().expect("no panic holds the claims");
+            std::mem::replace(&mut claimed[from], true)
+        };
+        if taken {
+            let _ = s.write_all(&[TAKEN]);
+            return Err(format!(
+                "claims to be process {from}, which is already connected: two processes \
+                 were given index {from}"
+            )
+            .into());
+        }
         let tag = cred
             .tag(b'L', true, &client, &server)
             .finalize()
             .into_bytes();
-        s.write_all(&[ACCEPTED])
-            .and_then(|()| s.write_all(&tag))
-            .map_err(failed)?;
+        if let Err(e) = s.write_all(&[ACCEPTED]).and_then(|()| s.write_all(&tag)) {
+            claimed.lock().expect("no panic holds the claims")[from] = false;
+            return Err(failed(e).into());
+        }
         return Ok(from);
     }
     if same_job.is_ok() {
@@ -562,11 +652,14 @@ pub fn greet<S: Read + Write>(
     cred: &Credentials,
 ) -> Result<(), Failure> {
     let failed = |e: std::io::Error| Failure::Retry(format!("failed during the handshake: {e}"));
-    let client = Hello::new(me, peer).encode();
+    let client = cred.hello(me, peer).encode();
     s.write_all(&client).map_err(failed)?;
     let mut server = [0u8; HELLO_LEN];
     read_or(s, &mut server, "its hello").map_err(Failure::Retry)?;
     let hello = Hello::decode(&server).map_err(Failure::Fatal)?;
+    if hello.run != cred.run.1 {
+        return Err(Failure::Retry(cred.other_run(&hello)));
+    }
     if hello.from as usize != peer || hello.to as usize != me {
         return Err(Failure::Fatal(format!(
             "answers as process {} (to process {}), not as process {peer}",
@@ -595,6 +688,10 @@ pub fn greet<S: Read + Write>(
                 .verify_slice(&answer[1..])
                 .map_err(|_| forged())
         }
+        TAKEN => Err(Failure::Fatal(format!(
+            "already has a process {me}: two processes were given index {me} (check --process, \
+             or the scheduler's rank variables: docs/clusters.md)"
+        ))),
         REFUSED => Err(Failure::Fatal(
             "refused this process: failed authentication (a different cluster secret), or a \
              process index it does not accept (its log says which)"
@@ -624,7 +721,8 @@ pub fn greet<S: Read + Write>(
 /// Connects process `me` to every other process of `addresses` (one `host:port` per process;
 /// a listener may name several, separated by spaces, as in timely), authenticating each
 /// connection, within `timeout`. The result is timely's: a stream to each other process, in
-/// order, `None` at `me`.
+/// order, `None` at `me`. Every process below is dialled at once, so a timeout names each
+/// one not reached with its last attempt, and each one above that never connected.
 pub fn connect(
     addresses: &[String],
     me: usize,
@@ -633,53 +731,54 @@ pub fn connect(
 ) -> Result<Vec<Option<TcpStream>>, String> {
     let n = addresses.len();
     let deadline = Instant::now() + timeout;
-    let timed_out = |missing: &[usize], detail: String| {
-        let names: Vec<String> = missing
-            .iter()
-            .map(|&i| format!("process {i} ({})", addresses[i]))
-            .collect();
-        format!(
-            "timed out after {} s waiting for all {n} processes to connect (addresses: {}); \
-             not connected: {}{detail}",
-            timeout.as_secs(),
-            addresses.join(", "),
-            names.join(", ")
-        )
-    };
     // Listen before connecting, so that peers above find us as early as possible.
-    let listeners = if me + 1 < n {
-        addresses[me]
-            .split_whitespace()
-            .map(|a| {
-                let l = TcpListener::bind(a).map_err(|e| format!("cannot listen on {a}: {e}"))?;
-                l.set_nonblocking(true)
-                    .map_err(|e| format!("cannot listen on {a}: {e}"))?;
-                Ok(l)
-            })
-            .collect::<Result<Vec<_>, String>>()?
-    } else {
-        Vec::new()
+    let listeners = match me + 1 < n {
+        true => listen(&addresses[me])?,
+        false => Vec::new(),
     };
     let accepting = {
         let cred = cred.clone();
         let waiting = Waiting::new(me, deadline, timeout);
         std::thread::spawn(move || accept_peers(listeners, me, n, &cred, deadline, waiting))
     };
+    let (tx, rx) = mpsc::channel();
+    let last: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(vec!["no attempt".into(); me]));
+    for (peer, address) in addresses[..me].iter().enumerate() {
+        let (tx, cred, address, last) = (tx.clone(), cred.clone(), address.clone(), last.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((peer, connect_to(&address, me, peer, &cred, deadline, &last)));
+        });
+    }
+    drop(tx);
     let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-    for peer in 0..me {
-        let waiting = Waiting::new(me, deadline, timeout);
-        match connect_to(&addresses[peer], me, peer, cred, deadline, waiting) {
+    let mut unreached = Vec::new();
+    let mut waiting = Waiting::new(me, deadline, timeout);
+    let mut answered = 0;
+    while answered < me {
+        let (peer, result) = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                waiting.report(|| {
+                    let last = last.lock().expect("no panic holds it");
+                    let whom = (0..me)
+                        .filter(|&p| streams[p].is_none())
+                        .map(|p| format!("process {p} at {} ({})", addresses[p], last[p]));
+                    named(whom.collect())
+                });
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        answered += 1;
+        match result {
             Ok(s) => streams[peer] = Some(s),
             Err(Failure::Fatal(why)) => {
                 return Err(format!("process {peer} at {} {why}", addresses[peer]))
             }
-            Err(Failure::Retry(last)) => {
-                let missing: Vec<usize> = (peer..me).collect();
-                return Err(timed_out(&missing, format!(" (last attempt: {last})")));
-            }
+            Err(Failure::Retry(last)) => unreached.push((peer, last)),
         }
     }
-    match accepting
+    let (unconnected, detail) = match accepting
         .join()
         .expect("the accepting thread does not panic")
     {
@@ -687,11 +786,98 @@ pub fn connect(
             for (i, s) in accepted {
                 streams[i] = Some(s);
             }
-            Ok(streams)
+            (Vec::new(), String::new())
         }
-        Err(Unmet::TimedOut(missing, detail)) => Err(timed_out(&missing, detail)),
-        Err(Unmet::Mismatch(why)) => Err(why),
+        Err(Unmet::TimedOut(missing, detail)) => (missing, detail),
+        Err(Unmet::Mismatch(why)) => return Err(why),
+    };
+    if unreached.is_empty() && unconnected.is_empty() {
+        return Ok(streams);
     }
+    unreached.sort();
+    let mut parts = Vec::new();
+    if !unreached.is_empty() {
+        let each = unreached.iter().map(|(p, last)| {
+            format!(
+                "process {p} at {} (dialled until the deadline; last attempt: {last}{})",
+                addresses[*p],
+                hint(last)
+            )
+        });
+        parts.push(format!("not reached: {}", named(each.collect())));
+    }
+    if !unconnected.is_empty() {
+        let each = unconnected
+            .iter()
+            .map(|p| format!("process {p} ({})", addresses[*p]));
+        let hint = match detail.is_empty() {
+            true => {
+                " (none tried: is each started, with the same addresses, and can it reach \
+                     this host and port?)"
+            }
+            false => "",
+        };
+        parts.push(format!(
+            "never connected to this process at {}: {}{detail}{hint}",
+            addresses[me],
+            named(each.collect())
+        ));
+    }
+    Err(format!(
+        "timed out after {} s waiting for all {n} processes to connect; {}",
+        timeout.as_secs(),
+        parts.join("; ")
+    ))
+}
+
+/// Names joined with commas, at most 16 of them and how many more.
+fn named(mut names: Vec<String>) -> String {
+    let more = names.len().saturating_sub(16);
+    names.truncate(16);
+    if more > 0 {
+        names.push(format!("and {more} more"));
+    }
+    names.join(", ")
+}
+
+/// What a failed attempt most likely means, for a person reading a timeout.
+fn hint(last: &str) -> &'static str {
+    let has = |s: &str| last.contains(s);
+    if has("Connection refused") {
+        " — nothing listens there: the process is not started (yet), or a firewall rejects the port"
+    } else if has("timed out") || has("did not send") {
+        " — no answer: a firewall drops the port, or the address is one this machine cannot reach (a wrong interface?)"
+    } else if has("No route") || has("unreachable") {
+        " — no route to that address: a wrong address or network interface"
+    } else if has("cannot resolve") {
+        " — the name does not resolve on this machine"
+    } else {
+        ""
+    }
+}
+
+/// Binds every address of this process's entry; an address in use names the port and what
+/// usually holds it.
+fn listen(entry: &str) -> Result<Vec<TcpListener>, String> {
+    entry
+        .split_whitespace()
+        .map(|a| {
+            let l = TcpListener::bind(a).map_err(|e| match e.kind() {
+                ErrorKind::AddrInUse => format!(
+                    "cannot listen on {a}: the port is in use (a process of an earlier run, \
+                     another job, or two processes given this index; `ss -ltnp` names it)"
+                ),
+                ErrorKind::AddrNotAvailable => format!(
+                    "cannot listen on {a}: not an address of this machine (this process's \
+                     line of the addresses names another host, or the wrong index: {e})"
+                ),
+                _ => format!("cannot listen on {a}: {e}"),
+            })?;
+            l.set_nonblocking(true)
+                .map_err(|e| format!("cannot listen on {a}: {e}"))?;
+            Ok(l)
+        })
+        .collect()
 }
 
 /// Why the listener did not connect every process above it.
@@ -703,18 +889,18 @@ enum Unmet {
 }
 
 /// Connects to `peer` at `address` and authenticates, retrying until `deadline` while the
-/// peer is not there yet.
+/// peer is not there yet; the last failed attempt is kept in `tried[peer]` for reports.
 fn connect_to(
     address: &str,
     me: usize,
     peer: usize,
     cred: &Credentials,
     deadline: Instant,
-    mut waiting: Waiting,
+    tried: &Mutex<Vec<String>>,
 ) -> Result<TcpStream, Failure> {
     let mut last = String::from("no attempt");
     loop {
-        waiting.report(|| format!("process {peer} at {address} ({last})"));
+        tried.lock().expect("no panic holds it")[peer].clone_from(&last);
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Failure::Retry(last));
@@ -784,6 +970,7 @@ fn accept_peers(
         (me + 1..n).filter(|&i| peers[i].is_none()).collect()
     };
     let (tx, rx) = mpsc::channel();
+    let claimed = Arc::new(Mutex::new(vec![false; n]));
     // Unfinished handshakes, oldest first: an id and a handle to cut the connection.
     let mut pending: VecDeque<(u64, TcpStream)> = VecDeque::new();
     let (mut next_id, mut evicted) = (0u64, Vec::new());
@@ -833,7 +1020,7 @@ fn accept_peers(
                         let id = next_id;
                         next_id += 1;
                         pending.push_back((id, handle));
-                        let (tx, cred) = (tx.clone(), cred.clone());
+                        let (tx, cred, claimed) = (tx.clone(), cred.clone(), claimed.clone());
                         let until = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
                         std::thread::spawn(move || {
                             let result = stream
@@ -845,7 +1032,7 @@ fn accept_peers(
                                         stream: &mut stream,
                                         until,
                                     };
-                                    answer(s, me, n, &cred)
+                                    answer_claiming(s, me, n, &cred, &claimed)
                                 });
                             let _ = tx.send((id, from, result.map(|i| (i, stream))));
                         });
@@ -883,6 +1070,7 @@ fn accept_peers(
                     match cleared {
                         Ok(()) => peers[i] = Some(stream),
                         Err(e) => {
+                            claimed.lock().expect("no panic holds the claims")[i] = false;
                             refuse(from, e.to_string());
                         }
                     }
@@ -1137,6 +1325,52 @@ mod tests {
         lying.extend_from_slice(&u32::MAX.to_le_bytes());
         let e = Identity::decode(&mut Cursor::new(lying)).unwrap_err();
         assert!(e.contains("cut short"), "{e}");
+    }
+
+    /// A process of another run is turned away after the hellos, before any MAC: the
+    /// listener logs it and goes on, the connector may try again (the stale one may be gone
+    /// soon); the same run passes. Runs travel as digests.
+    #[test]
+    fn a_process_of_another_run_is_turned_away_without_failing_the_run() {
+        let now = cred("2", Some("s3cret")).in_run("slurm-7.0.r1");
+        let stale = cred("2", Some("s3cret")).in_run("slurm-7.0.r0");
+        let (l, c) = handshake((0, &now), (1, 0, &stale));
+        let l = l.unwrap_err();
+        assert!(
+            !l.mismatch && l.why.contains("belongs to another run"),
+            "{l:?}"
+        );
+        assert!(
+            l.why.contains("`slurm-7.0.r1`") && !l.why.contains("r0"),
+            "{}",
+            l.why
+        );
+        match c {
+            Err(Failure::Retry(why)) => assert!(why.contains("another run"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(handshake((0, &now), (1, 0, &now)), (Ok(1), Ok(())));
+        assert_ne!(run_digest("a"), run_digest("b"));
+        assert_eq!(run_digest(""), [0; 16]);
+    }
+
+    /// An index is accepted once: a second process claiming it is told so and fails.
+    #[test]
+    fn a_second_process_with_a_taken_index_is_told_so() {
+        let good = cred("2", Some("s3cret"));
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let listener = good.clone();
+        let side = std::thread::spawn(move || {
+            let claimed = Mutex::new(vec![false, false, true]);
+            let (mut s, _) = l.accept().unwrap();
+            answer_claiming(&mut s, 0, 3, &listener, &claimed)
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        let c = fatal(greet(&mut s, 2, 0, &good));
+        assert!(c.contains("two processes were given index 2"), "{c}");
+        let l = side.join().unwrap().unwrap_err();
+        assert!(l.why.contains("already connected"), "{l:?}");
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! | MPICH, Intel MPI (PMI) | `PMI_RANK`, `PMI_SIZE` | `--hosts`/`--hostfile`, or `localhost:2101+i` |
 //! | torchrun-style | `RANK`, `WORLD_SIZE` | `--hosts`/`--hostfile`, or `localhost:2101+i` when `LOCAL_WORLD_SIZE` is the world |
 //! | Kubernetes Indexed Job | `JOB_COMPLETION_INDEX`, `GRADFLOW_PROCESSES` | `GRADFLOW_HOST_PATTERN` with `{index}` (e.g. `train-{index}.train:2101`, a headless Service's names) |
+//! | Kubernetes StatefulSet | the ordinal ending `HOSTNAME` (`train-3`), `GRADFLOW_PROCESSES` | `GRADFLOW_HOST_PATTERN`, as above |
+//! | a hostfile or `--hosts` alone | the one entry whose host is this machine's ([`own_entry`]), the number of entries (or `-n`) | the entries |
 //!
 //! The first source whose variables are set is used, and named; a command line's `-p`/`-n`
 //! win over every one. Rank-only sources (MPI, PMI, torchrun) carry no peer addresses: across
@@ -16,6 +18,9 @@
 //! machine is an error naming the variables. A variable that is set but malformed, an index
 //! without a count (or the reverse) and an index beyond the count are errors naming the
 //! variable and its value.
+//!
+//! The run identity ([`run_identity`]) comes from the same schedulers: the job and its
+//! restart count, so a process left over from an earlier attempt cannot join a new one.
 
 /// The first port of the addresses Slurm's variables imply, unless `GRADFLOW_PORT` says
 /// another (as for `localhost:2101+i`).
@@ -66,31 +71,192 @@ pub fn from_environment(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<P
             }));
         }
     }
-    if let Some((process, processes)) = pair(var, "JOB_COMPLETION_INDEX", "GRADFLOW_PROCESSES")? {
-        let pattern = var("GRADFLOW_HOST_PATTERN").ok_or(
-            "JOB_COMPLETION_INDEX is set (a Kubernetes Indexed Job) but GRADFLOW_HOST_PATTERN is \
-             not: set it to the pods' addresses, e.g. train-{index}.train:2101",
-        )?;
-        if !pattern.contains("{index}") {
+    if var("JOB_COMPLETION_INDEX").is_some() {
+        let (process, processes) =
+            pair(var, "JOB_COMPLETION_INDEX", "GRADFLOW_PROCESSES")?.expect("the index is set");
+        let source = format!("a Kubernetes Indexed Job (JOB_COMPLETION_INDEX={process}");
+        return pods(var, source, process, processes).map(Some);
+    }
+    if let Some(processes) = number(var, "GRADFLOW_PROCESSES")? {
+        let host = var("HOSTNAME").unwrap_or_default();
+        let ordinal = host
+            .rsplit_once('-')
+            .and_then(|(_, n)| n.parse::<usize>().ok());
+        let Some(process) = ordinal else {
             return Err(format!(
-                "GRADFLOW_HOST_PATTERN={pattern}: has no {{index}} to put each process's index in"
+                "GRADFLOW_PROCESSES={processes} is set, but neither JOB_COMPLETION_INDEX (a \
+                 Kubernetes Indexed Job) nor a HOSTNAME ending in -N (a StatefulSet pod's \
+                 ordinal; HOSTNAME is `{}`)",
+                crate::data::clip(&host)
+            ));
+        };
+        if process >= processes {
+            return Err(format!(
+                "HOSTNAME={host}: ordinal {process} is not below GRADFLOW_PROCESSES={processes} \
+                 (the StatefulSet's replicas)"
             ));
         }
-        let hosts = (0..processes)
-            .map(|i| pattern.replace("{index}", &i.to_string()))
-            .collect();
-        return Ok(Some(Place {
-            source: format!(
-                "a Kubernetes Indexed Job (JOB_COMPLETION_INDEX={process}, \
-                 GRADFLOW_PROCESSES={processes}, GRADFLOW_HOST_PATTERN={pattern})"
-            ),
-            process,
-            processes,
-            hosts: Some(hosts),
-            one_machine: false,
-        }));
+        let source = format!("a Kubernetes StatefulSet (HOSTNAME={host}");
+        return pods(var, source, process, processes).map(Some);
     }
     Ok(None)
+}
+
+/// A Kubernetes pod's place: its peers' addresses from `GRADFLOW_HOST_PATTERN`.
+fn pods(
+    var: &dyn Fn(&str) -> Option<String>,
+    source: String,
+    process: usize,
+    processes: usize,
+) -> Result<Place, String> {
+    if processes == 0 {
+        return Err("GRADFLOW_PROCESSES=0: a cluster has at least one process".into());
+    }
+    let pattern = var("GRADFLOW_HOST_PATTERN").ok_or(format!(
+        "{source}) but GRADFLOW_HOST_PATTERN is not set: set it to the pods' addresses, e.g. \
+         train-{{index}}.train:2101"
+    ))?;
+    if !pattern.contains("{index}") {
+        return Err(format!(
+            "GRADFLOW_HOST_PATTERN={pattern}: has no {{index}} to put each process's index in"
+        ));
+    }
+    let hosts = (0..processes)
+        .map(|i| pattern.replace("{index}", &i.to_string()))
+        .collect();
+    Ok(Place {
+        source: format!(
+            "{source}, GRADFLOW_PROCESSES={processes}, GRADFLOW_HOST_PATTERN={pattern})"
+        ),
+        process,
+        processes,
+        hosts: Some(hosts),
+        one_machine: false,
+    })
+}
+
+/// The run identity a scheduler gives every process of one attempt of a job, and the
+/// variables it came from: Slurm's job, step and restart count; torchrun's run id and
+/// restart count; a PMIx namespace (Open MPI's `mpirun`, one per launch). `None` elsewhere
+/// (`gradflow cluster` and `launch` pass `--run-id`; a Kubernetes manifest maps the Job's uid
+/// to `GRADFLOW_RUN_ID`).
+pub fn run_identity(var: &dyn Fn(&str) -> Option<String>) -> Option<(String, &'static str)> {
+    let or_zero = |name: &str| var(name).unwrap_or_else(|| "0".into());
+    if let Some(job) = var("SLURM_JOB_ID") {
+        let step = var("SLURM_STEP_ID").unwrap_or_default();
+        let restart = or_zero("SLURM_RESTART_COUNT");
+        return Some((
+            format!("slurm-{job}.{step}.r{restart}"),
+            "SLURM_JOB_ID, SLURM_STEP_ID, SLURM_RESTART_COUNT",
+        ));
+    }
+    if let Some(run) = var("TORCHELASTIC_RUN_ID") {
+        let restart = or_zero("TORCHELASTIC_RESTART_COUNT");
+        return Some((
+            format!("torchrun-{run}.r{restart}"),
+            "TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT",
+        ));
+    }
+    var("PMIX_NAMESPACE").map(|ns| (format!("pmix-{ns}"), "PMIX_NAMESPACE"))
+}
+
+/// The index of the one entry of `entries` (each one or more `host:port`) whose host
+/// `is_local` says is this machine's, as LightGBM's machine list finds a process's line;
+/// no such entry, or several (e.g. every entry on loopback), is an error that says to pass
+/// `--process`. `place(i)` names entry `i` (a hostfile's line).
+pub fn own_entry(
+    entries: &[String],
+    place: &dyn Fn(usize) -> String,
+    is_local: &mut dyn FnMut(&str) -> bool,
+) -> Result<usize, String> {
+    let host = |a: &str| {
+        let h = a.rsplit_once(':').map_or(a, |(h, _)| h);
+        h.trim_start_matches('[').trim_end_matches(']').to_string()
+    };
+    let mine: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].split_whitespace().any(|a| is_local(&host(a))))
+        .collect();
+    match mine[..] {
+        [one] => Ok(one),
+        [] => Err(format!(
+            "no process index given (--process) and none of the {} addresses is this \
+             machine's ({}): pass --process, or list this machine by one of its addresses",
+            entries.len(),
+            local_names()
+        )),
+        _ => Err(format!(
+            "no process index given (--process) and {} addresses are this machine's ({}): \
+             pass --process to say which",
+            mine.len(),
+            mine.iter()
+                .map(|&i| place(i))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// This machine's host name and the addresses of its network interfaces.
+fn local_addresses() -> (String, Vec<std::net::IpAddr>) {
+    let mut name = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; the name is cut at the first NUL.
+    let host = match unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } {
+        0 => {
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            String::from_utf8_lossy(&name[..end]).into_owned()
+        }
+        _ => String::new(),
+    };
+    let mut ips = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list that stays valid until freeifaddrs;
+    // each address is read by its family's own type.
+    unsafe {
+        if libc::getifaddrs(&mut list) == 0 {
+            let mut at = list;
+            while !at.is_null() {
+                let a = (*at).ifa_addr;
+                if !a.is_null() {
+                    match (*a).sa_family as i32 {
+                        libc::AF_INET => {
+                            let v4 = &*(a as *const libc::sockaddr_in);
+                            let octets = v4.sin_addr.s_addr.to_ne_bytes();
+                            ips.push(std::net::IpAddr::from(octets));
+                        }
+                        libc::AF_INET6 => {
+                            let v6 = &*(a as *const libc::sockaddr_in6);
+                            ips.push(std::net::IpAddr::from(v6.sin6_addr.s6_addr));
+                        }
+                        _ => {}
+                    }
+                }
+                at = (*at).ifa_next;
+            }
+            libc::freeifaddrs(list);
+        }
+    }
+    (host, ips)
+}
+
+/// This machine's name and addresses, for a message.
+fn local_names() -> String {
+    let (host, ips) = local_addresses();
+    let ips: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+    format!("{host}: {}", ips.join(", "))
+}
+
+/// Whether `host` (a name or an address) is this machine: its host name, or a name or
+/// address that resolves to one of its interfaces' addresses.
+pub fn is_local_host(host: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    let (name, ips) = local_addresses();
+    if host == name {
+        return true;
+    }
+    match (host, 0).to_socket_addrs() {
+        Ok(mut resolved) => resolved.any(|a| ips.contains(&a.ip())),
+        Err(_) => false,
+    }
 }
 
 /// A variable's whole number, if it is set.
@@ -359,6 +525,83 @@ mod tests {
         assert_eq!(hosts[2], "train-2.train:2101");
         let e = from_environment(&env(&vars[..2])).unwrap_err();
         assert!(e.contains("GRADFLOW_HOST_PATTERN"), "{e}");
+    }
+
+    /// A StatefulSet pod's index is the ordinal ending its host name; a name without one,
+    /// or an ordinal beyond the replicas, is an error naming HOSTNAME.
+    #[test]
+    fn a_kubernetes_statefulset_pod_finds_its_ordinal() {
+        let vars = [
+            ("HOSTNAME", "train-set-2"),
+            ("GRADFLOW_PROCESSES", "3"),
+            ("GRADFLOW_HOST_PATTERN", "train-set-{index}.train:2101"),
+        ];
+        let place = from_environment(&env(&vars)).unwrap().unwrap();
+        assert_eq!((place.process, place.processes), (2, 3));
+        assert!(place.source.contains("StatefulSet (HOSTNAME=train-set-2"));
+        assert_eq!(place.hosts.unwrap()[0], "train-set-0.train:2101");
+        for (host, want) in [
+            ("laptop", "HOSTNAME ending in -N"),
+            ("train-set-3", "ordinal 3 is not below GRADFLOW_PROCESSES=3"),
+        ] {
+            let e = from_environment(&env(&[("HOSTNAME", host), vars[1], vars[2]])).unwrap_err();
+            assert!(e.contains(want), "{host}: {e}");
+        }
+        // Without GRADFLOW_PROCESSES a host name is no place.
+        assert_eq!(from_environment(&env(&vars[..1])).unwrap(), None);
+    }
+
+    /// Schedulers' run identities change with every job and restart; none without one.
+    #[test]
+    fn a_run_identity_comes_from_the_schedulers_job_and_restart() {
+        let slurm = [("SLURM_JOB_ID", "812"), ("SLURM_STEP_ID", "0")];
+        let (run, from) = run_identity(&env(&slurm)).unwrap();
+        assert_eq!(run, "slurm-812.0.r0");
+        assert!(from.contains("SLURM_RESTART_COUNT"));
+        let restarted = [slurm[0], slurm[1], ("SLURM_RESTART_COUNT", "1")];
+        assert_eq!(run_identity(&env(&restarted)).unwrap().0, "slurm-812.0.r1");
+        let torch = [
+            ("TORCHELASTIC_RUN_ID", "abc"),
+            ("TORCHELASTIC_RESTART_COUNT", "2"),
+        ];
+        assert_eq!(run_identity(&env(&torch)).unwrap().0, "torchrun-abc.r2");
+        assert_eq!(
+            run_identity(&env(&[("PMIX_NAMESPACE", "4294")])).unwrap().0,
+            "pmix-4294"
+        );
+        assert_eq!(run_identity(&env(&[("RANK", "0")])), None);
+    }
+
+    /// A process finds its entry by its own address: the one entry that is this machine's;
+    /// none, or several, is an error that says to pass --process and names the entries.
+    #[test]
+    fn a_process_finds_its_entry_by_its_own_address() {
+        let entries: Vec<String> = [
+            "10.0.0.1:2101",
+            "10.0.0.2:2101 [fd00::2]:2101",
+            "10.0.0.3:2101",
+        ]
+        .map(String::from)
+        .to_vec();
+        let place = |i: usize| format!("hosts:{}", i + 1);
+        let mut local = |h: &str| h == "fd00::2";
+        assert_eq!(own_entry(&entries, &place, &mut local), Ok(1));
+        let mut none = |_: &str| false;
+        let e = own_entry(&entries, &place, &mut none).unwrap_err();
+        assert!(
+            e.contains("none of the 3 addresses is this machine's"),
+            "{e}"
+        );
+        let mut two = |h: &str| h != "10.0.0.1";
+        let e = own_entry(&entries, &place, &mut two).unwrap_err();
+        assert!(
+            e.contains("2 addresses are this machine's (hosts:2, hosts:3)"),
+            "{e}"
+        );
+        // This machine's loopback address and host name are its own; a documentation
+        // address is not.
+        assert!(is_local_host("127.0.0.1"));
+        assert!(!is_local_host("192.0.2.77"));
     }
 
     /// A rank without a size (or the reverse), a rank beyond the size and a malformed number

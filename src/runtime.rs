@@ -49,6 +49,9 @@ pub struct ClusterSpec {
     /// The secret every process of the cluster proves it knows in the handshake
     /// ([`crate::handshake`]); `None`: the handshake checks job and index only.
     pub secret: Option<String>,
+    /// The run identity every process must state ([`handshake::run_digest`]): a process of
+    /// an earlier attempt or of another job on the same ports cannot join. Empty: none.
+    pub run: String,
     /// Resume from the latest checkpoint in this directory that every process has complete
     /// ([`crate::dataflow::checkpoint`]).
     pub resume: Option<PathBuf>,
@@ -93,6 +96,7 @@ impl Default for ClusterSpec {
             startup_timeout: Duration::from_secs(60),
             peer_timeout: Duration::from_secs(60),
             secret: None,
+            run: String::new(),
             resume: None,
             keep_rows: true,
         }
@@ -107,39 +111,27 @@ impl ClusterSpec {
     /// given to two processes. Errors name the hostfile's line or the `--hosts` position.
     pub fn addresses(&self) -> Result<Vec<String>, String> {
         // (where an entry came from, the entry)
-        let entries: Vec<(String, String)> = if !self.hosts.is_empty() {
-            if self.hosts.len() != self.processes {
+        let entries: Vec<(String, String)> = match self.listed()? {
+            Some(hosts) if !self.hosts.is_empty() && hosts.len() != self.processes => {
                 return Err(format!(
                     "--hosts has {} addresses but --processes is {}",
-                    self.hosts.len(),
-                    self.processes
-                ));
-            }
-            let place = |i: usize| format!("--hosts, address {}", i + 1);
-            let hosts = self.hosts.iter().enumerate();
-            hosts
-                .map(|(i, h)| (place(i), h.trim().to_owned()))
-                .collect()
-        } else if let Some(path) = &self.hostfile {
-            let text = crate::data::source::read_input_text(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            let lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
-            let hosts: Vec<(String, String)> = lines
-                .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-                .map(|(n, l)| (format!("{}:{n}", path.display()), l.to_owned()))
-                .collect();
-            if hosts.len() < self.processes {
-                return Err(format!(
-                    "{}: has {} addresses but --processes is {}",
-                    path.display(),
                     hosts.len(),
                     self.processes
                 ));
             }
-            hosts.into_iter().take(self.processes).collect()
-        } else {
-            let local = |i: usize| format!("localhost:{}", 2101 + i);
-            return Ok((0..self.processes).map(local).collect());
+            Some(hosts) if hosts.len() < self.processes => {
+                return Err(format!(
+                    "{}: has {} addresses but --processes is {}",
+                    self.hostfile.as_ref().expect("a hostfile").display(),
+                    hosts.len(),
+                    self.processes
+                ));
+            }
+            Some(hosts) => hosts.into_iter().take(self.processes).collect(),
+            None => {
+                let local = |i: usize| format!("localhost:{}", 2101 + i);
+                return Ok((0..self.processes).map(local).collect());
+            }
         };
         let mut seen: Vec<(&str, &str)> = Vec::new();
         for (place, entry) in &entries {
@@ -154,6 +146,33 @@ impl ClusterSpec {
             }
         }
         Ok(entries.into_iter().map(|(_, entry)| entry).collect())
+    }
+
+    /// Every entry of `--hosts` or the hostfile (one per line; blank lines and `#` comments
+    /// skipped), unchecked, with where it came from (`--hosts, address 2`, `file:line`);
+    /// `None` when neither is given.
+    pub fn listed(&self) -> Result<Option<Vec<(String, String)>>, String> {
+        if !self.hosts.is_empty() {
+            let place = |i: usize| format!("--hosts, address {}", i + 1);
+            let hosts = self.hosts.iter().enumerate();
+            return Ok(Some(
+                hosts
+                    .map(|(i, h)| (place(i), h.trim().to_owned()))
+                    .collect(),
+            ));
+        }
+        let Some(path) = &self.hostfile else {
+            return Ok(None);
+        };
+        let text = crate::data::source::read_input_text(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        Ok(Some(
+            lines
+                .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+                .map(|(n, l)| (format!("{}:{n}", path.display()), l.to_owned()))
+                .collect(),
+        ))
     }
 
     fn check(&self) -> Result<(), String> {
@@ -1009,7 +1028,8 @@ fn start_communication(
             cluster.process
         );
     }
-    let credentials = Credentials::new(identity(job, cluster, inputs), cluster.secret.as_deref());
+    let credentials = Credentials::new(identity(job, cluster, inputs), cluster.secret.as_deref())
+        .in_run(&cluster.run);
     let addresses = cluster.addresses()?;
     let mut sockets = handshake::connect(
         &addresses,

@@ -204,11 +204,142 @@ fn processes_that_disagree_on_the_secret_fail_with_a_clear_error() {
         );
         assert!(
             err0.contains("timed out after 3 s waiting for all 2 processes to connect")
-                && err0.contains("not connected: process 1 (127.0.0.1:")
+                && err0.contains("never connected to this process at 127.0.0.1:")
+                && err0.contains(": process 1 (127.0.0.1:")
                 && err0.contains("1 connection(s) refused"),
             "{case}: {err0}"
         );
         assert!(!err0.contains("panicked") && !err1.contains("panicked"));
+    }
+}
+
+/// Starts process `p` of `n` with `hosts` and `--startup-timeout timeout`, in `run` (the
+/// job's directory in common), with a secret.
+fn spawn_run(dir: &Path, p: usize, hosts: &str, timeout: u64, run: &str) -> Child {
+    let n = hosts.split(',').count();
+    Command::new(BIN)
+        .current_dir(dir)
+        .args(["train", "job.toml", "--run-id", run, "--hosts", hosts])
+        .args(["-n", &n.to_string(), "-p", &p.to_string()])
+        .args(["--startup-timeout", &timeout.to_string()])
+        .env(SECRET_VARIABLE, "s")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A process left from an earlier attempt (same job, same secret, another run identity)
+/// cannot join: process 0 turns it away, logging it, and the real process 1 joins; the
+/// stale one gives up at its deadline, naming the run it met.
+#[test]
+fn a_process_of_another_run_cannot_join() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.toml"), JOB).unwrap();
+    let hosts = free_ports(2)
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let p0 = spawn_run(dir.path(), 0, &hosts, 30, "job-9.r1");
+    let stale = spawn_run(dir.path(), 1, &hosts, 3, "job-9.r0");
+    let stale = stale.wait_with_output().unwrap();
+    let p1 = spawn_run(dir.path(), 1, &hosts, 30, "job-9.r1");
+    let (out0, out1) = (
+        p0.wait_with_output().unwrap(),
+        p1.wait_with_output().unwrap(),
+    );
+    let ((stdout0, err0), (_, err1), (_, stale_err)) = (text(&out0), text(&out1), text(&stale));
+    assert!(
+        out0.status.success() && out1.status.success(),
+        "{err0}\n{err1}"
+    );
+    assert_eq!(
+        stdout0.lines().filter(|l| l.starts_with("epoch")).count(),
+        2
+    );
+    assert!(
+        err0.contains("claims to be process 1 but belongs to another run")
+            && err0.contains("this process's: `job-9.r1`"),
+        "{err0}"
+    );
+    assert!(!stale.status.success());
+    assert!(
+        stale_err.contains("not reached: process 0 at 127.0.0.1:")
+            && stale_err.contains("belongs to another run")
+            && stale_err.contains("this process's: `job-9.r0`"),
+        "{stale_err}"
+    );
+}
+
+/// Two processes given one index: the second fails at once saying so, whether the index
+/// listens (its port is in use) or not (the listener it dials has one already), and the
+/// cluster of the first ones trains. A timeout names every process not reached, each with
+/// its address and last attempt, and every process that never connected.
+#[test]
+fn two_processes_given_one_index_are_told_so_and_a_timeout_names_every_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("job.toml"), JOB).unwrap();
+    let ports = free_ports(4);
+    let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let all = hosts.join(",");
+    let run = "r";
+    let (p0, p1, p3) = (
+        spawn_run(dir.path(), 0, &all, 60, run),
+        spawn_run(dir.path(), 1, &all, 60, run),
+        spawn_run(dir.path(), 3, &all, 60, run),
+    );
+    // Process 1 listens, then (given a moment) has accepted process 3, as process 0 has.
+    let seconds = Instant::now();
+    while TcpStream::connect(hosts[1].as_str()).is_err() {
+        assert!(
+            seconds.elapsed() < Duration::from_secs(20),
+            "process 1 never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for (index, want) in [
+        (
+            1,
+            format!("cannot listen on {}: the port is in use", hosts[1]),
+        ),
+        (3, "two processes were given index 3".to_string()),
+    ] {
+        let started = Instant::now();
+        let twin = spawn_run(dir.path(), index, &all, 60, run)
+            .wait_with_output()
+            .unwrap();
+        let (_, err) = text(&twin);
+        assert!(
+            !twin.status.success() && err.contains(&want),
+            "{index}: {err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{index}: waited"
+        );
+    }
+    let p2 = spawn_run(dir.path(), 2, &all, 60, run);
+    for (i, p) in [p0, p1, p2, p3].into_iter().enumerate() {
+        let out = p.wait_with_output().unwrap();
+        assert!(out.status.success(), "process {i}: {}", text(&out).1);
+    }
+
+    // Process 1 of 3 alone: process 0 is not reached (nothing listens), process 2 never
+    // connects.
+    let out = spawn_run(dir.path(), 1, &hosts[..3].join(","), 2, run)
+        .wait_with_output()
+        .unwrap();
+    let (_, err) = text(&out);
+    assert!(!out.status.success());
+    for want in [
+        "timed out after 2 s waiting for all 3 processes to connect",
+        &format!("not reached: process 0 at {} (dialled until the deadline; last attempt: cannot connect", hosts[0]),
+        "nothing listens there",
+        &format!("never connected to this process at {}: process 2 ({})", hosts[1], hosts[2]),
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
     }
 }
 

@@ -83,6 +83,10 @@ fn mpirun_starts_processes_that_train_the_clusters_model() {
         assert!(err.contains(&said), "{err}");
     }
     assert!(
+        err.contains("cluster: run `pmix-"),
+        "mpirun's job is the run: {err}"
+    );
+    assert!(
         std::fs::read_to_string(&model).unwrap() == cluster_model(dir.path(), &job),
         "the models differ"
     );
@@ -170,7 +174,8 @@ fn manifest(text: &str) -> (Vec<String>, Vec<(String, String)>) {
 /// gives it and the index Kubernetes adds (pods' names become loopback addresses, one per
 /// pod, 127.0.I.1, on one port as pods behind a headless Service), trains the model
 /// `gradflow cluster` trains with as many processes; the Job's completions and
-/// GRADFLOW_PROCESSES agree.
+/// GRADFLOW_PROCESSES agree. The same pods as a StatefulSet's (no JOB_COMPLETION_INDEX; the
+/// ordinal ends HOSTNAME) train it too.
 #[test]
 fn the_kubernetes_manifest_starts_a_cluster() {
     let text = std::fs::read_to_string(deploy("k8s/gradflow.yaml")).unwrap();
@@ -185,43 +190,16 @@ fn the_kubernetes_manifest_starts_a_cluster() {
         text.contains(&format!("parallelism: {processes}")),
         "{text}"
     );
+    assert!(
+        text.contains("name: GRADFLOW_RUN_ID"),
+        "the Job's uid is the run: {text}"
+    );
     let pattern = var("GRADFLOW_HOST_PATTERN");
     assert_eq!(pattern, "gradflow-{index}.gradflow:2101");
-    let port = free_ports(1)[0];
-    let local = pattern
-        .replace("gradflow-{index}.gradflow", "127.0.{index}.1")
-        .replace(":2101", &format!(":{port}"));
 
     let dir = tempfile::tempdir().unwrap();
     let job = job(dir.path());
-    let model = dir.path().join("k8s.txt");
     assert_eq!(command[..3], ["gradflow", "train", "job.toml"]);
-    let pods: Vec<_> = (0..processes)
-        .map(|index| {
-            let mut pod = Command::new(env!("CARGO_BIN_EXE_gradflow"));
-            pod.args(&command[1..])
-                .arg(format!(
-                    "--set=output.model={:?}",
-                    model.display().to_string()
-                ))
-                .current_dir(dir.path())
-                .env("JOB_COMPLETION_INDEX", index.to_string())
-                .env("GRADFLOW_CLUSTER_SECRET", "k8s-test")
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped());
-            for (name, value) in &env {
-                pod.env(name, value);
-            }
-            pod.env("GRADFLOW_HOST_PATTERN", &local);
-            pod.spawn().unwrap()
-        })
-        .collect();
-    for (index, pod) in pods.into_iter().enumerate() {
-        let out = pod.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "pod {index}: {err}");
-        assert!(err.contains("from a Kubernetes Indexed Job"), "{err}");
-    }
     let cluster = dir.path().join("cluster4.txt");
     gradflow_ok([
         "cluster".to_string(),
@@ -229,10 +207,49 @@ fn the_kubernetes_manifest_starts_a_cluster() {
         format!("-n={processes}"),
         format!("--set=output.model={:?}", cluster.display().to_string()),
     ]);
-    assert!(
-        std::fs::read(&model).unwrap() == std::fs::read(&cluster).unwrap(),
-        "the models differ"
-    );
+    type Given = fn(usize) -> (&'static str, String);
+    let kinds: [(&str, Given); 2] = [
+        ("Indexed Job", |i| ("JOB_COMPLETION_INDEX", i.to_string())),
+        ("StatefulSet", |i| ("HOSTNAME", format!("gradflow-{i}"))),
+    ];
+    for (kind, given) in kinds {
+        let port = free_ports(1)[0];
+        let local = pattern
+            .replace("gradflow-{index}.gradflow", "127.0.{index}.1")
+            .replace(":2101", &format!(":{port}"));
+        let model = dir.path().join("k8s.txt");
+        let pods: Vec<_> = (0..processes)
+            .map(|index| {
+                let mut pod = Command::new(env!("CARGO_BIN_EXE_gradflow"));
+                pod.args(&command[1..])
+                    .arg(format!(
+                        "--set=output.model={:?}",
+                        model.display().to_string()
+                    ))
+                    .current_dir(dir.path())
+                    .env("GRADFLOW_CLUSTER_SECRET", "k8s-test")
+                    .env("GRADFLOW_RUN_ID", "uid-of-this-job")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped());
+                for (name, value) in &env {
+                    pod.env(name, value);
+                }
+                let (name, value) = given(index);
+                pod.env(name, value).env("GRADFLOW_HOST_PATTERN", &local);
+                pod.spawn().unwrap()
+            })
+            .collect();
+        for (index, pod) in pods.into_iter().enumerate() {
+            let out = pod.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{kind} pod {index}: {err}");
+            assert!(err.contains(&format!("from a Kubernetes {kind}")), "{err}");
+        }
+        assert!(
+            std::fs::read(&model).unwrap() == std::fs::read(&cluster).unwrap(),
+            "{kind}: the models differ"
+        );
+    }
 }
 
 /// A real single-node Slurm (Debian's `slurm-wlm` and `munge`, which `.ci/run` installs),
@@ -290,6 +307,10 @@ fn srun_starts_processes_that_train_the_clusters_model() {
         let said = format!("cluster: process {rank} of 2, from Slurm (SLURM_PROCID={rank}");
         assert!(err.contains(&said), "{err}");
     }
+    assert!(
+        err.contains("cluster: run `slurm-"),
+        "Slurm's job step is the run: {err}"
+    );
     assert!(
         std::fs::read_to_string(&model).unwrap() == cluster_model(dir.path(), &job),
         "the models differ"
@@ -419,6 +440,208 @@ fn launch_over_ssh_trains_the_clusters_model() {
     assert!(!missing.status.success());
     assert!(
         err.contains("127.0.0.1: does not have") && err.contains("gone.toml"),
+        "{err}"
+    );
+}
+
+/// Ctrl-C (SIGINT) to `gradflow launch` stops every process it started over ssh, remote ones
+/// included, and it exits 130 saying so; a host ssh cannot reach is named before anything
+/// starts; a port in use fails the launch naming the process, its host and the port.
+#[test]
+fn ctrl_c_stops_a_launch_and_a_port_in_use_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let sshd = Sshd::start(dir.path());
+    let long = FIELDS_JOB.replace("epochs = 3", "epochs = 100000");
+    std::fs::write(dir.path().join("long.toml"), long).unwrap();
+    let launch = |port: u16| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gradflow"));
+        c.current_dir(dir.path())
+            .args(["launch", "long.toml", "--hosts", "127.0.0.1:2"])
+            .args(["--ssh", &sshd.ssh, &format!("--port={port}")])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let mut launcher = launch(two_ports()).spawn().unwrap();
+    // Training: process 0 prints its first epoch.
+    let stdout = launcher.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let started = lines.any(|l| l.is_ok_and(|l| l.starts_with("[p0 127.0.0.1] epoch")));
+    assert!(started, "no epoch: {:?}", launcher.wait_with_output());
+    std::thread::spawn(move || lines.for_each(drop));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(launcher.id() as libc::pid_t, libc::SIGINT) };
+    let out = common::within(launcher, std::time::Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted: stopped the 2 process(es) still running"),
+        "{err}"
+    );
+    // No process of the job is left, here or behind sshd.
+    let job = dir.path().join("long.toml").display().to_string();
+    let left = || {
+        let cmdlines = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|p| std::fs::read(p.ok()?.path().join("cmdline")).ok());
+        cmdlines
+            .filter(|c| String::from_utf8_lossy(c).contains(&job))
+            .count()
+    };
+    let waited = std::time::Instant::now();
+    while left() > 0 {
+        assert!(
+            waited.elapsed().as_secs() < 10,
+            "{} processes of the job left",
+            left()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    // A host ssh cannot reach is named before anything starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .current_dir(dir.path())
+        .args([
+            "launch",
+            "long.toml",
+            "--hosts",
+            "127.0.0.1,no-such-host.invalid",
+        ])
+        .args(["--ssh", &sshd.ssh])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("error: no-such-host.invalid: ssh failed"),
+        "{err}"
+    );
+
+    let port = two_ports();
+    let _held = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let out = launch(port).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("error: process 0 on 127.0.0.1 failed first")
+            && last.contains(&format!(
+                "cannot listen on 127.0.0.1:{port}: the port is in use"
+            )),
+        "{err}"
+    );
+}
+
+/// Two network namespaces joined by a veth pair, at 10.251.S.1 and .2 (S from the test's
+/// pid); removed when dropped. Needs root and iproute2 (which `.ci/run` installs).
+struct Namespaces {
+    names: [String; 2],
+    addresses: [String; 2],
+}
+
+impl Namespaces {
+    fn new() -> Namespaces {
+        let id = std::process::id();
+        let names = [format!("gfown{id}a"), format!("gfown{id}b")];
+        let subnet = format!("10.251.{}", id % 250);
+        let addresses = [format!("{subnet}.1"), format!("{subnet}.2")];
+        let ns = Namespaces { names, addresses };
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .expect("ip (iproute2, which .ci/run installs)");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "ip {args:?} (as root): {err}");
+        };
+        let ends = [format!("gfo{id}a"), format!("gfo{id}b")];
+        for name in &ns.names {
+            ip(&["netns", "add", name]);
+        }
+        ip(&[
+            "link", "add", &ends[0], "type", "veth", "peer", "name", &ends[1],
+        ]);
+        for ((name, end), address) in ns.names.iter().zip(&ends).zip(&ns.addresses) {
+            ip(&["link", "set", end, "netns", name]);
+            let address = format!("{address}/24");
+            ip(&["-n", name, "addr", "add", &address, "dev", end]);
+            ip(&["-n", name, "link", "set", end, "up"]);
+            ip(&["-n", name, "link", "set", "lo", "up"]);
+        }
+        ns
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in &self.names {
+            let _ = Command::new("ip").args(["netns", "delete", name]).status();
+        }
+    }
+}
+
+/// One hostfile, one command, two machines (network namespaces with their own addresses):
+/// each process finds its line by its own address, as LightGBM's machine list does, says
+/// so, and the two train the cluster's model. On one machine every loopback line is this
+/// machine's, and the index must be given.
+#[test]
+fn a_process_finds_its_hostfile_line_by_its_own_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = job(dir.path());
+    let ns = Namespaces::new();
+    let hosts = dir.path().join("hosts.txt");
+    let [a, b] = &ns.addresses;
+    std::fs::write(&hosts, format!("# the machines\n{a}:2101\n{b}:2101\n")).unwrap();
+    let model = dir.path().join("own.txt");
+    let machines: Vec<_> = ns
+        .names
+        .iter()
+        .map(|name| {
+            Command::new("ip")
+                .args(["netns", "exec", name, env!("CARGO_BIN_EXE_gradflow")])
+                .arg("train")
+                .arg(&job)
+                .arg("--hostfile")
+                .arg(&hosts)
+                .arg(format!(
+                    "--set=output.model={:?}",
+                    model.display().to_string()
+                ))
+                .env("GRADFLOW_CLUSTER_SECRET", "own-line")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, machine) in machines.into_iter().enumerate() {
+        let out = common::within(machine, std::time::Duration::from_secs(60));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let said = format!(
+            "cluster: process {i} of 2, from {}:{} (`{}:2101`), the address that is this \
+             machine's",
+            hosts.display(),
+            i + 2,
+            ns.addresses[i]
+        );
+        assert!(err.contains(&said), "{said}: {err}");
+    }
+    assert!(
+        std::fs::read_to_string(&model).unwrap() == cluster_model(dir.path(), &job),
+        "the models differ"
+    );
+    std::fs::write(&hosts, "127.0.0.1:2101\n127.0.0.1:2102\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .arg("train")
+        .arg(&job)
+        .arg("--hostfile")
+        .arg(&hosts)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("2 addresses are this machine's") && err.contains("pass --process"),
         "{err}"
     );
 }

@@ -5,7 +5,6 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,7 +16,7 @@ use crate::bench::report::{
 };
 use crate::bench::{matches, Cell, Suite};
 
-use super::cluster::{launch, Launch};
+use super::cluster::{catch_interrupts, interrupted, launch, Launch};
 use super::netns::Network;
 
 /// Arguments of `gradflow bench`.
@@ -42,13 +41,6 @@ pub struct BenchArgs {
     /// Seconds each process waits for the others to connect.
     #[arg(long, default_value_t = 60)]
     pub startup_timeout: u64,
-}
-
-/// Set by SIGINT and SIGTERM: stop after the current cell and tear the network down.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
 /// Runs a suite.
@@ -108,11 +100,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         return report(&suite, &out, &runs, &notes);
     }
 
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    // Ctrl-C stops the running cell, then the suite, and tears the network down.
+    catch_interrupts();
     let mut notes = vec![machine()];
     notes.extend(left_out.iter().map(|l| format!("left out: {l}")));
     let bar = progress(cells.len());
@@ -137,12 +126,12 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 }
             }
             bar.inc(1);
-            if INTERRUPTED.load(Ordering::SeqCst) {
+            if interrupted() {
                 break;
             }
         }
         drop(net);
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if interrupted() {
             bar.abandon();
             return Err("interrupted; the emulated network is removed".into());
         }

@@ -5,10 +5,34 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::runtime::SECRET_VARIABLE;
+
+/// Set by SIGINT and SIGTERM once [`catch_interrupts`] is called: a launcher stops every
+/// process and ends, with no restart.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// From now on SIGINT (Ctrl-C) and SIGTERM set [`interrupted`] instead of ending this
+/// process, so that it can stop what it started.
+pub fn catch_interrupts() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`catch_interrupts`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
 
 /// Picks `n` free loopback ports (bound, then released for the children to take).
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
@@ -77,9 +101,16 @@ impl Remote {
             dir = quoted(&self.dir.display().to_string()),
             run = run.join(" ")
         );
+        let mut cmd = self.ssh_to(host);
+        cmd.arg(script);
+        cmd
+    }
+
+    /// The ssh command to `host`, its remote command to follow.
+    fn ssh_to(&self, host: &str) -> Command {
         let (ssh, options) = self.ssh.split_first().expect("an ssh command");
         let mut cmd = Command::new(ssh);
-        cmd.args(options).arg(host).arg(script);
+        cmd.args(options).arg(host);
         cmd
     }
 
@@ -100,14 +131,12 @@ impl Remote {
             })
             .collect();
         for host in hosts {
-            let (ssh, options) = self.ssh.split_first().expect("an ssh command");
-            let out = Command::new(ssh)
-                .args(options)
-                .arg(&host)
+            let out = (self
+                .ssh_to(&host)
                 .arg(test.join("; "))
                 .stdin(Stdio::null())
-                .output()
-                .map_err(|e| format!("cannot run `{ssh}`: {e}"))?;
+                .output())
+            .map_err(|e| format!("cannot run `{}`: {e}", self.ssh[0]))?;
             let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
             if !out.status.success() {
                 return Err(format!(
@@ -197,6 +226,7 @@ pub fn launch(l: &Launch) -> Result<(), String> {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(new_secret);
+    catch_interrupts();
     let mut cluster = Running::new(l.processes);
     // A remote process reads the secret from its standard input, which stays open until
     // the launcher ends: its end stops the remote process.
@@ -210,18 +240,21 @@ pub fn launch(l: &Launch) -> Result<(), String> {
             writeln!(input, "{secret}").map_err(|e| format!("process {i}: {e}"))?;
             inputs.push(input);
         }
-        let label = match l.remote {
-            Some(r) => format!("p{i} {}", r.hosts[i]),
-            None => format!("p{i}"),
+        let (label, name) = match l.remote {
+            Some(r) => (
+                format!("p{i} {}", r.hosts[i]),
+                format!("process {i} on {}", r.hosts[i]),
+            ),
+            None => (format!("p{i}"), format!("process {i}")),
         };
-        forward_output(&mut child, label, &log);
-        cluster.watch(i, child);
+        let said = forward_output(&mut child, label, &log);
+        cluster.watch(i, name, said, child);
     }
     let failure = cluster.wait();
     drop(inputs);
     std::thread::sleep(Duration::from_millis(100)); // let the output threads drain
     match failure {
-        Some(f) => Err(f),
+        Some(f) => Err(cluster.explain(f)),
         None => Ok(()),
     }
 }
@@ -299,16 +332,28 @@ fn die_with_parent(_: &mut Command) {}
 
 /// Copies the child's output lines, prefixed `[pI]`, to the log or to this process's own
 /// stdout and stderr.
-fn forward_output(child: &mut Child, i: String, log: &Option<Arc<Mutex<std::fs::File>>>) {
+/// Returns the child's last `error:` line so far, which its failure quotes.
+fn forward_output(
+    child: &mut Child,
+    i: String,
+    log: &Option<Arc<Mutex<std::fs::File>>>,
+) -> Arc<Mutex<String>> {
+    let last_error = Arc::new(Mutex::new(String::new()));
     let streams: [(Option<Box<dyn Read + Send>>, bool); 2] = [
         (child.stdout.take().map(|s| Box::new(s) as _), false),
         (child.stderr.take().map(|s| Box::new(s) as _), true),
     ];
     for (stream, is_err) in streams {
         let Some(stream) = stream else { continue };
-        let (log, i) = (log.clone(), i.clone());
+        let (log, i, last_error) = (log.clone(), i.clone(), last_error.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if is_err && line.starts_with("error:") {
+                    last_error
+                        .lock()
+                        .expect("no panic holds it")
+                        .clone_from(&line);
+                }
                 let _ = match &log {
                     Some(f) => writeln!(f.lock().unwrap(), "[{i}] {line}"),
                     None if is_err => writeln!(std::io::stderr(), "[{i}] {line}"),
@@ -317,6 +362,7 @@ fn forward_output(child: &mut Child, i: String, log: &Option<Arc<Mutex<std::fs::
             }
         });
     }
+    last_error
 }
 
 /// The started processes: a thread per child waits for it, so exits arrive in the order they
@@ -324,8 +370,17 @@ fn forward_output(child: &mut Child, i: String, log: &Option<Arc<Mutex<std::fs::
 /// Dropping it (an early error, a panic) kills whatever still runs.
 struct Running {
     pids: Vec<Option<u32>>,
+    /// Each process's name in messages (`process 1 on b`) and its last `error:` line.
+    names: Vec<(String, Arc<Mutex<String>>)>,
     exits: mpsc::Receiver<(usize, std::io::Result<ExitStatus>)>,
     sender: mpsc::Sender<(usize, std::io::Result<ExitStatus>)>,
+}
+
+/// Why a cluster failed: the process to blame, if any, and what happened.
+#[derive(Clone)]
+struct Failure {
+    process: Option<usize>,
+    message: String,
 }
 
 /// How long the others may take to stop by themselves (each names the failed peer) after the
@@ -337,13 +392,15 @@ impl Running {
         let (sender, exits) = mpsc::channel();
         Running {
             pids: vec![None; processes],
+            names: vec![Default::default(); processes],
             exits,
             sender,
         }
     }
 
-    fn watch(&mut self, i: usize, mut child: Child) {
+    fn watch(&mut self, i: usize, name: String, said: Arc<Mutex<String>>, mut child: Child) {
         self.pids[i] = Some(child.id());
+        self.names[i] = (name, said);
         let sender = self.sender.clone();
         std::thread::spawn(move || sender.send((i, child.wait())));
     }
@@ -353,11 +410,26 @@ impl Running {
     /// others (a hung process, which they report with [`super::EXIT_LOST_PEER`]); else the
     /// first to fail. A lost-peer exit is a consequence: under load a survivor's exit can be
     /// seen before the exit of the peer it lost.
-    fn wait(&mut self) -> Option<String> {
+    ///
+    /// On SIGINT or SIGTERM every process gets SIGTERM (an ssh client's end stops its remote
+    /// process), and SIGKILL after [`GRACE`]; the failure says so.
+    fn wait(&mut self) -> Option<Failure> {
         let (mut first, mut first_own, mut first_hung) = (None, None, None);
         let mut deadline: Option<Instant> = None;
         let mut killed = false;
+        let mut stopping = None;
         while self.pids.iter().any(Option::is_some) {
+            if stopping.is_none() && interrupted() {
+                let running = self.pids.iter().flatten().count();
+                stopping = Some(Failure {
+                    process: None,
+                    message: format!(
+                        "interrupted: stopped the {running} process(es) still running"
+                    ),
+                });
+                self.signal_all(libc::SIGTERM);
+                deadline.get_or_insert_with(|| Instant::now() + GRACE);
+            }
             let exit = match deadline {
                 Some(d) if !killed => {
                     let left = d.saturating_duration_since(Instant::now());
@@ -370,29 +442,48 @@ impl Running {
                         }
                     }
                 }
-                _ => self.exits.recv().ok(),
+                _ => match self.exits.recv_timeout(Duration::from_millis(100)) {
+                    Ok(exit) => Some(exit),
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => None,
+                },
             };
             let Some((i, status)) = exit else { break };
+            if stopping.is_some() {
+                self.pids[i] = None;
+                continue;
+            }
             self.pids[i] = None;
             let why = match status {
                 Ok(s) if s.success() => continue,
                 Ok(s) if killed => {
-                    first_hung.get_or_insert_with(|| {
-                        format!(
-                            "process {i} failed first: it made no progress, and did not stop \
-                             when the others did ({s}, killed by the launcher)"
-                        )
+                    first_hung.get_or_insert_with(|| Failure {
+                        process: Some(i),
+                        message: format!(
+                            "{} failed first: it made no progress, and did not stop when the \
+                             others did ({s}, killed by the launcher)",
+                            self.names[i].0
+                        ),
                     });
                     continue;
                 }
                 Ok(s) => s,
                 Err(e) => {
-                    first.get_or_insert_with(|| format!("process {i}: {e}"));
+                    first.get_or_insert_with(|| Failure {
+                        process: Some(i),
+                        message: format!("{}: {e}", self.names[i].0),
+                    });
                     deadline.get_or_insert_with(|| Instant::now() + GRACE);
                     continue;
                 }
             };
-            let blame = format!("process {i} failed first ({why}); the others were stopped");
+            let blame = Failure {
+                process: Some(i),
+                message: format!(
+                    "{} failed first ({why}); the others were stopped",
+                    self.names[i].0
+                ),
+            };
             if first.is_none() {
                 first = Some(blame.clone());
                 deadline = Some(Instant::now() + GRACE);
@@ -401,17 +492,33 @@ impl Running {
                 first_own = Some(blame);
             }
         }
-        first_own.or(first_hung).or(first)
+        stopping.or(first_own).or(first_hung).or(first)
     }
 
-    /// SIGKILL to every process still running (its waiter has not reaped it, so the pid is
-    /// still its own).
+    /// `failure`'s message with the last `error:` line its process printed.
+    fn explain(&self, failure: Failure) -> String {
+        let said = failure
+            .process
+            .map(|i| self.names[i].1.lock().expect("no panic holds it").clone())
+            .unwrap_or_default();
+        match said.strip_prefix("error:") {
+            Some(e) => format!("{}: {}", failure.message, e.trim()),
+            None => failure.message,
+        }
+    }
+
+    /// SIGKILL to every process still running.
     fn kill_all(&mut self) {
+        self.signal_all(libc::SIGKILL);
+    }
+
+    /// `signal` to every process still running (its waiter has not reaped it, so the pid is
+    /// still its own).
+    fn signal_all(&self, signal: libc::c_int) {
         for pid in self.pids.iter().flatten() {
-            #[cfg(unix)]
             // SAFETY: kill has no memory-safety preconditions.
             unsafe {
-                libc::kill(*pid as libc::pid_t, libc::SIGKILL);
+                libc::kill(*pid as libc::pid_t, signal);
             }
         }
     }

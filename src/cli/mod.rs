@@ -228,18 +228,51 @@ struct ProcessArgs {
     /// command line is visible to other users. `gradflow cluster` generates one.
     #[arg(long, env = "GRADFLOW_CLUSTER_SECRET", hide_env_values = true)]
     cluster_secret: Option<String>,
+    /// This attempt's run identity, which every process must state to join: a process left
+    /// from an earlier attempt, or another job on the same ports, is refused (default: the
+    /// scheduler's job and restart count; `cluster` and `launch` pass a fresh one).
+    #[arg(long, env = "GRADFLOW_RUN_ID")]
+    run_id: Option<String>,
 }
 
 impl ProcessArgs {
     /// The process's place: the flags, or where neither `-p` nor `-n` is given, the
     /// scheduler's environment ([`crate::placement`]), with a line saying which.
     fn spec(&self) -> Result<(ClusterSpec, Option<String>), String> {
+        let (mut spec, note) = self.place()?;
+        let var = |n: &str| std::env::var(n).ok();
+        let scheduled = crate::placement::run_identity(&var);
+        let note = match (&self.run_id, scheduled) {
+            (Some(run), _) => {
+                spec.run = run.clone();
+                note
+            }
+            (None, Some((run, from))) if spec.processes > 1 => {
+                let said = format!("cluster: run `{}`, from {from}", crate::data::clip(&run));
+                spec.run = run;
+                Some(match note {
+                    Some(n) => format!("{n}\n{said}"),
+                    None => said,
+                })
+            }
+            (None, _) => note,
+        };
+        Ok((spec, note))
+    }
+
+    /// The process's index, count and addresses, with a line saying where they came from
+    /// when not from `-p`.
+    fn place(&self) -> Result<(ClusterSpec, Option<String>), String> {
         let mut spec = self.flags_spec();
-        if self.processes.is_some() || self.process.is_some() {
+        if self.process.is_some() {
             return Ok((spec, None));
         }
-        let Some(place) = crate::placement::from_environment(&|n| std::env::var(n).ok())? else {
-            return Ok((spec, None));
+        let found = match self.processes {
+            Some(_) => None,
+            None => crate::placement::from_environment(&|n| std::env::var(n).ok())?,
+        };
+        let Some(place) = found else {
+            return own_entry(spec, self.processes);
         };
         if place.processes as u64 > MAX_PROCESSES {
             return Err(format!(
@@ -278,11 +311,36 @@ impl ProcessArgs {
             startup_timeout: Duration::from_secs(self.startup_timeout),
             peer_timeout: Duration::from_secs(self.peer_timeout),
             secret: self.cluster_secret.clone().filter(|s| !s.is_empty()),
+            run: self.run_id.clone().unwrap_or_default(),
             resume: None,
             // The metrics CSV is written as rows are final; nothing needs them in memory.
             keep_rows: false,
         }
     }
+}
+
+/// `spec` placed by the one entry of its `--hosts` or hostfile that names this machine, when
+/// there are entries and no `-p`; its `-n`, or else the number of entries, is the count.
+fn own_entry(
+    mut spec: ClusterSpec,
+    processes: Option<usize>,
+) -> Result<(ClusterSpec, Option<String>), String> {
+    let Some(listed) = spec.listed()? else {
+        return Ok((spec, None));
+    };
+    let n = processes.unwrap_or(listed.len());
+    if n <= 1 || n > listed.len() {
+        return Ok((spec, None));
+    }
+    let entries: Vec<String> = listed[..n].iter().map(|(_, e)| e.clone()).collect();
+    let place = |i: usize| listed[i].0.clone();
+    let i = crate::placement::own_entry(&entries, &place, &mut crate::placement::is_local_host)?;
+    (spec.process, spec.processes) = (i, n);
+    let note = format!(
+        "cluster: process {i} of {n}, from {} (`{}`), the address that is this machine's",
+        listed[i].0, entries[i]
+    );
+    Ok((spec, Some(note)))
 }
 
 #[derive(Args, Debug)]
@@ -437,7 +495,11 @@ pub fn main_with(program: Program) -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
+            // As a shell reports a command ended by Ctrl-C.
+            match cluster::interrupted() {
+                true => std::process::ExitCode::from(130),
+                false => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -636,8 +698,11 @@ impl Restarts<'_> {
             }
         };
         let mut resume = self.run.resume.clone();
+        // Each attempt is a run of its own: a process left from an earlier one cannot join.
+        let launch = crate::handshake::hex(&rand::random::<[u8; 6]>());
         for attempt in 0..=self.run.restarts {
             let args = [
+                vec!["--run-id".to_string(), format!("{launch}.{attempt}")],
                 self.run
                     .quiet
                     .then(|| "--quiet".to_string())
@@ -658,7 +723,8 @@ impl Restarts<'_> {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
-            let last = attempt == self.run.restarts;
+            // Ctrl-C stops the launcher; it is no failure to restart after.
+            let last = attempt == self.run.restarts || cluster::interrupted();
             let Some((dir, job_id)) = checkpoints.as_ref().filter(|_| !last) else {
                 return Err(match self.run.restarts {
                     0 => failure,

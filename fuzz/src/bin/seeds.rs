@@ -288,6 +288,7 @@ fn main() {
             version: VERSION,
             from,
             to,
+            run: [0; 16],
             nonce: [3; 16],
         }
         .encode()
