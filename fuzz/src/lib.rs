@@ -215,8 +215,31 @@ fn memory_dir() -> tempfile::TempDir {
 /// A CSV table read and encoded through a feature map, as `predict` does; the rows it accepts
 /// have sorted keys below the map's dimension and finite values.
 pub fn table(data: &[u8]) {
+    encoded_table("fuzz.csv", data)
+}
+
+/// A Parquet table (footer, pages, types, nulls) read and encoded as [`table`]'s CSV is, by
+/// the Apache Arrow crates' reader under gradflow's checks.
+pub fn parquet_table(data: &[u8]) {
+    // A panic the reader contains (the crate's, on a malformed file) is the reader's error,
+    // not a crash: libfuzzer-sys's hook, which aborts, sees only the others.
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let abort = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !gradflow::data::table::parquet::panic_is_contained() {
+                abort(info)
+            }
+        }));
+    });
+    encoded_table("fuzz.parquet", data)
+}
+
+/// `data` as the file `name`, read and encoded through the fuzz map; the rows it accepts are
+/// checked.
+fn encoded_table(name: &str, data: &[u8]) {
     TABLE.with(|(dir, map)| {
-        let path = dir.path().join("fuzz.csv");
+        let path = dir.path().join(name);
         std::fs::write(&path, data).expect("write the input");
         if let Ok(e) = encode_file(map, &path, Some("c")) {
             let d = &e.data;
@@ -301,7 +324,6 @@ pub fn cache_file(data: &[u8]) {
         }
     });
 }
-
 
 /// What a peer sends in a cluster handshake: the first byte picks the side that reads the
 /// rest (even: process 0 listening for process 1; odd: process 1 greeting process 0). The

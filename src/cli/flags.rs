@@ -14,9 +14,10 @@ use crate::data::table::TextSpec;
 /// `--set`: each flag sets one field of the job file (or of the defaults, without one).
 #[derive(Args, Debug, Clone, Default)]
 pub struct DataFlags {
-    /// The training data (data.train): a CSV table (`.csv`, gzip or zstd too), LibSVM
-    /// (`.svm`, `.libsvm`, `.txt`) or IDX images; the format follows the name unless --format
-    /// says otherwise.
+    /// The training data (data.train): a CSV table (`.csv`, gzip or zstd too), a Parquet
+    /// table (`.parquet`, or a directory of part files with --format parquet), LibSVM (`.svm`,
+    /// `.libsvm`, `.txt`) or IDX images; the format follows the name unless --format says
+    /// otherwise.
     #[arg(
         long = "train-file",
         visible_alias = "data",
@@ -28,7 +29,7 @@ pub struct DataFlags {
     /// of the rows are held out.
     #[arg(long = "test-file", value_name = "FILE", help_heading = "Data")]
     test_file: Option<PathBuf>,
-    /// The data's format (data.format): csv, libsvm or idx.
+    /// The data's format (data.format): csv, parquet, libsvm or idx.
     #[arg(long, help_heading = "Data")]
     format: Option<String>,
     /// CSV: the label (data.label): COLUMN (its value), COLUMN>X (1 when above X, else 0),

@@ -37,6 +37,27 @@ impl Part {
 /// would block forever, and inputs are read by byte ranges and more than once, which a stream
 /// cannot give: such data must be saved to a file first. The open itself does not block (it
 /// is non-blocking, and the type is checked on what was opened).
+/// The files an input is made of: the file itself, or a directory's files (a table's part
+/// files), in name order, hidden ones skipped.
+pub fn input_parts(path: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut parts = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let p = entry?.path();
+        let hidden = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if !hidden && p.is_file() {
+            parts.push(p);
+        }
+    }
+    parts.sort();
+    Ok(parts)
+}
+
 pub fn open_input(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()

@@ -163,19 +163,29 @@ pub struct InputPrint {
 }
 
 impl InputPrint {
-    /// Reads `path` whole (~10 GB/s from the page cache) and digests it.
+    /// Reads `path` whole (~10 GB/s from the page cache) and digests it; a directory (a
+    /// table's part files), every file in it with its name.
     pub fn of(path: &Path) -> Result<InputPrint, String> {
         let err = |e: std::io::Error| format!("{}: {e}", path.display());
-        let mut file = crate::data::source::open_input(path).map_err(err)?;
         let (mut hasher, mut buf, mut bytes) =
             (xxhash_rust::xxh3::Xxh3::new(), vec![0u8; 1 << 20], 0u64);
-        loop {
-            let n = file.read(&mut buf).map_err(err)?;
-            if n == 0 {
-                break;
+        let parts = crate::data::source::input_parts(path).map_err(err)?;
+        for part in &parts {
+            let err = |e: std::io::Error| format!("{}: {e}", part.display());
+            if path.is_dir() {
+                let name = part.file_name().unwrap_or_default().as_encoded_bytes();
+                hasher.update(&(name.len() as u64).to_le_bytes());
+                hasher.update(name);
             }
-            hasher.update(&buf[..n]);
-            bytes += n as u64;
+            let mut file = crate::data::source::open_input(part).map_err(err)?;
+            loop {
+                let n = file.read(&mut buf).map_err(err)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                bytes += n as u64;
+            }
         }
         Ok(InputPrint {
             file: path.display().to_string(),

@@ -107,6 +107,12 @@ impl Supervisor {
         let me = self.clone();
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            // The Parquet reader turns the `parquet` crate's panics on a malformed file into
+            // an error naming the file.
+            #[cfg(feature = "parquet")]
+            if crate::data::table::parquet::panic_is_contained() {
+                return;
+            }
             let what = info
                 .payload()
                 .downcast_ref::<&str>()

@@ -269,7 +269,11 @@ impl Job {
             self.train.seed,
         );
         let exe = std::env::current_exe().ok();
-        for path in exe.iter().chain(self.input_files()) {
+        let inputs = self
+            .input_files()
+            .map(|p| crate::data::source::input_parts(p).ok());
+        let parts: Vec<PathBuf> = inputs.collect::<Option<Vec<_>>>()?.concat();
+        for path in exe.iter().chain(&parts) {
             let meta = std::fs::metadata(path).ok()?;
             let modified = meta
                 .modified()
@@ -299,7 +303,7 @@ impl Job {
             let (data, dim) = self.with_intercept(WorkerData::empty(dim), dim)?;
             return Ok((data, dim, None, vec![]));
         }
-        if self.data.format != Format::Csv {
+        if !self.data.format.is_table() {
             let part = Part {
                 index: worker.index(),
                 count: worker.peers(),
@@ -474,7 +478,7 @@ impl Job {
         worker: usize,
         workers: usize,
     ) -> Result<(WorkerData, u32), String> {
-        if self.data.format == Format::Csv {
+        if self.data.format.is_table() {
             return Err("a csv job's rows are prepared on timely workers: use Job::load_on".into());
         }
         if self.data.format == Format::Program {

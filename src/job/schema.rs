@@ -26,6 +26,9 @@ pub enum Format {
     /// CSV with a header (plain, gzip or zstd), turned into features by `[data.label]`,
     /// `[data.features]` and `[[data.join]]`.
     Csv,
+    /// A Parquet table (a file, or a directory of part files as Spark writes it), turned into
+    /// features as a CSV table is ([`crate::data::table::parquet`]).
+    Parquet,
     /// IDX images and labels (MNIST's format; plain, gzip or zstd): `train` and `test` name
     /// the images files, `train_labels` and `test_labels` their labels.
     Idx,
@@ -36,7 +39,14 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format a data file's name implies, compressed or not: `.csv` a CSV table; `.svm`,
+    /// Whether rows come from a table (CSV or Parquet) through `[data.label]`,
+    /// `[data.features]` and `[[data.join]]`.
+    pub fn is_table(self) -> bool {
+        matches!(self, Format::Csv | Format::Parquet)
+    }
+
+    /// The format a data file's name implies, compressed or not: `.csv` a CSV table,
+    /// `.parquet` or `.parq` a Parquet table; `.svm`,
     /// `.libsvm` or `.txt` LibSVM; `…-idx3-ubyte` or `.idx` IDX images. `None`: no telling.
     pub fn from_extension(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
@@ -47,6 +57,7 @@ impl Format {
         let ext = name.rsplit_once('.').map(|(_, e)| e);
         match ext {
             Some("csv") => Some(Format::Csv),
+            Some("parquet" | "parq") => Some(Format::Parquet),
             Some("svm" | "libsvm" | "txt") => Some(Format::Libsvm),
             Some("idx") => Some(Format::Idx),
             _ if name.contains("-idx") && name.ends_with("ubyte") => Some(Format::Idx),
@@ -59,7 +70,7 @@ impl Format {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
-    /// `libsvm` (default), `csv`, `idx` or `program`.
+    /// `libsvm` (default), `csv`, `parquet`, `idx` or `program`.
     pub format: Format,
     /// Training file. Absent: the generated dataset of `[data.synth]` (by default the embedded
     /// CTR-like set).

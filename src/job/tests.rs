@@ -15,7 +15,9 @@ fn the_format_follows_the_file_name_unless_given() {
     assert_eq!(implied("a9a.libsvm.zst"), Some(Format::Libsvm));
     assert_eq!(implied("train.svm"), Some(Format::Libsvm));
     assert_eq!(implied("train-images-idx3-ubyte.gz"), Some(Format::Idx));
-    assert_eq!(implied("rows.parquet"), None);
+    assert_eq!(implied("rows.parquet"), Some(Format::Parquet));
+    assert_eq!(implied("part-0.PARQ"), Some(Format::Parquet));
+    assert_eq!(implied("rows.feather"), None);
     assert_eq!(implied("csv"), None);
     let csv = "[data]\ntrain = \"x.csv\"\n[data.label]\ncolumn = \"y\"\n\
                [data.features]\ncategorical = [\"a\"]\n";

@@ -203,17 +203,22 @@ impl Job {
         let d = &self.data;
         let table_fields =
             d.label.is_some() || d.features != FeatureSpec::default() || !d.join.is_empty();
-        if d.format == Format::Csv {
+        if d.format.is_table() {
             if d.train.is_none() {
-                return Err("data.train: a csv job needs a training file".into());
+                return Err(
+                    "data.train: a table (csv or parquet) job needs a training file".into(),
+                );
             }
             if d.dim.is_some() || d.zero_based {
-                return Err("data.dim, data.zero_based: LibSVM settings, not used with csv".into());
+                return Err(
+                    "data.dim, data.zero_based: LibSVM settings, not used with a table".into(),
+                );
             }
             d.table().validate()?;
         } else if table_fields {
             return Err(
-                "data.label, data.features, data.join: set data.format = \"csv\" to use them"
+                "data.label, data.features, data.join: set data.format = \"csv\" or \"parquet\" \
+                 to use them"
                     .into(),
             );
         }

@@ -199,6 +199,9 @@ fn main() {
     for (i, text) in tables.iter().enumerate() {
         write(&root.join("table"), &format!("t{i}"), text.as_bytes());
     }
+    for (i, bytes) in parquet_tables().iter().enumerate() {
+        write(&root.join("parquet_table"), &format!("p{i}"), bytes);
+    }
     // Model files: without an intercept, with one, with the fuzz map as its features, of a
     // program's own model, of a factorization machine (2 features of 2 weights) and of a
     // network (1 feature of 1 weight and 3 dense ones).
@@ -316,7 +319,7 @@ fn main() {
     connector.extend_from_slice(&[5; TAG_LEN]);
     write(&root.join("handshake"), "connector", &connector);
     checkpoint_seeds(&root.join("checkpoint"));
-    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 7 model files, 1 rows file, 1 cache file, 1 IDX pair, 3 handshakes, 2 checkpoint files", CODEC_NAMES.len());
+    println!("seeds: {} codecs, {envelopes} codec envelopes + 3 others, 4 LibSVM files, {jobs} job files, 3 tables, 2 Parquet tables, 7 model files, 1 rows file, 1 cache file, 1 IDX pair, 3 handshakes, 2 checkpoint files", CODEC_NAMES.len());
 }
 
 /// A worker file of the checkpoint target's job (its state, unsealed: the target seals it)
@@ -370,4 +373,68 @@ fn checkpoint_seeds(dir: &Path) {
     let mut seed = vec![1u8, 3, 0];
     seed.extend_from_slice(&fs::read(path).unwrap());
     write(dir, "rows-log", &seed);
+}
+
+/// The fuzz map's columns as Parquet: typed (integers, a dictionary string, a float and an
+/// integer with nulls, a timestamp; two row groups, Snappy), and all strings with a date.
+fn parquet_tables() -> Vec<Vec<u8>> {
+    use arrow_array::builder::StringDictionaryBuilder;
+    use arrow_array::types::Int32Type;
+    use arrow_array::{
+        ArrayRef, Date32Array, Float64Array, Int64Array, RecordBatch, StringArray,
+        TimestampSecondArray,
+    };
+    use std::sync::Arc;
+    let mut c = StringDictionaryBuilder::<Int32Type>::new();
+    for v in ["a", "b", "a, quoted"] {
+        c.append_value(v);
+    }
+    let typed = RecordBatch::try_from_iter([
+        ("y", Arc::new(Int64Array::from(vec![1, 0, 1])) as ArrayRef),
+        ("c", Arc::new(c.finish())),
+        (
+            "x",
+            Arc::new(Float64Array::from(vec![Some(0.5), None, Some(-2.0)])),
+        ),
+        (
+            "z",
+            Arc::new(Int64Array::from(vec![Some(3), None, Some(1000)])),
+        ),
+        (
+            "t",
+            Arc::new(TimestampSecondArray::from(vec![
+                1_357_344_000,
+                1_362_093_300,
+                0,
+            ])),
+        ),
+    ])
+    .unwrap();
+    let text = RecordBatch::try_from_iter([
+        (
+            "t",
+            Arc::new(Date32Array::from(vec![19_000, 11_000])) as ArrayRef,
+        ),
+        ("z", Arc::new(StringArray::from(vec!["1e3", "0"]))),
+        ("x", Arc::new(StringArray::from(vec!["-2", "NA"]))),
+        ("c", Arc::new(StringArray::from(vec!["a", "b"]))),
+        ("y", Arc::new(StringArray::from(vec!["1", "0"]))),
+    ])
+    .unwrap();
+    [typed, text]
+        .iter()
+        .map(|batch| {
+            let props = parquet::file::properties::WriterProperties::builder()
+                .set_max_row_group_row_count(Some(2))
+                .set_compression(parquet::basic::Compression::SNAPPY)
+                .build();
+            let mut bytes = Vec::new();
+            let mut w =
+                parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props))
+                    .unwrap();
+            w.write(batch).unwrap();
+            w.close().unwrap();
+            bytes
+        })
+        .collect()
 }

@@ -176,6 +176,21 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// The proleptic Gregorian date of a day counted from 1970-01-01 (H. Hinnant's algorithm, the
+/// inverse of [`days_from_civil`]).
+#[cfg(feature = "parquet")]
+pub(super) fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + (m <= 2) as i64, m, d)
+}
+
 /// The separator of a cross's component tokens.
 const CROSS: u8 = 0x1f;
 
@@ -771,6 +786,16 @@ mod tests {
     fn date_parts_follow_the_calendar() {
         let p = |s: &str, part| date_part("d", s, part);
         assert_eq!(p("1970-01-01", DatePart::Dow), Ok(3)); // a Thursday (0 = Monday)
+        #[cfg(feature = "parquet")]
+        for (y, m, d) in [
+            (1970, 1, 1),
+            (2000, 2, 29),
+            (1969, 12, 31),
+            (2013, 3, 1),
+            (1600, 1, 1),
+        ] {
+            assert_eq!(civil_from_days(days_from_civil(y, m, d)), (y, m, d));
+        }
         assert_eq!(p("2013-01-01T05:15", DatePart::Dow), Ok(1)); // a Tuesday
         assert_eq!(p("2024-02-29 23:59:10", DatePart::Hour), Ok(23));
         assert_eq!(p("2000-03-01", DatePart::Dow), Ok(2)); // a Wednesday

@@ -3,6 +3,8 @@
 //! dimension tables), by a differential-dataflow pipeline on the training workers.
 
 pub mod features;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod pipeline;
 pub mod read;
 pub mod spec;

@@ -558,7 +558,7 @@ fn quote_cuts(worker: &mut Worker, files: &[&Path], part: Part) -> Vec<Cut> {
         return vec![Cut::Lines; files.len()];
     }
     let counted = files.iter().enumerate().filter_map(|(f, path)| {
-        let plain = matches!(compression(path), Ok(None));
+        let plain = !super::read::is_parquet(path) && matches!(compression(path), Ok(None));
         let quotes = plain.then(|| count_quotes(path, part).ok()).flatten()?;
         Some(((f as u64, part.index as u64, quotes), 1))
     });

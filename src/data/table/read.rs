@@ -56,7 +56,42 @@ pub struct Cells {
     ends: Vec<u32>,
     /// Bit `i` is set when cell `i` (in `ends` order) is a missing-value marker.
     missing: Vec<u64>,
+    /// A Parquet table's row groups, each with its file and the number of its first row
+    /// among the table's: a record's id is its row number there, and an error names the file,
+    /// the row group and the row, as a CSV error names the line. Empty for CSV.
+    pub(super) groups: Vec<(PathBuf, usize, u64)>,
 }
+
+/// Whether `path` is a Parquet table ([`super::parquet`]): a directory (of part files), a
+/// `.parquet`/`.parq` name, or a file that starts with Parquet's magic `PAR1`.
+pub fn is_parquet(path: &Path) -> bool {
+    if path.is_dir() {
+        return true;
+    }
+    let ext = path.extension().and_then(|e| e.to_str());
+    if ext.is_some_and(|e| e.eq_ignore_ascii_case("parquet") || e.eq_ignore_ascii_case("parq")) {
+        return true;
+    }
+    let mut magic = [0u8; 4];
+    let read = crate::data::source::open_input(path).and_then(|mut f| f.read_exact(&mut magic));
+    read.is_ok() && &magic == b"PAR1"
+}
+
+/// A Parquet table where gradflow was built without the `parquet` feature.
+#[cfg(not(feature = "parquet"))]
+fn no_parquet(path: &Path) -> DataError {
+    DataError {
+        file: path.to_path_buf(),
+        line: 0,
+        column: 0,
+        message: "a Parquet table, and this gradflow was built without Parquet (the `parquet` \
+                  feature, on by default)"
+            .into(),
+    }
+}
+
+/// The error of a part whose cells pass 4 GiB (their ends are `u32`).
+const TOO_MANY_CELLS: &str = "a worker's part holds over 4 GiB of cells; use more workers";
 
 impl Cells {
     /// Record `r`'s number: in the file when [`Cells::numbered`], else in this part.
@@ -95,18 +130,65 @@ impl Cells {
         Some(self.get(row, col))
     }
 
+    /// No records yet of the columns `names` of `file`, numbered from the file's first.
+    #[cfg(feature = "parquet")]
+    pub(super) fn numbered(file: &Path, names: &[String]) -> Cells {
+        Cells {
+            file: file.to_path_buf(),
+            names: names.to_vec(),
+            numbered: true,
+            ..Cells::default()
+        }
+    }
+
+    /// Appends a cell (already trimmed) to the record being read, marked missing or not.
+    pub(super) fn push_cell(&mut self, s: &str, missing: bool) -> Result<(), &'static str> {
+        let i = self.ends.len();
+        if i.is_multiple_of(64) {
+            self.missing.push(0);
+        }
+        if missing {
+            self.missing[i / 64] |= 1 << (i % 64);
+        }
+        self.text.push_str(s);
+        let end = u32::try_from(self.text.len()).map_err(|_| TOO_MANY_CELLS)?;
+        self.ends.push(end);
+        Ok(())
+    }
+
+    /// Ends the record being read: its id and, where records are numbered, its number.
+    #[cfg(feature = "parquet")]
+    pub(super) fn end_record(&mut self, id: u64) {
+        self.ids.push(id);
+        if self.numbered {
+            self.numbers.push(id);
+        }
+    }
+
     /// An error at cell `col` of record `row`, with the file's line number (found by counting
-    /// line breaks up to the record: only errors pay for it).
+    /// line breaks up to the record: only errors pay for it); in a Parquet table, its file,
+    /// row group and row.
     pub fn error(&self, row: usize, col: usize, message: String) -> DataError {
-        let line = line_of(&self.file, self.ids[row]).unwrap_or(0);
+        let name = crate::data::clip(&self.names[col]);
+        let id = self.ids[row];
+        if let Some(at) = self.groups.iter().rposition(|g| g.2 <= id) {
+            let (file, group, _) = &self.groups[at];
+            return DataError {
+                file: file.clone(),
+                line: 0,
+                column: 0,
+                message: format!(
+                    "row group {group}, row {} of the table: column '{name}': {message}",
+                    id + 1,
+                ),
+            };
+        }
+        let line = line_of(&self.file, id).unwrap_or(0);
         DataError {
             file: self.file.clone(),
             line,
             column: self.positions[col],
-            message: format!(
-                "column '{}': {message}",
-                crate::data::clip(&self.names[col])
-            ),
+            message: format!("column '{name}': {message}"),
         }
     }
 }
@@ -249,6 +331,12 @@ fn csv_error(path: &Path, e: csv::Error) -> DataError {
 
 /// The header of `path` (its first record).
 pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
+    if is_parquet(path) {
+        #[cfg(feature = "parquet")]
+        return super::parquet::header(path);
+        #[cfg(not(feature = "parquet"))]
+        return Err(no_parquet(path));
+    }
     refuse_cr_only(path)?;
     let bounded = Bounded {
         inner: open_stream(path)?,
@@ -373,6 +461,12 @@ pub fn read_cells(
     missing: &[String],
     cut: Cut,
 ) -> Result<Cells, DataError> {
+    if is_parquet(path) {
+        #[cfg(feature = "parquet")]
+        return super::parquet::read_cells(path, names, part, missing);
+        #[cfg(not(feature = "parquet"))]
+        return Err(no_parquet(path));
+    }
     let head = header(path, delimiter)?;
     let mut select = Vec::with_capacity(names.len());
     for n in names {
@@ -518,21 +612,13 @@ impl Selection<'_> {
                 message: format!("column '{}': not UTF-8", self.names[c]),
             })?;
             let s = s.trim();
-            let i = cells.ends.len();
-            if i.is_multiple_of(64) {
-                cells.missing.push(0);
-            }
-            if self.missing.iter().any(|m| m == s) {
-                cells.missing[i / 64] |= 1 << (i % 64);
-            }
-            cells.text.push_str(s);
-            let end = u32::try_from(cells.text.len()).map_err(|_| DataError {
+            let missing = self.missing.iter().any(|m| m == s);
+            cells.push_cell(s, missing).map_err(|why| DataError {
                 file: self.path.to_path_buf(),
                 line: 0,
                 column: 0,
-                message: "a worker's part holds over 4 GiB of cells; use more workers".into(),
+                message: why.into(),
             })?;
-            cells.ends.push(end);
         }
         cells.ids.push(id);
         Ok(())
