@@ -642,10 +642,13 @@ fn push_decimal(out: &mut String, v: i128, scale: i8) {
     }
     push_int(out, whole as i128);
     out.push('.');
-    let mut f = String::new();
-    push_int(&mut f, frac as i128);
-    out.extend(std::iter::repeat_n('0', scale as usize - f.len()));
-    out.push_str(&f);
+    // The fraction's leading zeros, then its digits (no allocation per value).
+    let mut lead = p / 10;
+    while lead > 1 && frac < lead {
+        out.push('0');
+        lead /= 10;
+    }
+    push_int(out, frac as i128);
 }
 
 /// Seconds since 1970-01-01T00:00:00 UTC as `YYYY-MM-DD`, with `THH:MM:SS` when `time`.
@@ -674,5 +677,26 @@ fn push_time(out: &mut String, seconds: i64, time: bool) {
         two(out, s / 60 % 60);
         out.push(':');
         two(out, s % 60);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decimals keep their scale's digits, leading zeros of the fraction included.
+    #[test]
+    fn decimals_are_written_with_their_scale() {
+        let text = |v: i128, scale: i8| {
+            let mut s = String::new();
+            push_decimal(&mut s, v, scale);
+            s
+        };
+        assert_eq!(text(5, 3), "0.005");
+        assert_eq!(text(-100, 2), "-1.00");
+        assert_eq!(text(-1234, 2), "-12.34");
+        assert_eq!(text(7, 1), "0.7");
+        assert_eq!(text(12, -2), "1200");
+        assert_eq!(text(0, 2), "0.00");
     }
 }
