@@ -49,12 +49,7 @@ for t in "${targets[@]}"; do
   # Decoders also get inputs of a few MB (what a peer can send in one message).
   max_len=()
   if [[ $t == decode_* ]]; then max_len=(-max_len=4194304); fi
-  # The parquet crate reserves a page's claimed uncompressed size (an i32: up to 2 GiB of
-  # address space, touched only as far as the real bytes decompress) before decompressing it;
-  # gradflow does not yet check page headers (docs/data.md, "Hostile files"). Larger is a find.
-  malloc=256
-  if [[ $t == parquet_table ]]; then malloc=2100; fi
-  if "$bin/$t" -malloc_limit_mb=$malloc -rss_limit_mb=2048 -timeout=1 -print_final_stats=1 \
+  if "$bin/$t" -malloc_limit_mb=256 -rss_limit_mb=2048 -timeout=1 -print_final_stats=1 \
       "${max_len[@]}" "$limit" -artifact_prefix="artifacts/$t/" "corpus/$t" >"$log" 2>&1; then
     result=ok
   else

@@ -417,15 +417,20 @@ fn damaged_parquet_and_unsupported_columns_are_errors_naming_the_place() {
 
 /// Files the `parquet_table` fuzz target made the `parquet` crate fail on (an assert on a
 /// negative offset in the footer, a 3 GB dictionary a page header claimed, an `expect` on a
-/// dictionary-encoded page without its dictionary) are errors naming the file, with no panic
-/// past the reader and no allocation the file's bytes do not justify.
+/// dictionary-encoded page after a header it misread, a 2 GB page a header claimed in a
+/// 20-byte varint) are errors naming the file and the place, with no panic past the reader and
+/// no allocation the file's bytes do not justify.
 #[test]
 fn files_that_broke_the_parquet_crate_are_errors() {
     let names: Vec<String> = ["y", "c", "x", "z", "t"].map(String::from).to_vec();
     for (name, want) in [
         ("negative-offset", "not within the file's"),
-        ("dictionary-count", "its dictionary page claims"),
-        ("missing-dictionary", "the Parquet reader failed on it"),
+        (
+            "dictionary-count",
+            "its dictionary page claims 392167423 values in 8 bytes",
+        ),
+        ("missing-dictionary", "a damaged page header"),
+        ("page-size", "a damaged page header"),
     ] {
         let path = repo(&format!("tests/fixtures/parquet/{name}.parquet"));
         let e = read_cells(&path, &names, Part::WHOLE, b',', &[], Cut::Lines).unwrap_err();
@@ -435,5 +440,167 @@ fn files_that_broke_the_parquet_crate_are_errors() {
             "{name}: {e}"
         );
         assert!(e.contains(want), "{name}: {e}");
+    }
+}
+
+/// The page headers are checked before the `parquet` crate trusts them: a page larger than a
+/// record may be (here a real 65 MiB value, compressed to a few KiB) and a dictionary-encoded
+/// page whose dictionary page is gone (its type changed in place) are errors naming the row
+/// group and the column, read from the headers alone.
+#[test]
+fn page_headers_are_checked_before_the_parquet_crate_trusts_them() {
+    use arrow_array::StringArray;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::{EnabledStatistics, WriterProperties};
+    let dir = tempfile::tempdir().unwrap();
+    let read = |path: &Path, names: &[&str]| -> String {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        match read_cells(path, &names, Part::WHOLE, b',', &[], Cut::Lines) {
+            Ok(c) => format!("ok {}", c.len()),
+            Err(e) => e.to_string(),
+        }
+    };
+
+    let huge = dir.path().join("huge.parquet");
+    let value = "a".repeat(65 << 20);
+    let batch = RecordBatch::try_from_iter([(
+        "s",
+        Arc::new(StringArray::from(vec![value.as_str(), "b"])) as ArrayRef,
+    )])
+    .unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .build();
+    let mut w = ArrowWriter::try_new(
+        std::fs::File::create(&huge).unwrap(),
+        batch.schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    assert!(std::fs::metadata(&huge).unwrap().len() < 1 << 20);
+    let e = read(&huge, &["s"]);
+    assert!(
+        e.starts_with(&format!(
+            "{}: row group 0, column 's': a page claims ",
+            huge.display()
+        )),
+        "{e}"
+    );
+    assert!(e.contains("more than the 64 MiB a page may hold"), "{e}");
+
+    // A dictionary-encoded column whose dictionary page becomes an index page: the header's
+    // first field (type, zigzag 2 = dictionary) is rewritten as 1 (index) in place.
+    let good = dir.path().join("good.parquet");
+    let words: Vec<String> = (0..3000).map(|i| format!("w{}", i % 7)).collect();
+    let batch = RecordBatch::try_from_iter([
+        ("x", Arc::new(StringArray::from(words.clone())) as ArrayRef),
+        ("y", Arc::new(StringArray::from(words)) as ArrayRef),
+    ])
+    .unwrap();
+    write_parquet(&good, &batch, 1000);
+    assert_eq!(read(&good, &["x", "y"]), "ok 3000");
+    let meta =
+        parquet::file::reader::SerializedFileReader::try_from(std::fs::File::open(&good).unwrap())
+            .unwrap();
+    use parquet::file::reader::FileReader;
+    let at = meta
+        .metadata()
+        .row_group(1)
+        .column(1)
+        .dictionary_page_offset();
+    let at = at.expect("a dictionary page") as usize;
+    let mut bytes = std::fs::read(&good).unwrap();
+    assert_eq!(bytes[at..at + 2], [0x15, 4], "a dictionary page's header");
+    bytes[at + 1] = 2;
+    let lost = dir.path().join("lost.parquet");
+    std::fs::write(&lost, &bytes).unwrap();
+    assert_eq!(read(&lost, &["x"]), "ok 3000", "column y is not read");
+    let e = read(&lost, &["x", "y"]);
+    assert_eq!(
+        e,
+        format!(
+            "{}: row group 1, column 'y': a dictionary-encoded page without a dictionary page \
+             before it (a damaged column chunk)",
+            lost.display()
+        )
+    );
+}
+
+/// A footer that claims 10^9 rows in a 30 KB file (its row counts rewritten, the footer's
+/// length with them) is an error naming the file for every part, the first part's included
+/// (its first rows exist): no part reserves or reads by the claim, and no part trains on
+/// fewer rows than the footer says in silence.
+#[test]
+fn a_footer_claiming_a_billion_rows_in_a_small_file_is_an_error() {
+    use arrow_array::Int64Array;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.parquet");
+    let n = 3001i64;
+    let batch = RecordBatch::try_from_iter([(
+        "x",
+        Arc::new(Int64Array::from((0..n).collect::<Vec<_>>())) as ArrayRef,
+    )])
+    .unwrap();
+    write_parquet(&good, &batch, 4000);
+    let bytes = std::fs::read(&good).unwrap();
+
+    // The footer: its Thrift bytes, then their length (4 bytes) and "PAR1". Both row counts
+    // (the file's, field 3, and the one row group's, field 3) follow the byte 0x16 (field
+    // delta 1, type i64) as zigzag varints.
+    let varint = |v: i64| {
+        let mut u = (v << 1) as u64;
+        let mut out = vec![0x16];
+        while u >= 0x80 {
+            out.push(u as u8 | 0x80);
+            u >>= 7;
+        }
+        out.push(u as u8);
+        out
+    };
+    let len = u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap());
+    let start = bytes.len() - 8 - len as usize;
+    let (old, new) = (varint(n), varint(1_000_000_000));
+    let mut footer = Vec::new();
+    let mut i = start;
+    while i < bytes.len() - 8 {
+        if bytes[i..].starts_with(&old) {
+            footer.extend(&new);
+            i += old.len();
+        } else {
+            footer.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let mut claimed = bytes[..start].to_vec();
+    claimed.extend(&footer);
+    claimed.extend((footer.len() as u32).to_le_bytes());
+    claimed.extend(b"PAR1");
+    let path = dir.path().join("claims.parquet");
+    std::fs::write(&path, &claimed).unwrap();
+    let meta = SerializedFileReader::try_from(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(meta.metadata().file_metadata().num_rows(), 1_000_000_000);
+    assert_eq!(meta.metadata().row_group(0).num_rows(), 1_000_000_000);
+    assert!(claimed.len() < 40_000);
+
+    for count in [1, 2, 4] {
+        for index in 0..count {
+            let names = ["x".to_string()];
+            let e = read_cells(&path, &names, Part { index, count }, b',', &[], Cut::Lines)
+                .map(|c| c.len())
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("{}: ", path.display())), "{e}");
+            // A part whose rows all lie past the real ones fails in the crate's skip.
+            let said = e.contains("row groups [0] hold 3001 of the ")
+                || (index > 0
+                    && e.contains("row groups [0]: cannot decode: ")
+                    && e.contains("failed to skip rows"));
+            assert!(said, "part {index} of {count}: {e}");
+        }
     }
 }

@@ -31,6 +31,9 @@ use parquet::file::metadata::ParquetMetaData;
 use super::read::{is_parquet, Cells, Part};
 use crate::data::DataError;
 
+mod pages;
+pub use pages::MAX_PAGE_BYTES;
+
 /// Rows decoded at a time.
 pub const BATCH_ROWS: usize = 8192;
 
@@ -152,7 +155,7 @@ pub fn panic_is_contained() -> bool {
 /// Runs `f` (calls into the `parquet` crate), a panic becoming an error naming the file: the
 /// crate asserts and `expect`s on some malformed input (a negative offset in a footer, a
 /// dictionary-encoded page without its dictionary: both found by the `parquet_table` fuzz
-/// target); what can be checked before is checked ([`open`], [`check_dictionaries`]).
+/// target); what can be checked before is checked ([`open`], [`pages`]).
 fn contained<T>(file: &Path, f: impl FnOnce() -> Result<T, DataError>) -> Result<T, DataError> {
     CONTAINED.with(|c| c.set(c.get() + 1));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
@@ -273,7 +276,7 @@ fn read_file(
         }
         start += rows;
     }
-    check_dictionaries(file, &groups, &roots)?;
+    pages::check_chunks(file, &meta, &groups, &roots)?;
     let selection = RowSelection::from_consecutive_ranges(ranges.into_iter(), selected as usize);
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots.iter().copied());
     let reader = builder
@@ -284,7 +287,7 @@ fn read_file(
         .build()
         .map_err(|e| error(file, format!("cannot read: {e}")))?;
     let mut numbers = kept.into_iter().flatten();
-    let mut text = String::new();
+    let (mut text, mut read) = (String::new(), 0u64);
     for batch in reader {
         let batch = batch.map_err(|e| decode_error(file, &groups, &names, e))?;
         let columns = columns(&batch, &names);
@@ -300,75 +303,21 @@ fn read_file(
                 .next()
                 .ok_or_else(|| error(file, "more rows than its footer says"))?;
             cells.end_record(id);
+            read += 1;
         }
     }
-    Ok(())
-}
-
-/// Checks the dictionary page of each column chunk the reader will decode: the crate sizes a
-/// dictionary by the count its page header claims before decoding it (a few crafted bytes
-/// made it allocate 3 GB), so the count must fit the page's bytes at the smallest size a value
-/// of the column's physical type takes. Reads only the first page of each chunk.
-fn check_dictionaries(file: &Path, groups: &[usize], roots: &[usize]) -> Result<(), DataError> {
-    use parquet::basic::Type;
-    use parquet::column::page::Page;
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    let f = File::open(file).map_err(|e| error(file, format!("cannot read: {e}")))?;
-    let reader = SerializedFileReader::try_from(f)
-        .map_err(|e| error(file, format!("not a readable Parquet file: {e}")))?;
-    let schema = reader.metadata().file_metadata().schema_descr_ptr();
-    let leaves: Vec<usize> = (0..schema.num_columns())
-        .filter(|&l| roots.contains(&schema.get_column_root_idx(l)))
-        .collect();
-    for &g in groups {
-        let group = reader
-            .get_row_group(g)
-            .map_err(|e| error(file, format!("row group {g}: {e}")))?;
-        for &l in &leaves {
-            let column = schema.column(l);
-            let bad = |e: String| {
-                error(
-                    file,
-                    format!(
-                        "row group {g}, column '{}': {e}",
-                        crate::data::clip(column.name())
-                    ),
-                )
-            };
-            let mut pages = group
-                .get_column_page_reader(l)
-                .map_err(|e| bad(format!("cannot decode: {e}")))?;
-            let first = pages
-                .peek_next_page()
-                .map_err(|e| bad(format!("cannot decode: {e}")))?;
-            if !first.is_some_and(|p| p.is_dict) {
-                continue;
-            }
-            let Some(Page::DictionaryPage {
-                buf, num_values, ..
-            }) = pages
-                .get_next_page()
-                .map_err(|e| bad(format!("cannot decode: {e}")))?
-            else {
-                continue;
-            };
-            // The least bits one value of the physical type takes.
-            let bits: u64 = match column.physical_type() {
-                Type::BOOLEAN => 1,
-                Type::INT32 | Type::FLOAT | Type::BYTE_ARRAY => 32,
-                Type::INT64 | Type::DOUBLE => 64,
-                Type::INT96 => 96,
-                Type::FIXED_LEN_BYTE_ARRAY => 8 * column.type_length().max(1) as u64,
-            };
-            if num_values as u64 * bits > 8 * buf.len() as u64 {
-                return Err(bad(format!(
-                    "its dictionary page claims {num_values} values in {} bytes (a damaged page)",
-                    buf.len()
-                )));
-            }
-        }
+    match numbers.next() {
+        // Fewer rows than the footer says: an error, not a smaller part in silence.
+        Some(_) => Err(error(
+            file,
+            format!(
+                "row groups {groups:?} hold {read} of the {} rows its footer says this part \
+                 reads (a damaged footer)",
+                to - from
+            ),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A column the reader can give a text form, or an error naming it and its type.
@@ -683,6 +632,28 @@ fn push_time(out: &mut String, seconds: i64, time: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A panic inside the reader is an error naming the file, and a panic hook is told it is
+    /// contained only while it is inside (a nested call included).
+    #[test]
+    fn a_panic_in_the_reader_is_an_error_naming_the_file() {
+        let file = Path::new("t.parquet");
+        assert!(!panic_is_contained());
+        let e = contained(file, || -> Result<(), DataError> {
+            assert!(panic_is_contained());
+            let inner = contained(file, || -> Result<(), DataError> { panic!("inner") });
+            assert!(inner.unwrap_err().message.contains("inner"));
+            assert!(panic_is_contained());
+            panic!("assertion failed: offset >= 0")
+        })
+        .unwrap_err();
+        assert!(!panic_is_contained());
+        assert_eq!(
+            e.to_string(),
+            "t.parquet: the Parquet reader failed on it: assertion failed: offset >= 0 (a \
+             malformed file)"
+        );
+    }
 
     /// Decimals keep their scale's digits, leading zeros of the fraction included.
     #[test]
