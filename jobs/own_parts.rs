@@ -14,7 +14,9 @@
 //!   codec it trains `allgather`'s model bit for bit, with `W` gradients into one worker instead
 //!   of `W²` between all of them, and a change back. Its round model lets `auto` rank it.
 //! * AdaGrad (Duchi, Hazan & Singer 2011): `G ← G + g²; w ← w − lr·g / (√G + ε)`, unless
-//!   `OWN_OPTIMIZER=0` keeps the job's optimizer.
+//!   `OWN_OPTIMIZER=0` keeps the job's optimizer. It is the built-in `adagrad`'s rule, written
+//!   here to show the program API; a rule a job file names is added with
+//!   `gradflow::optim::register` instead, as the codec and the exchange are.
 //!
 //! ```sh
 //! cargo run --release --example own_parts -- cluster jobs/quickstart.toml -n 2 --lr 0.05 \
@@ -320,7 +322,7 @@ fn main() -> std::process::ExitCode {
     }
     gradflow::cli::main_with(Arc::new(|scope, mut training: Training| {
         let lr = training.plan().optimizer.lr;
-        training.set_optimizer("adagrad", move |lo, hi| {
+        training.set_optimizer("own_adagrad", move |lo, hi| {
             Box::new(AdaGrad {
                 lr,
                 lo,

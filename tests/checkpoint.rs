@@ -466,6 +466,25 @@ fn the_other_exchanges_and_memories_resume_bit_for_bit() {
 }
 
 #[test]
+fn adagrad_and_ftrl_state_resumes_bit_for_bit() {
+    // AdaGrad's sums of squares (replicated, one process) and FTRL's z, n and weights, with
+    // L1's exact zeros, in each owner's shard (sharded state, two processes).
+    let base = JOB
+        .replace("epochs = 800", "epochs = 6")
+        .replace("downlink = { name = \"topk\", ratio = 0.5 }\n", "");
+    let adagrad = base.replace("kind = \"adam\"\nlr = 0.02", "kind = \"adagrad\"\nlr = 0.1");
+    let ftrl = base
+        .replace(
+            "kind = \"adam\"\nlr = 0.02",
+            "kind = \"ftrl\"\nlr = 0.1\nl1 = 0.003\nl2 = 0.01",
+        )
+        .replace("seed = 11\n", "seed = 11\nstate = \"sharded\"\n");
+    assert!(adagrad.contains("adagrad") && ftrl.contains("l1 = 0.003"));
+    assert_resumes_bit_for_bit(&adagrad, 1);
+    assert_resumes_bit_for_bit(&ftrl, 2);
+}
+
+#[test]
 fn pipelined_rounds_resume_bit_for_bit() {
     // With rounds in flight (`train.staleness`), a checkpoint round starts from the whole
     // model, so a run resumed there repeats the uninterrupted one: `sharded` with its lossy

@@ -108,7 +108,7 @@ pub struct Overrides {
     /// L2 regularisation (model.lambda).
     #[arg(long, help_heading = "Model and optimizer")]
     lambda: Option<f32>,
-    /// The optimizer (optimizer.kind): sgd, momentum or adam.
+    /// The optimizer (optimizer.kind): sgd, momentum, adam, adagrad or ftrl.
     #[arg(long, help_heading = "Model and optimizer")]
     optimizer: Option<String>,
     /// The learning rate (optimizer.lr).

@@ -51,7 +51,7 @@ use super::WorkerState;
 use crate::metrics::{MetricsRow, Traffic};
 use crate::snapshot::NonZero;
 
-const MAGIC: &[u8; 8] = b"GFCKPT\x00\x02";
+const MAGIC: &[u8; 8] = b"GFCKPT\x00\x03";
 const KEEP: usize = 2;
 
 /// `train.checkpoint`: write a checkpoint every `every_rounds` rounds into `dir`.

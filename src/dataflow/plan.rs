@@ -20,7 +20,7 @@ use crate::metrics::{RowOutput, Traffic};
 use crate::model::{EvalPart, LossFn, ModelFn, ModelLoss, Task};
 use std::sync::Arc;
 
-use crate::optim::{CustomOptimizer, Optimizer, OptimizerConfig, UpdateRule};
+use crate::optim::{build_optimizer, CustomOptimizer, OptimizerConfig, UpdateRule};
 
 /// Everything about a training run that all workers share.
 #[derive(Clone, Debug, PartialEq)]
@@ -312,7 +312,6 @@ impl TrainPlan {
     /// model's, or its shard's), its uplink memory and its gradient accumulator (a replica's:
     /// model-sized). A program's own update rule counts as SGD's (no state).
     pub fn state_bytes(&self, threads: u32, peers: u32) -> (u64, String) {
-        use crate::optim::OptimizerKind;
         let dim = self.dim as u64;
         let sharded = self.state == StateMode::Sharded;
         let keys = if sharded {
@@ -320,10 +319,9 @@ impl TrainPlan {
         } else {
             dim
         };
-        let rule = match (&self.custom_optimizer, self.optimizer.kind) {
-            (None, OptimizerKind::Adam) => 8,
-            (None, OptimizerKind::Momentum) => 4,
-            _ => 0,
+        let (rule, state) = match &self.custom_optimizer {
+            None => self.optimizer.kind.state(),
+            Some(_) => (0, ""),
         };
         let memory = match self.memory {
             MemorySpec::None => 0,
@@ -338,9 +336,8 @@ impl TrainPlan {
             if sharded { "keys of its shard" } else { "keys" },
             4 + rule,
             match rule {
-                8 => " and Adam's moments",
-                4 => " and momentum",
-                _ => "",
+                0 => String::new(),
+                _ => format!(" and {state}"),
             },
             if memory > 0 {
                 format!(" + {} uplink memory", human(memory))
@@ -360,7 +357,7 @@ impl TrainPlan {
     pub fn update_rule(&self, lo: u32, hi: u32) -> Box<dyn UpdateRule> {
         match &self.custom_optimizer {
             Some(c) => (c.make)(lo, hi),
-            None => Box::new(Optimizer::new(self.optimizer.clone(), lo, hi)),
+            None => build_optimizer(&self.optimizer, lo, hi),
         }
     }
 

@@ -1,24 +1,22 @@
-//! Optimizers. Each holds state for one contiguous key range (the whole model; under `sharded`
-//! an owner only ever touches the keys it owns) and updates only the keys present in the
-//! aggregated gradient, as the papers' systems do. A step yields *changes* of the weights, which
-//! is what the `sharded` downlink transmits. Adam bias correction uses the global step (the round number + 1).
+//! Optimizers: update rules, one file each ([`sgd`], [`momentum`], [`adam`], [`adagrad`],
+//! [`ftrl`]), found by their `optimizer.kind` name in one registry ([`registry`]). Each holds
+//! state for one contiguous key range (the whole model; under `sharded` an owner only ever
+//! touches the keys it owns) and updates only the keys present in the aggregated gradient, as
+//! the papers' systems do. A step yields *changes* of the weights, which is what the `sharded`
+//! downlink transmits.
 
+pub mod adagrad;
+pub mod adam;
 pub mod delay;
+pub mod ftrl;
+pub mod momentum;
+pub mod registry;
+pub mod sgd;
+
+pub use registry::{build_optimizer, register, OptimizerKind, OPTIMIZERS, OPTIMIZER_NAMES};
 
 use crate::snapshot::NonZero;
 use serde::{Deserialize, Serialize};
-
-/// Which update rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
-    /// Plain SGD with rate `lr / (1 + decay * t)`.
-    Sgd,
-    /// Heavy-ball momentum: `u ← μ u + g; w ← w - lr u`.
-    Momentum,
-    /// Adam (Kingma & Ba): the papers' default, β1 0.9, β2 0.999, ε 1e-8.
-    Adam,
-}
 
 /// Optimizer hyper-parameters (job file table `[optimizer]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,8 +34,15 @@ pub struct OptimizerConfig {
     pub beta1: f32,
     /// Adam β2.
     pub beta2: f32,
-    /// Adam ε.
+    /// Adam's and AdaGrad's ε (added to the root of the second moment).
     pub eps: f32,
+    /// FTRL-Proximal's β: the per-key rate is `lr / (β + √n)`. 0 by default (TensorFlow's):
+    /// McMahan et al.'s β = 1 suits one row's gradient, and gradflow's is a mini-batch's mean.
+    pub beta: f32,
+    /// FTRL-Proximal's L1 strength λ1: a weight whose |z| is at most λ1 is exactly 0.
+    pub l1: f32,
+    /// FTRL-Proximal's L2 strength λ2.
+    pub l2: f32,
 }
 
 impl Default for OptimizerConfig {
@@ -50,6 +55,9 @@ impl Default for OptimizerConfig {
             beta1: 0.9,
             beta2: 0.999,
             eps: 1e-8,
+            beta: 0.0,
+            l1: 0.0,
+            l2: 0.0,
         }
     }
 }
@@ -93,7 +101,23 @@ impl OptimizerConfig {
             self.eps.is_finite() && self.eps > 0.0,
             "eps",
             "must be positive",
-        )
+        )?;
+        check(
+            self.beta.is_finite() && self.beta >= 0.0,
+            "beta",
+            "must be >= 0",
+        )?;
+        let ftrl = self.kind == OptimizerKind::Ftrl;
+        for (field, value) in [("l1", self.l1), ("l2", self.l2)] {
+            check(value.is_finite() && value >= 0.0, field, "must be >= 0")?;
+            check(
+                ftrl || value == 0.0,
+                field,
+                "is FTRL-Proximal's (kind = \"ftrl\"); other update rules take the model's \
+                 `lambda`",
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -123,166 +147,42 @@ pub trait UpdateRule: Send {
 pub type CustomOptimizer =
     crate::named::Named<dyn Fn(u32, u32) -> Box<dyn UpdateRule> + Send + Sync>;
 
-/// Optimizer state for the key range `[lo, lo + len)`.
-pub struct Optimizer {
-    cfg: OptimizerConfig,
-    lo: u32,
-    first: crate::mem::ZeroedArray<f32>,
-    second: crate::mem::ZeroedArray<f32>,
-}
-
-impl Optimizer {
-    /// State for keys `lo..hi`.
-    pub fn new(cfg: OptimizerConfig, lo: u32, hi: u32) -> Self {
-        let len = (hi - lo) as usize;
-        let first = if cfg.kind == OptimizerKind::Sgd {
-            Default::default()
-        } else {
-            crate::mem::ZeroedArray::new(len)
-        };
-        let second = if cfg.kind == OptimizerKind::Adam {
-            crate::mem::ZeroedArray::new(len)
-        } else {
-            Default::default()
-        };
-        Optimizer {
-            cfg,
-            lo,
-            first,
-            second,
-        }
-    }
-
-    /// Computes one step (`step` counts from 0) of the gradient `(keys, grads)`: `changes[i]`
-    /// is what weight `keys[i]` must add (`-lr·g` for SGD). Every key must lie in this
-    /// optimizer's range. Optimizer state advances; no weight is read.
-    pub fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>) {
-        let c = &self.cfg;
-        changes.clear();
-        changes.reserve(keys.len());
-        match c.kind {
-            OptimizerKind::Sgd => {
-                let lr = c.lr / (1.0 + c.decay * step as f32);
-                changes.extend(grads.iter().map(|&g| -(lr * g)));
-            }
-            OptimizerKind::Momentum => {
-                for (&k, &g) in keys.iter().zip(grads) {
-                    let u = &mut self.first[(k - self.lo) as usize];
-                    *u = c.momentum * *u + g;
-                    changes.push(-(c.lr * *u));
-                }
-            }
-            OptimizerKind::Adam => {
-                let t = (step + 1) as i32;
-                let bc1 = 1.0 - (c.beta1 as f64).powi(t);
-                let bc2 = 1.0 - (c.beta2 as f64).powi(t);
-                // lr_t = lr * sqrt(1 - β2^t) / (1 - β1^t), ε scaled alike (Kingma & Ba, §2 end).
-                let lr_t = (c.lr as f64 * bc2.sqrt() / bc1) as f32;
-                let eps_t = (c.eps as f64 * bc2.sqrt()) as f32;
-                for (&k, &g) in keys.iter().zip(grads) {
-                    let i = (k - self.lo) as usize;
-                    let m = &mut self.first[i];
-                    *m = c.beta1 * *m + (1.0 - c.beta1) * g;
-                    let v = &mut self.second[i];
-                    *v = c.beta2 * *v + (1.0 - c.beta2) * g * g;
-                    changes.push(-(lr_t * self.first[i] / (self.second[i].sqrt() + eps_t)));
-                }
-            }
-        }
-    }
-
-    /// [`UpdateRule::step`] applied to `weights` (indexed by global key).
-    pub fn apply(&mut self, step: u64, keys: &[u32], grads: &[f32], weights: &mut [f32]) {
-        let mut changes = Vec::with_capacity(keys.len());
-        self.step(step, keys, grads, &mut changes);
-        for (&k, &c) in keys.iter().zip(&changes) {
-            weights[k as usize] += c;
-        }
+/// [`UpdateRule::step`] applied to `weights` (indexed by key), as a replica applies the
+/// changes (`w += c`).
+pub fn apply(
+    rule: &mut dyn UpdateRule,
+    step: u64,
+    keys: &[u32],
+    grads: &[f32],
+    weights: &mut [f32],
+) {
+    let mut changes = Vec::with_capacity(keys.len());
+    rule.step(step, keys, grads, &mut changes);
+    for (&k, &c) in keys.iter().zip(&changes) {
+        weights[k as usize] += c;
     }
 }
 
-impl UpdateRule for Optimizer {
-    fn step(&mut self, step: u64, keys: &[u32], grads: &[f32], changes: &mut Vec<f32>) {
-        Optimizer::step(self, step, keys, grads, changes);
-    }
-
-    /// The first and second moments (empty for what the kind does not keep).
-    fn save(&self) -> Option<Vec<u8>> {
-        let moments = (NonZero::of(&self.first), NonZero::of(&self.second));
-        Some(crate::snapshot::encode(&moments))
-    }
-
-    fn restore(&mut self, saved: &[u8]) -> Result<(), String> {
-        let what = "optimizer state";
-        let (first, second): (NonZero, NonZero) = crate::snapshot::decode(saved, what)?;
-        first.restore(&mut self.first, what)?;
-        second.restore(&mut self.second, what)
-    }
+/// Per-key state arrays as a checkpoint keeps them (the entries whose bits are not zero), in
+/// the order given.
+pub fn save_arrays(arrays: &[&[f32]]) -> Vec<u8> {
+    let parts: Vec<NonZero> = arrays.iter().map(|a| NonZero::of(a)).collect();
+    crate::snapshot::encode(&parts)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn adam_matches_hand_computation() {
-        let cfg = OptimizerConfig {
-            kind: OptimizerKind::Adam,
-            lr: 0.1,
-            ..OptimizerConfig::default()
-        };
-        let mut opt = Optimizer::new(cfg, 10, 20);
-        let mut w = vec![0.0f32; 20];
-        w[12] = 1.0;
-        // Step 1, g = 0.5: m = 0.05, v = 0.00025, m̂ = 0.5, v̂ = 0.25, w -= 0.1 * 0.5 / (0.5 + 1e-8).
-        opt.apply(0, &[12], &[0.5], &mut w);
-        assert!((w[12] - 0.9).abs() < 1e-6, "{}", w[12]);
-        // Step 2, g = -1: m = 0.045 - 0.1 = -0.055, v = 0.00024975 + 0.001 = 0.00124975,
-        // m̂ = -0.055 / 0.19 = -0.289474, v̂ = 0.00124975 / 0.001999 = 0.625188, step = 0.1 * m̂ / sqrt(v̂)
-        opt.apply(1, &[12], &[-1.0], &mut w);
-        let expected = 0.9 + 0.1 * 0.289_474 / 0.625_188f64.sqrt();
-        assert!(
-            (w[12] as f64 - expected).abs() < 1e-5,
-            "{} vs {expected}",
-            w[12]
-        );
-        assert!(
-            w.iter().enumerate().all(|(i, &x)| i == 12 || x == 0.0),
-            "only touched keys move"
-        );
+/// Restores what [`save_arrays`] saved into `arrays` (of the same lengths); `what` names the
+/// state in errors.
+pub fn restore_arrays(saved: &[u8], arrays: &mut [&mut [f32]], what: &str) -> Result<(), String> {
+    let parts: Vec<NonZero> = crate::snapshot::decode(saved, what)?;
+    if parts.len() != arrays.len() {
+        return Err(format!(
+            "{what}: {} arrays saved, {} expected (another update rule's state)",
+            parts.len(),
+            arrays.len()
+        ));
     }
-
-    #[test]
-    fn momentum_matches_hand_computation() {
-        let cfg = OptimizerConfig {
-            kind: OptimizerKind::Momentum,
-            lr: 0.5,
-            momentum: 0.9,
-            ..OptimizerConfig::default()
-        };
-        let mut opt = Optimizer::new(cfg, 0, 4);
-        let mut w = vec![1.0f32; 4];
-        opt.apply(0, &[1, 3], &[1.0, -2.0], &mut w); // u = (1, -2)
-        assert_eq!(w, vec![1.0, 0.5, 1.0, 2.0]);
-        opt.apply(1, &[1], &[1.0], &mut w); // u1 = 0.9 + 1 = 1.9; key 3 untouched keeps u = -2
-        assert!((w[1] - (0.5 - 0.95)).abs() < 1e-6);
-        assert_eq!(w[3], 2.0);
-        opt.apply(2, &[3], &[0.0], &mut w); // u3 = -1.8
-        assert!((w[3] - 2.9).abs() < 1e-6);
+    for (part, array) in parts.iter().zip(arrays.iter_mut()) {
+        part.restore(array, what)?;
     }
-
-    #[test]
-    fn sgd_decays() {
-        let cfg = OptimizerConfig {
-            kind: OptimizerKind::Sgd,
-            lr: 1.0,
-            decay: 1.0,
-            ..OptimizerConfig::default()
-        };
-        let mut opt = Optimizer::new(cfg, 0, 1);
-        let mut w = vec![0.0f32];
-        opt.apply(0, &[0], &[1.0], &mut w);
-        opt.apply(1, &[0], &[1.0], &mut w);
-        assert_eq!(w[0], -1.5);
-    }
+    Ok(())
 }
