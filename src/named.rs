@@ -117,6 +117,27 @@ impl<F: ?Sized> Registry<F> {
     }
 }
 
+/// Serde for a kind of part by its name, as job files write it: `Serialize` writes the
+/// kind's `name()`, `Deserialize` parses the name with its `FromStr` (whose error, the
+/// registry's, lists the names there are).
+macro_rules! serde_by_name {
+    ($kind:ty) => {
+        impl serde::Serialize for $kind {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $kind {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = <String as serde::Deserialize>::deserialize(d)?;
+                name.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+pub(crate) use serde_by_name;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,6 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
 use super::Exchange;
 use crate::named::Registry;
 
@@ -90,18 +88,7 @@ impl ExchangeKind {
     }
 }
 
-impl Serialize for ExchangeKind {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for ExchangeKind {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        name.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::named::serde_by_name!(ExchangeKind);
 
 registry! {
     #[default]
@@ -127,7 +114,7 @@ mod tests {
             assert_eq!(build_exchange(kind).name(), *name);
             let plan = crate::job::Job::default().plan(4, 1).exchange_plan();
             assert!(build_exchange(kind).describe(&plan).starts_with(name));
-            #[derive(Deserialize)]
+            #[derive(serde::Deserialize)]
             struct J {
                 exchange: ExchangeKind,
             }

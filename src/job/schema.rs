@@ -330,18 +330,7 @@ impl std::str::FromStr for ModelKind {
     }
 }
 
-impl Serialize for ModelKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for ModelKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        name.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::named::serde_by_name!(ModelKind);
 
 /// `[model]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
 use super::{OptimizerConfig, UpdateRule};
 use crate::named::Registry;
 
@@ -100,18 +98,7 @@ macro_rules! registry {
     };
 }
 
-impl Serialize for OptimizerKind {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for OptimizerKind {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        name.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::named::serde_by_name!(OptimizerKind);
 
 registry! {
     Sgd "sgd" => super::sgd::Sgd,
@@ -170,7 +157,7 @@ mod tests {
                     "{name}"
                 );
             }
-            #[derive(Deserialize)]
+            #[derive(serde::Deserialize)]
             struct J {
                 kind: OptimizerKind,
             }
