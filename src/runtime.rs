@@ -449,11 +449,23 @@ impl Process {
         let index = worker.index();
         let started = Instant::now();
         let (data, plan, features, mut notes) = self.plan(worker)?;
-        let loaded = format!(
-            "data: read and prepared in {:.2} s ({})",
-            started.elapsed().as_secs_f64(),
-            row_shares(&data, index)
-        );
+        let loaded = match &plan.live {
+            Some(live) => format!(
+                "data: {} as it arrives (LibSVM, {} features), rounds of {} rows{}",
+                live.origin.name(),
+                plan.data_dim(),
+                live.batch_rows,
+                match data.test.rows() {
+                    0 => String::new(),
+                    _ => format!("; {}", row_shares(&data, index)),
+                }
+            ),
+            None => format!(
+                "data: read and prepared in {:.2} s ({})",
+                started.elapsed().as_secs_f64(),
+                row_shares(&data, index)
+            ),
+        };
         if data.ignored_test_features > 0 {
             notes.push(format!(
                 "the test file has {} features beyond the training data's dimension {}; they \
@@ -565,7 +577,14 @@ impl Process {
                 worker: index as u32,
                 workers: peers,
             };
-            st.carried = Some(checkpoint::restore_worker(dir, at, st)?);
+            let carried = checkpoint::restore_worker(dir, at, st)?;
+            // An online run reads its followed file on from where the checkpoint's rounds
+            // had read it.
+            let stream = carried.stream;
+            st.carried = Some(carried);
+            if let Some(live) = training.plan_mut().live.as_mut() {
+                live.resume_at(stream)?;
+            }
         }
         Ok(training)
     }

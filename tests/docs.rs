@@ -189,7 +189,7 @@ fn gradflow_args(words: &[String]) -> Option<Vec<String>> {
     // A redirection ends the command's own words.
     if let Some(at) = w
         .iter()
-        .position(|a| a.starts_with('>') || a.starts_with("2>"))
+        .position(|a| a.starts_with(['>', '<']) || a.starts_with("2>"))
     {
         w.truncate(at);
     }
@@ -220,8 +220,8 @@ fn every_gradflow_command_in_the_docs_parses() {
         for block in blocks.iter().filter(|b| b.lang == "sh") {
             let joined = block.text.replace("\\\n", " ");
             for (i, line) in joined.lines().enumerate() {
-                // Commands after `&&`, `;` or `|` are commands too.
-                let commands = line.split("&&").flat_map(|c| c.split([';', '|']));
+                // Commands after `&&`, `;`, `|` or `&` are commands too.
+                let commands = line.split("&&").flat_map(|c| c.split([';', '|', '&']));
                 for command in commands {
                     let Some(args) = gradflow_args(&words(command)) else {
                         continue;

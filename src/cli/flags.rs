@@ -17,7 +17,8 @@ pub struct DataFlags {
     /// The training data (data.train): a CSV table (`.csv`, gzip or zstd too), a Parquet
     /// table (`.parquet`, or a directory of part files with --format parquet), LibSVM (`.svm`,
     /// `.libsvm`, `.txt`) or IDX images; the format follows the name unless --format says
-    /// otherwise.
+    /// otherwise. `-`: LibSVM rows on standard input, trained on as they arrive (an online
+    /// run; needs --dim).
     #[arg(
         long = "train-file",
         visible_alias = "data",
@@ -25,6 +26,16 @@ pub struct DataFlags {
         help_heading = "Data"
     )]
     train_file: Option<PathBuf>,
+    /// Follow the training file as it grows, training on the rows appended (data.follow; an
+    /// online run, ended by --max-rows, --max-seconds or SIGINT/SIGTERM).
+    #[arg(long, help_heading = "Data")]
+    follow: bool,
+    /// LibSVM: the number of features (data.dim); a stream needs it.
+    #[arg(long, value_name = "N", help_heading = "Data")]
+    dim: Option<u32>,
+    /// A stream's malformed row (data.on_bad_row): stop (the default) or skip.
+    #[arg(long = "on-bad-row", value_name = "stop|skip", help_heading = "Data")]
+    on_bad_row: Option<String>,
     /// The test data (data.test), in the training data's format; without it, data.test_fraction
     /// of the rows are held out.
     #[arg(long = "test-file", value_name = "FILE", help_heading = "Data")]
@@ -120,6 +131,15 @@ pub struct Overrides {
     /// The mini-batch as a fraction of the training rows (train.batch_fraction).
     #[arg(long, help_heading = "Training")]
     batch_fraction: Option<f64>,
+    /// An online run: rows a round, all workers together (train.batch_rows).
+    #[arg(long, value_name = "N", help_heading = "Training")]
+    batch_rows: Option<u64>,
+    /// An online run: stop after N rows (train.max_rows).
+    #[arg(long, value_name = "N", help_heading = "Training")]
+    max_rows: Option<u64>,
+    /// An online run: stop after S seconds (train.max_seconds).
+    #[arg(long, value_name = "S", help_heading = "Training")]
+    max_seconds: Option<f64>,
     /// The gradient exchange (train.exchange): sharded, allgather, sketch or auto.
     #[arg(long, help_heading = "Training")]
     exchange: Option<String>,
@@ -149,6 +169,14 @@ pub struct Overrides {
     /// The model file (output.model), for `predict` and warm starts.
     #[arg(long = "model-out", value_name = "FILE", help_heading = "Output")]
     model_out: Option<PathBuf>,
+    /// An online run: rewrite the model file every N rows while training goes on
+    /// (output.snapshot_rows).
+    #[arg(long = "snapshot-rows", value_name = "N", help_heading = "Output")]
+    snapshot_rows: Option<u64>,
+    /// An online run: rewrite the model file every S seconds while training goes on
+    /// (output.snapshot_seconds).
+    #[arg(long = "snapshot-seconds", value_name = "S", help_heading = "Output")]
+    snapshot_seconds: Option<f64>,
     /// Write every worker's mini-batch gradient of every round into DIR, in the format of
     /// `gradflow codec compare --input` (output.gradients).
     #[arg(long = "dump-gradients", value_name = "DIR", help_heading = "Output")]
@@ -197,6 +225,9 @@ impl DataFlags {
                 .chain(named_fields([
                     ("data.train", self.train_file.as_deref().map(path_text)),
                     ("data.test", self.test_file.as_deref().map(path_text)),
+                    ("data.follow", self.follow.then(|| toml_text(true))),
+                    ("data.dim", self.dim.map(toml_text)),
+                    ("data.on_bad_row", self.on_bad_row.as_deref().map(toml_text)),
                     ("data.format", self.format.as_deref().map(toml_text)),
                     (
                         "data.features.categorical",
@@ -254,6 +285,12 @@ impl Overrides {
             ("optimizer.lr", self.lr.map(|x| x.to_string())),
             ("train.epochs", self.epochs.map(|x| toml_text(x as i64))),
             ("train.batch_fraction", self.batch_fraction.map(toml_text)),
+            (
+                "train.batch_rows",
+                self.batch_rows.map(|x| toml_text(x as i64)),
+            ),
+            ("train.max_rows", self.max_rows.map(|x| toml_text(x as i64))),
+            ("train.max_seconds", self.max_seconds.map(toml_text)),
             ("train.exchange", self.exchange.as_deref().map(toml_text)),
             (
                 "train.compressor",
@@ -278,6 +315,14 @@ impl Overrides {
             ),
             ("output.metrics", self.metrics.as_deref().map(path_text)),
             ("output.model", self.model_out.as_deref().map(path_text)),
+            (
+                "output.snapshot_rows",
+                self.snapshot_rows.map(|x| toml_text(x as i64)),
+            ),
+            (
+                "output.snapshot_seconds",
+                self.snapshot_seconds.map(toml_text),
+            ),
             (
                 "output.gradients",
                 self.dump_gradients.as_deref().map(path_text),

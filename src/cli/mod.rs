@@ -14,7 +14,7 @@ use predict::{predict, PredictArgs};
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -25,7 +25,7 @@ use crate::codec::{CodecSpec, CODECS};
 use crate::data::write_libsvm;
 use crate::dataflow::Supervisor;
 use crate::job::{Job, SynthKind, SynthSection};
-use crate::metrics::{epoch_line, human_bytes, MetricsRow, SilentCodec};
+use crate::metrics::{epoch_line, human_bytes, MetricsRow, Progressive, SilentCodec};
 use crate::model::file::ModelFile;
 use crate::model::SparseGrad;
 use crate::runtime::{run_program, standard, ClusterSpec, ObserverFactory, Program};
@@ -930,9 +930,35 @@ fn codec_keys(a: GradientSource) -> Result<(), String> {
 /// The observer of `train`: the data line, then a line per epoch and per evaluation on
 /// standard output (so that `| tee log` keeps them), warnings on standard error, and a progress
 /// bar of the epoch's rounds when standard error is a terminal.
-fn printer(quiet: bool) -> ObserverFactory {
+///
+/// An online run prints its progressive loss instead ([`Progressive`], kept in `progressive`
+/// for the last line), and the test metrics when it evaluates.
+fn printer(quiet: bool, progressive: Arc<Mutex<Progressive>>) -> ObserverFactory {
     Arc::new(move |plan, data| {
         let mut silent = SilentCodec::default();
+        if plan.live.is_some() {
+            let progressive = progressive.clone();
+            if !quiet && !data.is_empty() {
+                println!("{data}");
+            }
+            return Box::new(move |row: &MetricsRow| {
+                if let Some(w) = silent.observe(row) {
+                    eprintln!("{w}");
+                }
+                let mut p = progressive.lock().unwrap_or_else(|e| e.into_inner());
+                let line = match row.kind {
+                    "round" => p.add(row),
+                    "eval" | "epoch" if row.test_loss.is_some_and(f64::is_finite) => {
+                        Some(crate::metrics::eval_line(row))
+                    }
+                    _ => None,
+                };
+                if let Some(line) = line.filter(|_| !quiet) {
+                    println!("{line}");
+                    crate::metrics::flush_stdout();
+                }
+            });
+        }
         if quiet {
             return Box::new(move |row: &MetricsRow| {
                 if let Some(w) = silent.observe(row) {
@@ -1070,7 +1096,13 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
     if !quiet {
         println!("exchange: {}", job.describe_exchange());
     }
-    let outcome = match run_program(&job, &spec, &supervisor, printer(quiet), program) {
+    let progressive = Arc::new(Mutex::new(Progressive::default()));
+    if job.stream().is_some() {
+        // A signal ends the stream; the run then writes its model.
+        crate::dataflow::live::stop_on_signals();
+    }
+    let observer = printer(quiet, progressive.clone());
+    let outcome = match run_program(&job, &spec, &supervisor, observer, program) {
         Ok(o) => o,
         Err(e) => {
             // A process of a broken cluster may have threads stuck on dead peers: exit now.
@@ -1154,7 +1186,17 @@ fn train(a: TrainArgs, program: Program) -> Result<(), String> {
         } else if asked {
             println!("replica: one model per worker (train.replica{cores})");
         }
+        let mut p = progressive.lock().unwrap_or_else(|e| e.into_inner());
         match &outcome.stopped {
+            _ if plan.live.is_some() => println!(
+                "{}\ntrained online on {} rows in {} rounds on {workers} worker(s) in {:.2} s: \
+                 progressive loss {:.4}",
+                p.line(),
+                p.rows,
+                p.rounds,
+                outcome.seconds,
+                p.loss()
+            ),
             Some((round, why)) => println!(
                 "stopped early: trained {round} of {} rounds (into epoch {} of {}) on {workers} \
                  worker(s) in {:.2} s: {why}",

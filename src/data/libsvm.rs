@@ -46,7 +46,7 @@ impl fmt::Display for DataError {
 impl std::error::Error for DataError {}
 
 /// How to interpret a LibSVM file.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LibsvmOptions {
     /// Indices start at 0 instead of 1.
     pub zero_based: bool,
@@ -270,9 +270,10 @@ impl Dataset {
 const MAX_LINE_BYTES: u64 = crate::data::table::read::MAX_RECORD_BYTES;
 
 /// Parses lines into a label and the row's features (`keys`, `vals`), on bytes: no UTF-8
-/// pass, no allocation per line.
-struct LineParser<'o> {
-    opts: &'o LibsvmOptions,
+/// pass, no allocation per line. Files are read through it, and so are a stream's lines
+/// ([`crate::data::stream`]).
+pub struct LineParser {
+    opts: LibsvmOptions,
     declared: u32,
     keys: Vec<u32>,
     vals: Vec<f32>,
@@ -283,18 +284,24 @@ struct LineParser<'o> {
 }
 
 /// An error in a line: its 1-based column and what is wrong.
-type LineError = (usize, String);
+pub type LineError = (usize, String);
 
-impl<'o> LineParser<'o> {
-    fn new(opts: &'o LibsvmOptions) -> Self {
+impl LineParser {
+    /// A parser with the checks of `opts`.
+    pub fn new(opts: &LibsvmOptions) -> Self {
         LineParser {
-            opts,
+            opts: opts.clone(),
             declared: opts.dim.unwrap_or(opts.max_dim),
             keys: Vec::new(),
             vals: Vec::new(),
             ignored: 0,
             max_index: None,
         }
+    }
+
+    /// The features of the row [`Self::parse`] read last: its keys and their values.
+    pub fn features(&self) -> (&[u32], &[f32]) {
+        (&self.keys, &self.vals)
     }
 
     /// The dimension: the declared one, or one past the largest index kept.
@@ -349,9 +356,9 @@ impl<'o> LineParser<'o> {
         Ok(())
     }
 
-    /// The label of `line` with its features in `keys`/`vals`; `None` for a line with nothing
-    /// before its `#`.
-    fn parse(&mut self, line: &[u8]) -> Result<Option<f32>, LineError> {
+    /// The label of `line` with its features in [`Self::features`]; `None` for a line with
+    /// nothing before its `#`. An error gives the 1-based column and what is wrong.
+    pub fn parse(&mut self, line: &[u8]) -> Result<Option<f32>, LineError> {
         let content = match memchr::memchr(b'#', line) {
             Some(p) => &line[..p],
             None => line,

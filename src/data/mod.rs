@@ -8,6 +8,7 @@ pub mod idx;
 pub mod libsvm;
 pub mod partition;
 pub mod source;
+pub mod stream;
 pub mod synth;
 pub mod table;
 mod worker;
@@ -132,6 +133,14 @@ impl Dataset {
         self.labels.reserve(rows);
         self.indices.reserve(nonzeros);
         self.values.reserve(nonzeros);
+    }
+
+    /// Removes every row, keeping the dimension and the memory.
+    pub fn clear(&mut self) {
+        self.row_ptr.truncate(1);
+        self.indices.clear();
+        self.values.clear();
+        self.labels.clear();
     }
 
     /// Number of rows.

@@ -51,7 +51,7 @@ use super::WorkerState;
 use crate::metrics::{MetricsRow, Traffic};
 use crate::snapshot::NonZero;
 
-const MAGIC: &[u8; 8] = b"GFCKPT\x00\x03";
+const MAGIC: &[u8; 8] = b"GFCKPT\x00\x04";
 const KEEP: usize = 2;
 
 /// `train.checkpoint`: write a checkpoint every `every_rounds` rounds into `dir`.
@@ -78,6 +78,18 @@ pub struct Carried {
     pub traffic: Traffic,
     /// Traffic of the run so far.
     pub traffic_total: Traffic,
+    /// An online run's: where its stream stood after the rows of rounds before `R`, where a
+    /// resumed run reads on.
+    pub stream: StreamPosition,
+}
+
+/// How far an online run has read its stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamPosition {
+    /// The byte offset after the last row read.
+    pub offset: u64,
+    /// Rows read (the next row's number: row `n` goes to worker `n mod workers`).
+    pub rows: u64,
 }
 
 /// One worker's file.

@@ -255,6 +255,7 @@ fn complete(
         round: q,
         seconds: start.elapsed().as_secs_f64(),
         train_loss: mean_loss(acc.loss_sum, acc.rows),
+        rows: acc.rows,
         gradient_keys: acc.grad_keys,
         ..Default::default()
     };
@@ -299,6 +300,7 @@ fn complete(
             round: q,
             seconds,
             train_loss: mean_loss(epoch.loss_sum, epoch.rows),
+            rows: epoch.rows,
             test_loss: s.loss,
             test_accuracy: s.accuracy,
             test_auc: s.auc,

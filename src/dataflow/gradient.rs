@@ -15,7 +15,8 @@ use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::operators::Capability;
 use timely::dataflow::Stream;
 
-use super::checkpoint::Carried;
+use super::checkpoint::{Carried, StreamPosition};
+use super::live::LiveBatch;
 use super::{at, round_of, RoundStats, RoundTime, Supervisor, TrainPlan};
 use super::{Arrivals, WorkerData, WorkerState};
 use crate::data::partition::mix64;
@@ -48,6 +49,11 @@ use crate::sparse::SparseGrad;
 /// dataflow), the operator gathers the worker's rows until that input is complete, orders and
 /// checks them ([`super::plan::worker_data`]), and only then starts round 0.
 ///
+/// With rows from a stream as they arrive ([`Rows::Live`], an online run), round `r` also
+/// waits until its rows are in ([`super::live`]): they are the round's mini-batch, scored on
+/// the model before it trains on them (the round's loss is their progressive loss), and the
+/// round at which the stream's end arrives is the last.
+///
 /// With a `stop` input (decisions to end training, each with its reason; see
 /// [`super::Training::gradient_until`]), round `r` also waits until every decision that can
 /// arrive at round `r` is in, and a round at which one arrives is the last: the worker applies
@@ -71,10 +77,13 @@ pub fn gradient<'s>(
     let mut builder = OperatorBuilder::new("Gradient".to_owned(), scope);
     let mut input = builder.new_input(changes, Exchange::new(|e: &Envelope| e.dest as u64));
     let mut stop_input = stop.map(|s| builder.new_input(s, Pipeline));
-    let (data, rows) = data.split();
+    let (data, rows, live) = data.split();
     // The rows stay on the worker the program's dataflow put them on.
     let rows_at = 1 + stop_input.is_some() as usize;
     let mut rows_input = rows.map(|s| builder.new_input(s, Pipeline));
+    let mut live_input =
+        live.map(|s| builder.new_input(s, Exchange::new(|b: &LiveBatch| b.dest as u64)));
+    let mut live_rows: BTreeMap<u64, Vec<LiveBatch>> = BTreeMap::new();
     let (grad_out, grad_stream) = builder.new_output::<Vec<Envelope>>();
     let (stats_out, stats_stream) = builder.new_output::<Vec<RoundStats>>();
     let (mut grad_out, mut stats_out) = (Output::from(grad_out), Output::from(stats_out));
@@ -120,6 +129,13 @@ pub fn gradient<'s>(
             if let Some(rows) = rows_input.as_mut() {
                 rows.for_each(|_, batch| arrived.append(batch));
             }
+            if let Some(live) = live_input.as_mut() {
+                live.for_each(|cap, batch| {
+                    if let Some(t) = cap.least() {
+                        live_rows.entry(round_of(t)).or_default().append(batch);
+                    }
+                });
+            }
             if supervisor.is_failed() {
                 return;
             }
@@ -146,6 +162,10 @@ pub fn gradient<'s>(
                     break;
                 }
                 let r = round_of(cap.time());
+                // A stream's end makes its round the last (every worker receives it there).
+                if live_rows.get(&r).is_some_and(|b| b.iter().any(|b| b.end)) {
+                    worker.rounds = worker.rounds.min(r);
+                }
                 let passed = |q: u64| !frontiers[0].less_equal(&at(q));
                 let whole = worker.sees_whole_model(r, &stops);
                 let Some(changes) =
@@ -155,6 +175,9 @@ pub fn gradient<'s>(
                 };
                 let st = &mut *state.borrow_mut();
                 let run = worker.begin(r, &stops, st);
+                if live_input.is_some() {
+                    worker.take_live_rows(live_rows.remove(&r).unwrap_or_default());
+                }
                 // The evaluation in progress ends before a round that evaluates again.
                 if let Some((c, s)) = worker.finish_held(r, &mut held, st) {
                     stats_out.activate().session(&c).give(s);
@@ -287,19 +310,25 @@ pub enum Rows<'s> {
     /// Prepared by the program's own operators in the same dataflow: every row this worker
     /// trains or tests on arrives on the stream (at round 0) before training starts.
     Stream(Stream<'s, RoundTime, Vec<PreparedRow>>),
+    /// An online run's: each round's rows arrive at that round ([`super::live`]); the loaded
+    /// data holds only test rows.
+    Live(Stream<'s, RoundTime, Vec<LiveBatch>>, Box<WorkerData>),
 }
 
+/// A worker's rows, split by where they come from.
+type SplitRows<'s> = (
+    Option<WorkerData>,
+    Option<Stream<'s, RoundTime, Vec<PreparedRow>>>,
+    Option<Stream<'s, RoundTime, Vec<LiveBatch>>>,
+);
+
 impl<'s> Rows<'s> {
-    /// The loaded rows, or the stream.
-    fn split(
-        self,
-    ) -> (
-        Option<WorkerData>,
-        Option<Stream<'s, RoundTime, Vec<PreparedRow>>>,
-    ) {
+    /// The loaded rows, the program's stream, or the live rows.
+    fn split(self) -> SplitRows<'s> {
         match self {
-            Rows::Loaded(data) => (Some(*data), None),
-            Rows::Stream(rows) => (None, Some(rows)),
+            Rows::Loaded(data) => (Some(*data), None, None),
+            Rows::Stream(rows) => (None, Some(rows), None),
+            Rows::Live(rows, data) => (Some(*data), None, Some(rows)),
         }
     }
 }
@@ -316,6 +345,13 @@ struct GradientStep {
     grad: SparseGrad,
     order: Vec<u32>,
     shuffled_epoch: Option<u64>,
+    /// An online run: each round's batch is the rows that arrived for it.
+    live: bool,
+    /// An online run: where the stream stood after the rows of the rounds before this one,
+    /// and after this round's.
+    stream: (StreamPosition, StreamPosition),
+    /// An online run: the rows trained on at the last live snapshot, and when it was written.
+    last_snapshot: (u64, Instant),
     last_emit: Option<Instant>,
     /// The process's wire counters, on its first worker (which marks each round's start).
     wire: Option<WireCounters>,
@@ -432,6 +468,15 @@ impl GradientStep {
             data,
             plan: plan.clone(),
             shuffled_epoch: None,
+            live: plan.live.is_some(),
+            stream: plan
+                .live
+                .as_ref()
+                .map_or_else(Default::default, |l| (l.start, l.start)),
+            last_snapshot: (
+                plan.live.as_ref().map_or(0, |l| l.start.rows),
+                Instant::now(),
+            ),
             last_emit: None,
             wire: wire.filter(|_| plan.leads_process(me)),
             evaluation: None,
@@ -498,6 +543,7 @@ impl GradientStep {
         self.apply_changes(r, changes, st)?;
         self.previous_round(r, started, st, &mut stats);
         self.checkpoint(r, st, &stats)?;
+        self.snapshot(r, st)?;
         self.evaluate(r, st, &mut stats)?;
         if r == self.rounds {
             self.write_shard(st)?;
@@ -578,8 +624,37 @@ impl GradientStep {
             update_ms: stats.prev_update_ms,
             traffic: stats.prev_traffic,
             traffic_total: st.model.traffic_total,
+            stream: self.stream.0,
         };
         c.save_worker(r, self.me, st, carried)
+    }
+
+    /// An online run's live snapshot, when one is due at round `r` ([`super::live::Snapshots`]):
+    /// the first worker writes the model it trains round `r` on (the process's replica holds
+    /// all of it) as a model file. The last round's model is written by the run's end.
+    fn snapshot(&mut self, r: u64, st: &WorkerState) -> Result<(), String> {
+        let plan = &self.plan;
+        let Some(s) = plan.live.as_ref().and_then(|l| l.snapshots.as_ref()) else {
+            return Ok(());
+        };
+        let rows = self.stream.0.rows;
+        if self.me != 0 || r >= self.rounds || !s.due(rows, self.last_snapshot) {
+            return Ok(());
+        }
+        self.last_snapshot = (rows, Instant::now());
+        // SAFETY: the gradient step's window (see `Replica::in_round`).
+        let weights = unsafe { st.model.weights.in_round() };
+        let outputs = plan.loss.outputs();
+        let file = crate::model::file::ModelFile {
+            loss: plan.loss.name().to_string(),
+            weights: weights.to_vec(),
+            intercept: plan.intercept,
+            classes: (outputs > 1).then_some(outputs),
+            model: (plan.model.name() != "linear").then(|| plan.model.spec()),
+            features: None,
+        };
+        file.save(&s.path)
+            .map_err(|e| format!("live snapshot after {rows} rows: {}: {e}", s.path.display()))
     }
 
     /// Whether round `r` evaluates the model after round `r - 1`: at epoch ends, every
@@ -765,6 +840,9 @@ impl GradientStep {
     /// storage order, so that row data streams through the cache (the gradient is a sum: the
     /// order only changes rounding).
     fn next_batch(&mut self, r: u64) -> std::ops::Range<usize> {
+        if self.live {
+            return 0..self.order.len();
+        }
         let rpe = self.plan.rounds_per_epoch;
         let (epoch, b) = (r / rpe, r % rpe);
         // Each epoch's shuffle starts from the previous epoch's order: a run resumed in epoch
@@ -777,6 +855,21 @@ impl GradientStep {
             self.shuffled_epoch = Some(epoch);
         }
         batch_range(self.order.len(), rpe, b)
+    }
+
+    /// An online run's round: its rows (this worker's of those that arrived for it) become the
+    /// training rows, all of them the round's batch.
+    fn take_live_rows(&mut self, batches: Vec<LiveBatch>) {
+        if let Some(b) = batches.first() {
+            self.stream = (self.stream.1, b.at);
+        }
+        let train = &mut self.data.train;
+        train.clear();
+        for b in &batches {
+            b.append_to(train);
+        }
+        self.order.clear();
+        self.order.extend(0..train.rows() as u32);
     }
 
     /// After the round's gradient: what the endpoint sends that depends on the next round's

@@ -43,6 +43,7 @@ mod collect;
 mod evaluations;
 mod gradient;
 pub mod heartbeat;
+pub mod live;
 mod plan;
 pub mod supervisor;
 
@@ -159,6 +160,11 @@ impl Training {
     /// The plan every worker shares.
     pub fn plan(&self) -> &TrainPlan {
         &self.plan
+    }
+
+    /// The plan, for the runtime to set what a resumed run continues from.
+    pub(crate) fn plan_mut(&mut self) -> &mut TrainPlan {
+        &mut self.plan
     }
 
     /// The supervisor: an operator that fails calls [`Supervisor::fail`], and the run stops on
@@ -367,6 +373,14 @@ impl Training {
         }
         let data = match (std::mem::replace(&mut self.data, DataSource::Taken), rows) {
             (DataSource::Taken, _) => panic!("one gradient step per training loop"),
+            (DataSource::Loaded(data), None) if self.plan.live.is_some() => {
+                // An online run: the first worker reads the stream, every worker trains on
+                // its share of each round's rows.
+                let reads = changes.scope().index() == 0;
+                let spec = self.plan.live.clone().filter(|_| reads);
+                let (start, sup) = (self.plan.start_round, self.supervisor.clone());
+                Rows::Live(live::live_rows(&changes, spec, start, sup), data)
+            }
             (DataSource::Loaded(data), None) => Rows::Loaded(data),
             (DataSource::Program(_), Some(rows)) => Rows::Stream(rows),
             (DataSource::Loaded(data), Some(_)) => {

@@ -78,6 +78,9 @@ pub struct TrainPlan {
     pub dump_gradients: Option<std::path::PathBuf>,
     /// Rounds (mini-batches) per epoch.
     pub rounds_per_epoch: u64,
+    /// An online run's stream and how it is cut into rounds (`data.train = "-"` or
+    /// `data.follow`): there are no epochs, and the stream's end is the last round.
+    pub live: Option<super::live::LiveSpec>,
     /// Evaluate on the test rows every this many rounds as well as at epoch ends (0: epoch ends
     /// only).
     pub eval_every: u64,

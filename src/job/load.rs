@@ -100,6 +100,9 @@ impl Job {
     /// A batch fraction that would give some worker a batch of less than one row is an error
     /// (the workers compare their row counts, so each reports the same smallest valid value).
     pub fn load_on(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {
+        if self.stream().is_some() {
+            return self.load_test_of_stream(worker);
+        }
         let loaded = match &self.data.cache {
             Some(dir) if self.data.format != Format::Program => self.load_cached(worker, dir),
             _ => self.load_fresh(worker),
@@ -241,11 +244,18 @@ impl Job {
     /// labels), joined tables, a program's named inputs.
     pub fn input_files(&self) -> impl Iterator<Item = &PathBuf> {
         let d = &self.data;
-        [&d.train, &d.test, &d.train_labels, &d.test_labels]
-            .into_iter()
-            .flatten()
-            .chain(d.join.iter().map(|j| &j.file))
-            .chain(d.files.values())
+        // A stream is no fixed input (its checkpoints record how far it was read).
+        let train = d.train.as_ref().filter(|_| self.stream().is_none());
+        [
+            train,
+            d.test.as_ref(),
+            d.train_labels.as_ref(),
+            d.test_labels.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(d.join.iter().map(|j| &j.file))
+        .chain(d.files.values())
     }
 
     /// The fingerprint a cache file is written under: gradflow's version and executable,
@@ -293,6 +303,26 @@ impl Job {
     }
 
     /// [`Job::load_on`] without the cache.
+    /// An online run's data before its stream: no training rows (they arrive by round), the
+    /// test file's rows if it has one; the model's size is `data.dim`.
+    fn load_test_of_stream(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {
+        let dim = self.data.dim.expect("validated: a stream has data.dim");
+        let mut data = WorkerData::empty(dim);
+        if self.data.test.is_some() {
+            let part = Part {
+                index: worker.index(),
+                count: worker.peers(),
+            };
+            let read = self.libsvm_part(part, Some(dim));
+            let summaries = gather(worker, vec![(PartSummary::of(part, &read), 1)], |c| c);
+            first_error(&summaries)?;
+            data.test = read?.data;
+            data.ignored_test_features = summaries.iter().map(|s| s.ignored).sum();
+        }
+        let (data, dim) = self.with_intercept(data, dim)?;
+        Ok((data, dim, None, vec![]))
+    }
+
     pub(super) fn load_fresh(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {
         if self.data.format == Format::Program {
             // The program's dataflow brings the rows; the model's size is the job's.

@@ -3,10 +3,17 @@
 
 use super::*;
 use crate::codec::ErrorFeedback;
+use crate::data::libsvm::LibsvmOptions;
+use crate::data::stream::{Origin, RowFormat};
+use crate::dataflow::live::{LiveSpec, Snapshots};
 use crate::dataflow::TrainPlan;
 use crate::exchange::{ExchangeKind, Ownership, StateMode};
 use crate::memory::MemorySpec;
 use crate::model::{Fm, Linear, LossFn, LossName, Mlp, ModelArgs, ModelFn, MODELS};
+use std::time::Duration;
+
+/// An online run's rounds per epoch: it has one epoch, which its stream's end ends.
+pub const LIVE_ROUNDS: u64 = 1 << 40;
 
 impl Job {
     /// One line naming how gradients move: exchange, codec, memory (resolved), downlink,
@@ -52,9 +59,65 @@ impl Job {
         }
     }
 
-    /// Rounds per epoch: `ceil(1 / batch_fraction)` (at most 2^53 for a valid fraction).
+    /// Rounds per epoch: `ceil(1 / batch_fraction)` (at most 2^53 for a valid fraction). An
+    /// online run has one endless epoch ([`LIVE_ROUNDS`]).
     pub fn rounds_per_epoch(&self) -> u64 {
+        if self.stream().is_some() {
+            return LIVE_ROUNDS;
+        }
         (1.0 / self.train.batch_fraction - 1e-9).ceil().max(1.0) as u64
+    }
+
+    /// An online run's stream: standard input (`data.train = "-"`) or the training file
+    /// followed as it grows (`data.follow`).
+    pub fn stream(&self) -> Option<Origin> {
+        let train = self.data.train.as_ref()?;
+        if train.as_os_str() == "-" {
+            return Some(Origin::Stdin);
+        }
+        self.data.follow.then(|| Origin::Follow {
+            path: train.clone(),
+            from: 0,
+        })
+    }
+
+    /// An online run's live snapshots (`output.snapshot_rows`, `output.snapshot_seconds`).
+    fn snapshots(&self) -> Option<Snapshots> {
+        let o = &self.output;
+        let wanted = o.snapshot_rows.is_some() || o.snapshot_seconds.is_some();
+        Some(Snapshots {
+            path: o.model.clone().filter(|_| wanted)?,
+            every_rows: o.snapshot_rows,
+            every: o.snapshot_seconds.map(Duration::from_secs_f64),
+        })
+    }
+
+    /// How an online run reads its stream, for data of `features` features (the intercept,
+    /// the last, included).
+    fn live_spec(&self, features: u32) -> Option<LiveSpec> {
+        let t = &self.train;
+        Some(LiveSpec {
+            origin: self.stream()?,
+            format: RowFormat {
+                libsvm: LibsvmOptions {
+                    zero_based: self.data.zero_based,
+                    dim: self.data.dim,
+                    ignore_beyond_dim: false,
+                    max_dim: self.data.max_dim,
+                    classes: self.classes(),
+                    binary: self.loss().task() == crate::model::Task::Binary,
+                },
+                on_bad_row: self.data.on_bad_row,
+            },
+            batch_rows: t.batch_rows,
+            batch_wait: Duration::from_millis(t.batch_ms),
+            max_rows: t.max_rows,
+            max_time: t.max_seconds.map(Duration::from_secs_f64),
+            stall_after: Duration::from_secs_f64(t.stall_seconds),
+            intercept: self.model.intercept.then(|| features - 1),
+            start: Default::default(),
+            snapshots: self.snapshots(),
+        })
     }
 
     /// The intercept's first key in a model of `features` features (the intercept is the last
@@ -143,9 +206,14 @@ impl Job {
             dump_gradients: self.output.gradients.clone(),
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
+            live: self.live_spec(dim),
             eval_every: self.train.eval_every,
             auc_bits: self.train.auc_bins.bits(),
-            epochs: self.train.epochs,
+            epochs: if self.stream().is_some() {
+                1
+            } else {
+                self.train.epochs
+            },
             seed: self.train.seed,
             threads_per_process,
             initial_weights: None,

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::CodecSpec;
+pub use crate::data::stream::OnBadRow;
 use crate::data::synth::{self, CtrParams, GsparParams};
 use crate::data::table::{FeatureSpec, JoinSpec, LabelSpec, TableSpec};
 use crate::data::Dataset;
@@ -73,8 +74,14 @@ pub struct DataSection {
     /// `libsvm` (default), `csv`, `parquet`, `idx` or `program`.
     pub format: Format,
     /// Training file. Absent: the generated dataset of `[data.synth]` (by default the embedded
-    /// CTR-like set).
+    /// CTR-like set). `"-"`: standard input, read as it arrives (an online run).
     pub train: Option<PathBuf>,
+    /// Follow `train` as it grows, training on rows as they are appended (an online run),
+    /// until `train.max_rows`, `train.max_seconds` or a signal.
+    pub follow: bool,
+    /// A stream's malformed row: `stop` the run (the default, as for files) or `skip` it
+    /// (counted; the first few quoted).
+    pub on_bad_row: OnBadRow,
     /// Test file. Absent: `test_fraction` of the rows are held out.
     pub test: Option<PathBuf>,
     /// IDX: the labels of `train`'s images.
@@ -131,6 +138,8 @@ impl Default for DataSection {
     fn default() -> Self {
         DataSection {
             train: None,
+            follow: false,
+            on_bad_row: OnBadRow::Stop,
             test: None,
             train_labels: None,
             test_labels: None,
@@ -449,6 +458,17 @@ pub struct TrainSection {
     pub epochs: u64,
     /// Mini-batch size as a fraction of the training set (0.1: ten rounds per epoch).
     pub batch_fraction: f64,
+    /// An online run: rows a round, all workers together.
+    pub batch_rows: u64,
+    /// An online run: the longest a row waits for its round to fill, in milliseconds (a slow
+    /// stream's rounds are then smaller).
+    pub batch_ms: u64,
+    /// An online run: stop after this many rows.
+    pub max_rows: Option<u64>,
+    /// An online run: stop after this many seconds.
+    pub max_seconds: Option<f64>,
+    /// An online run: say so when no row has come for this many seconds (the run waits on).
+    pub stall_seconds: f64,
     /// `sharded`, `allgather` or `sketch` (`"auto"` in a job file: [`TrainSection::auto`]).
     pub exchange: ExchangeKind,
     /// Gradient codec, e.g. `{ name = "none" }` (`"auto"` in a job file: [`TrainSection::auto`]).
@@ -512,6 +532,11 @@ impl Default for TrainSection {
             auto: Auto::default(),
             epochs: 10,
             batch_fraction: 0.1,
+            batch_rows: 1000,
+            batch_ms: 1000,
+            max_rows: None,
+            max_seconds: None,
+            stall_seconds: 60.0,
             exchange: ExchangeKind::Sharded,
             compressor: CodecSpec::default(),
             memory: None,
@@ -608,6 +633,11 @@ pub struct OutputSection {
     pub metrics: Option<PathBuf>,
     /// Final model file.
     pub model: Option<PathBuf>,
+    /// An online run: rewrite the model file every this many rows while training goes on (a
+    /// snapshot `predict` can read at any time: each is written whole, then renamed).
+    pub snapshot_rows: Option<u64>,
+    /// An online run: rewrite the model file every this many seconds while training goes on.
+    pub snapshot_seconds: Option<f64>,
     /// A directory to write every worker's mini-batch gradient of every round into
     /// (`round00012-worker1.bin`, the format of `gradflow codec compare --input`).
     pub gradients: Option<PathBuf>,

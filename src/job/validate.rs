@@ -8,6 +8,9 @@ use crate::exchange::{ExchangeKind, StateMode};
 use crate::memory::MemorySpec;
 use crate::model::LossName;
 
+/// The most rows an online round may hold (`train.batch_rows`).
+const MAX_BATCH_ROWS: u64 = 1 << 24;
+
 impl Job {
     /// What `"auto"` cannot be combined with.
     pub(super) fn validate_auto(&self) -> Result<(), String> {
@@ -50,8 +53,110 @@ impl Job {
         Ok(())
     }
 
+    /// An online run's fields: only with a stream, and a stream only where it can be read.
+    fn check_stream(&self) -> Result<(), String> {
+        let (d, t) = (&self.data, &self.train);
+        let Some(origin) = self.stream() else {
+            let online = [
+                ("data.follow", d.follow),
+                ("output.snapshot_rows", self.output.snapshot_rows.is_some()),
+                (
+                    "output.snapshot_seconds",
+                    self.output.snapshot_seconds.is_some(),
+                ),
+                ("data.on_bad_row", d.on_bad_row != OnBadRow::Stop),
+                ("train.max_rows", t.max_rows.is_some()),
+                ("train.max_seconds", t.max_seconds.is_some()),
+            ];
+            return match online.iter().find(|f| f.1) {
+                Some((field, _)) if *field == "data.follow" => Err(
+                    "data.follow: follows the training file (data.train), and the job names none"
+                        .into(),
+                ),
+                Some((field, _)) => Err(format!(
+                    "{field}: applies to an online run (data.train = \"-\" for standard input, \
+                     or data.follow = true)"
+                )),
+                None => Ok(()),
+            };
+        };
+        let what = match origin {
+            crate::data::stream::Origin::Stdin => "data.train = \"-\" (standard input)",
+            _ => "data.follow",
+        };
+        if d.format != Format::Libsvm {
+            return Err(format!(
+                "data.format: {what} reads LibSVM lines; a {:?} stream is not supported (convert \
+                 it, or train on the file in epochs)",
+                d.format
+            ));
+        }
+        if d.dim.is_none() {
+            return Err(format!(
+                "data.dim: {what} needs the number of features up front (the model is sized \
+                 before the first row arrives)"
+            ));
+        }
+        if !(1..=MAX_BATCH_ROWS).contains(&t.batch_rows) {
+            return Err(format!(
+                "train.batch_rows: must be 1 to {MAX_BATCH_ROWS}, got {}",
+                t.batch_rows
+            ));
+        }
+        if let Some(s) = t.max_seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(format!("train.max_seconds: must be above 0, got {s}"));
+        }
+        let o = &self.output;
+        if (o.snapshot_rows.is_some() || o.snapshot_seconds.is_some()) && o.model.is_none() {
+            return Err(
+                "output.snapshot_rows, output.snapshot_seconds: rewrite the model file \
+                        (output.model, --model-out), and the job names none"
+                    .into(),
+            );
+        }
+        if o.snapshot_rows == Some(0) {
+            return Err("output.snapshot_rows: must be at least 1".into());
+        }
+        if let Some(s) = o.snapshot_seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
+            return Err(format!("output.snapshot_seconds: must be above 0, got {s}"));
+        }
+        if !(t.stall_seconds.is_finite() && t.stall_seconds > 0.0) {
+            let s = t.stall_seconds;
+            return Err(format!("train.stall_seconds: must be above 0, got {s}"));
+        }
+        let refused = [
+            (
+                "train.pull",
+                t.pull,
+                "pull the next batch's weights ahead of it",
+            ),
+            (
+                "train.state",
+                t.state == StateMode::Sharded,
+                "keep the model sharded (it pulls the next batch's weights ahead of it)",
+            ),
+            (
+                "data.cache",
+                d.cache.is_some(),
+                "cache rows that arrive once",
+            ),
+            (
+                "train.checkpoint",
+                t.checkpoint.is_some() && origin == crate::data::stream::Origin::Stdin,
+                "be resumed from standard input (the rows read before a checkpoint are gone); \
+                 follow a file (data.follow) to checkpoint a stream",
+            ),
+            ("\"auto\"", t.auto.any(), "measure its rows before training"),
+        ];
+        if let Some((field, _, why)) = refused.iter().find(|r| r.1) {
+            return Err(format!("{field}: an online run ({what}) cannot {why}"));
+        }
+        Ok(())
+    }
+
     /// Checks value ranges, section by section; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
+        self.check_stream()?;
         self.check_schedule()?;
         self.check_data_sizes()?;
         self.check_data_format()?;
@@ -124,6 +229,9 @@ impl Job {
             ));
         }
         let per_epoch = self.rounds_per_epoch();
+        if self.stream().is_some() {
+            return Ok(()); // its stream's end ends it
+        }
         match t.epochs.checked_mul(per_epoch) {
             Some(rounds) if rounds <= MAX_ROUNDS => {}
             _ => {

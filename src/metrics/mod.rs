@@ -3,9 +3,11 @@
 //! except through plain numbers.
 
 pub mod output;
+pub mod progressive;
 pub mod wire;
 
 pub use output::RowOutput;
+pub use progressive::Progressive;
 pub use wire::{WireBytes, WireCounters};
 
 use serde::Serialize;
@@ -155,7 +157,8 @@ pub struct MetricsRow {
     pub round: u64,
     /// Wall-clock seconds since training started.
     pub seconds: f64,
-    /// Mean training loss of the round's (or epoch's) mini-batches, before the update.
+    /// Mean training loss of the round's (or epoch's) mini-batches, before the update. An
+    /// online run's is its progressive loss: each row scored before it is trained on.
     pub train_loss: f64,
     /// Test loss (epoch rows).
     pub test_loss: Option<f64>,
@@ -209,6 +212,10 @@ pub struct MetricsRow {
     pub update_ms: f64,
     /// Test evaluation time, ms (mean over workers): the evaluation after this round.
     pub eval_ms: f64,
+    /// Training rows of the round (or epoch), all workers (the last column, so that readers
+    /// of the columns before it by position are unchanged).
+    #[serde(default)]
+    pub rows: u64,
 }
 
 /// A [`MetricsRow`]'s kind, one of [`ROW_KINDS`] (an alias, so that serde does not borrow it

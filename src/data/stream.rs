@@ -1,0 +1,495 @@
+//! Rows that arrive while training runs: standard input, or a file followed as it grows.
+//!
+//! A reader thread reads blocks of up to [`BLOCK_BYTES`], parses their whole lines (LibSVM,
+//! with the file reader's checks: [`LineParser`]) and hands the rows on through a channel of
+//! [`QUEUE_BLOCKS`] blocks. Parsing there overlaps it with training. When training falls
+//! behind, the channel fills, the thread blocks, and so does the writer of the pipe
+//! (back-pressure: memory stays bounded by the channel and the longest line, whatever the
+//! input's rate). A line longer than [`MAX_LINE_BYTES`] is an error naming its byte offset;
+//! the bytes after the last newline when the stream ends (a line cut by the writer's end) are
+//! never parsed, and the end says so. A malformed row stops the stream with its place (line,
+//! column) or, with [`OnBadRow::Skip`], is counted and the first few quoted.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::libsvm::{LibsvmOptions, LineParser};
+
+/// Bytes read at a time.
+pub const BLOCK_BYTES: usize = 1 << 20;
+/// Blocks the channel holds before the reader waits.
+pub const QUEUE_BLOCKS: usize = 8;
+/// The longest line (as for files: a record's bound).
+pub const MAX_LINE_BYTES: usize = crate::data::table::read::MAX_RECORD_BYTES as usize;
+/// How often a followed file is looked at again once its end is reached.
+const FOLLOW_POLL: Duration = Duration::from_millis(20);
+
+/// Where a stream's bytes come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Origin {
+    /// Standard input (`data.train = "-"`); cannot be resumed.
+    Stdin,
+    /// A file read from byte `from` and followed as it grows, until [`Records::stop`].
+    Follow {
+        /// The file.
+        path: PathBuf,
+        /// The byte to start at (a resumed run's checkpointed offset).
+        from: u64,
+    },
+}
+
+impl Origin {
+    /// Reads from `offset` on (a resumed run's). Standard input cannot be resumed: what was
+    /// read of it is gone.
+    pub fn resume_at(&mut self, offset: u64) -> Result<(), String> {
+        match self {
+            Origin::Stdin => Err("--resume: standard input cannot be resumed (the rows read \
+                                  before the checkpoint are gone); follow a file to resume a \
+                                  stream (data.follow)"
+                .into()),
+            Origin::Follow { from, .. } => {
+                *from = offset;
+                Ok(())
+            }
+        }
+    }
+
+    /// The byte offset reading starts at.
+    pub fn offset(&self) -> u64 {
+        match self {
+            Origin::Stdin => 0,
+            Origin::Follow { from, .. } => *from,
+        }
+    }
+
+    /// The name errors give.
+    pub fn name(&self) -> String {
+        match self {
+            Origin::Stdin => "standard input".into(),
+            Origin::Follow { path, .. } => path.display().to_string(),
+        }
+    }
+}
+
+/// What to do with a malformed row of a stream (`data.on_bad_row`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadRow {
+    /// Stop the run with the row's place and what is wrong (as for a file).
+    #[default]
+    Stop,
+    /// Skip it: the first few are quoted on standard error, all are counted.
+    Skip,
+}
+
+/// Malformed rows quoted on standard error before the rest are only counted.
+const QUOTED_BAD_ROWS: u64 = 5;
+
+/// How a stream's lines become rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowFormat {
+    /// LibSVM, with these checks (a declared dimension, labels the loss reads).
+    pub libsvm: LibsvmOptions,
+    /// What a malformed row does.
+    pub on_bad_row: OnBadRow,
+}
+
+/// Rows parsed from a block of whole lines, in stream order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rows {
+    /// Each row's label.
+    pub labels: Vec<f32>,
+    /// Each row's number of features.
+    pub lens: Vec<u32>,
+    /// The rows' keys, row after row (ascending within a row).
+    pub keys: Vec<u32>,
+    /// Their values.
+    pub values: Vec<f32>,
+    /// The stream's byte offset after each row's line.
+    pub ends: Vec<u64>,
+}
+
+impl Rows {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}
+
+/// What the reader hands on.
+#[derive(Debug, PartialEq)]
+pub enum Event {
+    /// The rows of some whole lines.
+    Rows(Rows),
+    /// The stream ended at offset `end` (its last whole line's end); `cut` bytes after it
+    /// belonged to a line without its newline, which was not parsed; `skipped` malformed rows
+    /// were skipped.
+    End {
+        /// The offset after the last whole line.
+        end: u64,
+        /// Bytes of a cut last line, dropped.
+        cut: u64,
+        /// Malformed rows skipped ([`OnBadRow::Skip`]).
+        skipped: u64,
+    },
+    /// Reading failed (an I/O error, a line too long, a followed file that shrank).
+    Failed(String),
+}
+
+/// A stream of lines read by a thread of its own.
+pub struct Records {
+    events: Receiver<Event>,
+    stop: Arc<AtomicBool>,
+    origin: Origin,
+}
+
+impl Records {
+    /// Starts reading `origin`, its lines parsed as `format` says. Fails if a followed file
+    /// cannot be opened or sought.
+    pub fn open(origin: Origin, format: RowFormat) -> Result<Records, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, events) = sync_channel(QUEUE_BLOCKS);
+        let (source, start): (Box<dyn Read + Send>, u64) = match &origin {
+            Origin::Stdin => (Box::new(std::io::stdin()), 0),
+            Origin::Follow { path, from } => (Box::new(open_at(path, *from)?), *from),
+        };
+        let follow = matches!(origin, Origin::Follow { .. }).then(|| stop.clone());
+        let name = origin.name();
+        std::thread::Builder::new()
+            .name("gradflow-stream".into())
+            .spawn(move || {
+                let mut rows = RowReader::new(format, name);
+                read_lines(source, start, follow, &mut rows, |e| tx.send(e).is_ok())
+            })
+            .map_err(|e| format!("{}: cannot start its reader: {e}", origin.name()))?;
+        Ok(Records {
+            events,
+            stop,
+            origin,
+        })
+    }
+
+    /// The next event, waiting at most `wait`; `None` if none came (or the reader is gone
+    /// after its last event).
+    pub fn next_timeout(&self, wait: Duration) -> Option<Event> {
+        self.events.recv_timeout(wait).ok()
+    }
+
+    /// The next event if one is ready.
+    pub fn try_next(&self) -> Option<Event> {
+        self.events.try_recv().ok()
+    }
+
+    /// Ends a followed file: the reader hands on what it has read and then [`Event::End`].
+    /// (Standard input ends with its writer.)
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Where the stream comes from.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+}
+
+fn open_at(path: &Path, from: u64) -> Result<File, String> {
+    let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if from > len {
+        return Err(format!(
+            "{}: the run stopped at byte {from}, but the file now has {len} bytes (it was \
+             replaced or cut: a followed file may only grow)",
+            path.display()
+        ));
+    }
+    file.seek(SeekFrom::Start(from))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(file)
+}
+
+/// The reader thread's parser: whole lines to rows, counting lines for errors' places.
+struct RowReader {
+    format: RowFormat,
+    parser: LineParser,
+    name: String,
+    /// The 1-based number of the next line.
+    line: u64,
+    skipped: u64,
+}
+
+impl RowReader {
+    fn new(format: RowFormat, name: String) -> Self {
+        RowReader {
+            parser: LineParser::new(&format.libsvm),
+            format,
+            name,
+            line: 1,
+            skipped: 0,
+        }
+    }
+
+    /// The rows of `bytes`, whole lines that end at stream offset `end`.
+    fn parse(&mut self, bytes: &[u8], end: u64) -> Result<Rows, String> {
+        let mut rows = Rows::default();
+        let mut offset = end - bytes.len() as u64;
+        for text in bytes.split_inclusive(|&b| b == b'\n') {
+            let line = self.line;
+            self.line += 1;
+            offset += text.len() as u64;
+            let label = match self.parser.parse(text) {
+                Ok(Some(label)) => label,
+                Ok(None) => continue,
+                Err((column, message)) => {
+                    let place = format!("{}:{line}:{column}: {message}", self.name);
+                    if self.format.on_bad_row == OnBadRow::Stop {
+                        return Err(format!(
+                            "{place} (data.on_bad_row = \"skip\" skips such rows)"
+                        ));
+                    }
+                    self.skipped += 1;
+                    if self.skipped <= QUOTED_BAD_ROWS {
+                        eprintln!("warning: skipped a malformed row: {place}");
+                    }
+                    continue;
+                }
+            };
+            let (keys, values) = self.parser.features();
+            rows.keys.extend_from_slice(keys);
+            rows.values.extend_from_slice(values);
+            rows.lens.push(keys.len() as u32);
+            rows.labels.push(label);
+            rows.ends.push(offset);
+        }
+        Ok(rows)
+    }
+}
+
+/// The reader thread: reads `source` (at stream offset `start`), parses its whole lines with
+/// `rows` and hands them to `send` (false: nobody listens any more, stop). With `follow`, the
+/// end of the file is waited at until the flag is set.
+fn read_lines(
+    mut source: Box<dyn Read + Send>,
+    start: u64,
+    follow: Option<Arc<AtomicBool>>,
+    rows: &mut RowReader,
+    mut send: impl FnMut(Event) -> bool,
+) {
+    let name = rows.name.clone();
+    let mut block = vec![0u8; BLOCK_BYTES];
+    // Bytes of an unfinished line, carried into the next block.
+    let mut tail: Vec<u8> = Vec::new();
+    let mut offset = start; // the offset after the last whole line handed on
+    loop {
+        let n = match source.read(&mut block) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                send(Event::Failed(format!(
+                    "{name}: read error at byte {offset}: {e}"
+                )));
+                return;
+            }
+        };
+        if n == 0 {
+            match &follow {
+                Some(stop) if !stop.load(Ordering::Relaxed) => {
+                    std::thread::sleep(FOLLOW_POLL);
+                    continue;
+                }
+                _ => {
+                    let (cut, skipped) = (tail.len() as u64, rows.skipped);
+                    send(Event::End {
+                        end: offset,
+                        cut,
+                        skipped,
+                    });
+                    return;
+                }
+            }
+        }
+        let fresh = &block[..n];
+        let Some(last) = memchr::memrchr(b'\n', fresh) else {
+            tail.extend_from_slice(fresh);
+            if tail.len() > MAX_LINE_BYTES {
+                let m = format!(
+                    "{name}: the line at byte {offset} is longer than {} MiB",
+                    MAX_LINE_BYTES >> 20
+                );
+                send(Event::Failed(m));
+                return;
+            }
+            continue;
+        };
+        let parsed = if tail.is_empty() {
+            offset += last as u64 + 1;
+            rows.parse(&fresh[..=last], offset)
+        } else {
+            tail.extend_from_slice(&fresh[..=last]);
+            offset += tail.len() as u64;
+            let parsed = rows.parse(&tail, offset);
+            tail.clear();
+            parsed
+        };
+        tail.extend_from_slice(&fresh[last + 1..]);
+        let event = parsed.map_or_else(Event::Failed, Event::Rows);
+        let failed = matches!(event, Event::Failed(_));
+        if !send(event) || failed {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format(on_bad_row: OnBadRow) -> RowFormat {
+        RowFormat {
+            libsvm: LibsvmOptions {
+                dim: Some(100),
+                ..LibsvmOptions::default()
+            },
+            on_bad_row,
+        }
+    }
+
+    fn events_with(input: &[u8], on_bad_row: OnBadRow) -> Vec<Event> {
+        let mut out = Vec::new();
+        let source: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(input.to_vec()));
+        let mut rows = RowReader::new(format(on_bad_row), "test".into());
+        read_lines(source, 0, None, &mut rows, |e| {
+            out.push(e);
+            true
+        });
+        out
+    }
+
+    fn events(input: &[u8]) -> Vec<Event> {
+        events_with(input, OnBadRow::Stop)
+    }
+
+    /// Every row of `events`, as (label, keys, end offset).
+    fn rows_of(events: &[Event]) -> Vec<(f32, Vec<u32>, u64)> {
+        let mut out = Vec::new();
+        for e in events {
+            if let Event::Rows(r) = e {
+                let mut at = 0;
+                for i in 0..r.len() {
+                    let len = r.lens[i] as usize;
+                    out.push((r.labels[i], r.keys[at..at + len].to_vec(), r.ends[i]));
+                    at += len;
+                }
+            }
+        }
+        out
+    }
+
+    /// Whole lines become rows with their end offsets (comments and blank lines none); a last
+    /// line without its newline is cut and counted, never parsed.
+    #[test]
+    fn whole_lines_become_rows_and_a_cut_last_line_is_counted() {
+        let got = events(b"1 1:1 3:2\n# note\n-1 2:1\n+1 3:");
+        let want = vec![(1.0, vec![0, 2], 10), (-1.0, vec![1], 24)];
+        assert_eq!(rows_of(&got), want);
+        assert_eq!(
+            got.last(),
+            Some(&Event::End {
+                end: 24,
+                cut: 5,
+                skipped: 0
+            })
+        );
+        let none = Event::End {
+            end: 0,
+            cut: 0,
+            skipped: 0,
+        };
+        assert_eq!(events(b""), vec![none]);
+    }
+
+    /// A malformed row stops the stream with its line and column, or is skipped and counted.
+    #[test]
+    fn a_malformed_row_stops_with_its_place_or_is_skipped() {
+        let input = b"1 1:1\n1 5:1 4:1\n-1 200:1\n-1 2:1\n";
+        match events(input).last() {
+            Some(Event::Failed(m)) => {
+                assert!(
+                    m.starts_with("test:2:7: feature index 4 is not increasing"),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let got = events_with(input, OnBadRow::Skip);
+        let keys: Vec<Vec<u32>> = rows_of(&got).into_iter().map(|r| r.1).collect();
+        assert_eq!(keys, vec![vec![0], vec![1]]);
+        assert!(matches!(got.last(), Some(Event::End { skipped: 2, .. })));
+    }
+
+    /// A line spanning blocks arrives whole; an endless one is an error naming its offset.
+    #[test]
+    fn lines_across_blocks_arrive_whole_and_an_endless_line_fails() {
+        let mut long = b"1".to_vec();
+        while long.len() < BLOCK_BYTES + 10 {
+            long.extend_from_slice(b" #");
+        }
+        long.extend_from_slice(b"\n-1 7:1\n");
+        let got = rows_of(&events(&long));
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1], (-1.0, vec![6], long.len() as u64));
+        let endless = vec![b'z'; MAX_LINE_BYTES + 2 * BLOCK_BYTES];
+        match events(&endless).last() {
+            Some(Event::Failed(m)) => assert!(m.contains("at byte 0 is longer than"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A followed file: what is appended after the reader reached the end arrives, a line cut
+    /// by an append once its end is appended, and the stop ends the stream at the last whole
+    /// line.
+    #[test]
+    fn a_followed_file_yields_what_is_appended_until_stopped() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grow.svm");
+        std::fs::write(&path, b"1 1:1\n-1 2").unwrap();
+        let origin = Origin::Follow {
+            path: path.clone(),
+            from: 0,
+        };
+        let records = Records::open(origin, format(OnBadRow::Stop)).unwrap();
+        let wait = Duration::from_secs(5);
+        let first = records.next_timeout(wait).unwrap();
+        assert_eq!(rows_of(&[first]), vec![(1.0, vec![0], 6)]);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b":1\n1 3").unwrap();
+        let second = records.next_timeout(wait).unwrap();
+        assert_eq!(rows_of(&[second]), vec![(-1.0, vec![1], 13)]);
+        records.stop();
+        let end = Event::End {
+            end: 13,
+            cut: 3,
+            skipped: 0,
+        };
+        assert_eq!(records.next_timeout(wait), Some(end));
+        // Resuming past the end of a file that shrank is an error, not a silent restart.
+        let origin = Origin::Follow { path, from: 1000 };
+        let e = Records::open(origin, format(OnBadRow::Stop)).err().unwrap();
+        assert!(e.contains("may only grow"), "{e}");
+    }
+}
