@@ -105,10 +105,9 @@ fn a_piped_stream_trains_one_model_on_two_workers_in_one_or_two_processes() {
     let (one, two, split) = (model("one.txt"), model("two.txt"), model("split.txt"));
     let batch = ["--batch-rows", "500"];
     let on_workers = |w: &str, model: &str| {
-        train_on(
-            data.clone(),
-            &["--batch-rows", "500", "-w", w, "--model-out", model],
-        )
+        let window = ["--set", "train.auc_window=2000"];
+        let args = ["--batch-rows", "500", "-w", w, "--model-out", model];
+        train_on(data.clone(), &[&args[..], &window].concat())
     };
 
     let (out, err, ok) = on_workers("2", &two);
@@ -125,6 +124,13 @@ fn a_piped_stream_trains_one_model_on_two_workers_in_one_or_two_processes() {
         .and_then(|l| l.split_whitespace().nth(5)?.parse().ok())
         .unwrap();
     assert!(last < 0.66 && loss < 0.68, "no learning: {out}");
+    // The AUC of the progressive scores over windows of 2,000 rows: the last one's.
+    let auc: f64 = out
+        .lines()
+        .rfind(|l| l.contains("window_auc"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no window AUC: {out}"));
+    assert!(auc > 0.6 && auc < 1.0, "{out}");
 
     let (out1, err, ok) = on_workers("1", &one);
     assert!(ok, "{err}");

@@ -29,6 +29,8 @@ struct RoundAcc {
     /// Traffic per process.
     traffic: Vec<Traffic>,
     eval: Option<EvalPart>,
+    /// An online run's progressive scores of the round.
+    progressive: Option<EvalPart>,
 }
 
 impl RoundAcc {
@@ -59,6 +61,8 @@ struct Collected {
     per_process: Vec<Traffic>,
     /// Seconds of training so far (when saved).
     seconds: f64,
+    /// An online run: the progressive scores of the window of rows so far.
+    window: EvalPart,
 }
 
 /// The metrics collector: round statistics from every worker go to worker 0, which turns them
@@ -213,6 +217,11 @@ fn fold(c: &mut Collected, r: u64, reports: Vec<RoundStats>, plan: &TrainPlan, p
             acc.times.gradient_ms += s.gradient_ms;
             acc.times.encode_ms += s.encode_ms;
             acc.traffic(p, processes).add(&s.traffic);
+            if let Some(e) = &s.progressive {
+                acc.progressive
+                    .get_or_insert_with(EvalPart::default)
+                    .merge(e);
+            }
         }
         if r > 0 {
             let acc = c.pending.entry(r - 1).or_default();
@@ -262,6 +271,14 @@ fn complete(
     row.set_kept(acc.offered_keys, acc.sent_keys);
     row.set_times(&acc.times);
     row.set_traffic(&traffic, busiest);
+    // An online run's progressive AUC, once a window of rows is in.
+    if let Some(p) = &acc.progressive {
+        c.window.merge(p);
+        if c.window.count >= plan.auc_window {
+            let window = std::mem::take(&mut c.window);
+            row.progressive_auc = window.summary(&*plan.loss).auc;
+        }
+    }
     let epoch = &mut c.epoch;
     epoch.loss_sum += acc.loss_sum;
     epoch.rows += acc.rows;

@@ -806,6 +806,20 @@ impl GradientStep {
             let data = &self.data.train;
             (self.workspace).minibatch(data, rows, weights, model, loss, l2, &mut self.grad)
         };
+        if self.live {
+            // Progressive validation: the round's rows scored on the weights their gradient
+            // was taken at, before any of them is trained on.
+            // SAFETY: the gradient step's window (see `Replica::in_round`).
+            let weights = unsafe { st.model.weights.in_round() };
+            let data = &self.data.train;
+            stats.progressive = Some(EvalPart::evaluate(
+                data,
+                weights,
+                model,
+                loss,
+                self.plan.auc_bits,
+            ));
+        }
         stats.gradient_ms = ms(started);
         stats.has_gradient = true;
         stats.loss_sum = sums.loss_sum;

@@ -81,6 +81,9 @@ pub struct TrainPlan {
     /// An online run's stream and how it is cut into rounds (`data.train = "-"` or
     /// `data.follow`): there are no epochs, and the stream's end is the last round.
     pub live: Option<super::live::LiveSpec>,
+    /// An online run: rows of each window over which the progressive AUC is reported
+    /// (`train.auc_window`).
+    pub auc_window: u64,
     /// Evaluate on the test rows every this many rounds as well as at epoch ends (0: epoch ends
     /// only).
     pub eval_every: u64,
@@ -605,6 +608,9 @@ pub struct RoundStats {
     pub prev_traffic: Traffic,
     /// Test evaluation after the previous round, at epoch ends.
     pub eval: Option<EvalPart>,
+    /// An online run: this round's rows scored before they were trained on (progressive
+    /// validation), for the AUC over a window of rows.
+    pub progressive: Option<EvalPart>,
 }
 
 /// Handles to a built training dataflow, read after it completes.

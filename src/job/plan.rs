@@ -207,6 +207,7 @@ impl Job {
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
             live: self.live_spec(dim),
+            auc_window: self.train.auc_window,
             eval_every: self.train.eval_every,
             auc_bits: self.train.auc_bins.bits(),
             epochs: if self.stream().is_some() {

@@ -469,6 +469,9 @@ pub struct TrainSection {
     pub max_seconds: Option<f64>,
     /// An online run: say so when no row has come for this many seconds (the run waits on).
     pub stall_seconds: f64,
+    /// An online run: the progressive AUC is reported over consecutive windows of this many
+    /// rows (each closed at the end of a round).
+    pub auc_window: u64,
     /// `sharded`, `allgather` or `sketch` (`"auto"` in a job file: [`TrainSection::auto`]).
     pub exchange: ExchangeKind,
     /// Gradient codec, e.g. `{ name = "none" }` (`"auto"` in a job file: [`TrainSection::auto`]).
@@ -537,6 +540,7 @@ impl Default for TrainSection {
             max_rows: None,
             max_seconds: None,
             stall_seconds: 60.0,
+            auc_window: 100_000,
             exchange: ExchangeKind::Sharded,
             compressor: CodecSpec::default(),
             memory: None,

@@ -120,6 +120,9 @@ impl Job {
         if let Some(s) = o.snapshot_seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
             return Err(format!("output.snapshot_seconds: must be above 0, got {s}"));
         }
+        if t.auc_window == 0 {
+            return Err("train.auc_window: must be at least 1 row".into());
+        }
         if !(t.stall_seconds.is_finite() && t.stall_seconds > 0.0) {
             let s = t.stall_seconds;
             return Err(format!("train.stall_seconds: must be above 0, got {s}"));

@@ -216,6 +216,11 @@ pub struct MetricsRow {
     /// of the columns before it by position are unchanged).
     #[serde(default)]
     pub rows: u64,
+    /// An online run: the AUC of the progressive scores (each row scored before it was
+    /// trained on) of the window of `train.auc_window` rows this round closes; empty on other
+    /// rows.
+    #[serde(default)]
+    pub progressive_auc: Option<f64>,
 }
 
 /// A [`MetricsRow`]'s kind, one of [`ROW_KINDS`] (an alias, so that serde does not borrow it

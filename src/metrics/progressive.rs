@@ -17,6 +17,8 @@ pub struct Progressive {
     pub loss_sum: f64,
     /// Seconds since training started, at the last round.
     pub seconds: f64,
+    /// The AUC of the last complete window of progressive scores (`train.auc_window`).
+    pub window_auc: Option<f64>,
     /// The rows and loss sum at the last report.
     since: (u64, f64),
     /// The row count of the next report.
@@ -33,6 +35,9 @@ impl Progressive {
         self.rounds += 1;
         self.loss_sum += row.train_loss * row.rows as f64;
         self.seconds = row.seconds;
+        if row.progressive_auc.is_some() {
+            self.window_auc = row.progressive_auc;
+        }
         if self.next == 0 {
             self.next = row.rows;
         }
@@ -50,13 +55,16 @@ impl Progressive {
         self.loss_sum / self.rows as f64
     }
 
-    /// The report: rows, the progressive loss, that of the rows since the last report, and
-    /// the rate.
+    /// The report: rows, the progressive loss, that of the rows since the last report, the
+    /// rate, and the last window's AUC once there is one.
     pub fn line(&mut self) -> String {
         let (rows, sum) = std::mem::replace(&mut self.since, (self.rows, self.loss_sum));
         let last = (self.loss_sum - sum) / (self.rows - rows).max(1) as f64;
+        let auc = self
+            .window_auc
+            .map_or(String::new(), |a| format!("  window_auc {a:.4}"));
         format!(
-            "rows {:>10}  progressive_loss {:.4}  since_last {:.4}  {:>9.0} rows/s",
+            "rows {:>10}  progressive_loss {:.4}  since_last {:.4}  {:>9.0} rows/s{auc}",
             self.rows,
             self.loss(),
             last,
@@ -102,7 +110,11 @@ mod tests {
             p.add(&round(0, f64::NAN)).is_none(),
             "an empty round counts nothing"
         );
-        assert_eq!((p.rows, p.rounds), (200, 3));
-        assert!((p.loss() - 0.7).abs() < 1e-12);
+        let mut windowed = round(200, 0.1);
+        windowed.progressive_auc = Some(0.75);
+        let third = p.add(&windowed).expect("400 rows");
+        assert!(third.ends_with("window_auc 0.7500"), "{third}");
+        assert_eq!((p.rows, p.rounds), (400, 4));
+        assert!((p.loss() - 0.4).abs() < 1e-12);
     }
 }
