@@ -450,3 +450,73 @@ fn a_followed_file_resumes_after_kill_9_from_its_checkpoints_offset() {
     let e = String::from_utf8_lossy(&e.stderr);
     assert!(e.contains("cannot be resumed from standard input"), "{e}");
 }
+
+/// A directory's part files are trained on in name order as they appear (written elsewhere,
+/// then renamed in, as a stream writer does), `_SUCCESS` and hidden files skipped, until
+/// `--max-rows`: the model equals that of the same rows through a pipe.
+#[test]
+fn a_directorys_parts_are_trained_on_as_they_appear() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = rows(dir.path(), 3000);
+    let parts = dir.path().join("parts");
+    std::fs::create_dir(&parts).unwrap();
+    let (from_parts, from_pipe) = (dir.path().join("parts.txt"), dir.path().join("pipe.txt"));
+    let lines: Vec<&[u8]> = data.split_inclusive(|&b| b == b'\n').collect();
+    std::fs::write(parts.join("_SUCCESS"), b"").unwrap();
+    std::fs::write(parts.join(".part-00009.svm.tmp"), b"1 1:x\n").unwrap();
+    std::fs::write(parts.join("part-00000.svm"), lines[..1000].concat()).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_gradflow"))
+        .args([
+            "train",
+            "--data",
+            parts.to_str().unwrap(),
+            "--follow",
+            "--dim",
+            DIM,
+        ])
+        .args([
+            "--batch-rows",
+            "250",
+            "--max-rows",
+            "3000",
+            "--optimizer",
+            "sgd",
+        ])
+        .args(["--lr", "0.5", "--model-out", from_parts.to_str().unwrap()])
+        .args(["--set", "train.batch_ms=600000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for (i, chunk) in lines[1000..].chunks(1000).enumerate() {
+        std::thread::sleep(Duration::from_millis(100));
+        let tmp = dir.path().join("writing");
+        std::fs::write(&tmp, chunk.concat()).unwrap();
+        std::fs::rename(&tmp, parts.join(format!("part-{:05}.svm", i + 1))).unwrap();
+    }
+    let out = within(child, LIMIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary(&stdout), (3000, 12, summary(&stdout).2), "{stdout}");
+
+    let model = from_pipe.to_str().unwrap();
+    let args = [
+        "--batch-rows",
+        "250",
+        "--set",
+        "train.batch_ms=600000",
+        "--model-out",
+        model,
+    ];
+    let (_, err, ok) = train_on(data, &args);
+    assert!(ok, "{err}");
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    assert!(
+        read(&from_parts) == read(&from_pipe),
+        "parts vs pipe: models differ"
+    );
+}

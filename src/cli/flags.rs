@@ -26,8 +26,9 @@ pub struct DataFlags {
         help_heading = "Data"
     )]
     train_file: Option<PathBuf>,
-    /// Follow the training file as it grows, training on the rows appended (data.follow; an
-    /// online run, ended by --max-rows, --max-seconds or SIGINT/SIGTERM).
+    /// Follow the training file as it grows, or a directory's part files as they appear,
+    /// training on the new rows (data.follow; an online run, ended by --max-rows,
+    /// --max-seconds or SIGINT/SIGTERM).
     #[arg(long, help_heading = "Data")]
     follow: bool,
     /// LibSVM: the number of features (data.dim); a stream needs it.

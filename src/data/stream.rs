@@ -36,9 +36,11 @@ const FOLLOW_POLL: Duration = Duration::from_millis(20);
 pub enum Origin {
     /// Standard input (`data.train = "-"`); cannot be resumed.
     Stdin,
-    /// A file read from byte `from` and followed as it grows, until [`Records::stop`].
+    /// A file read from byte `from` and followed as it grows, or a directory whose part files
+    /// are read in name order as they appear (`from` counts the bytes of the parts before),
+    /// until [`Records::stop`].
     Follow {
-        /// The file.
+        /// The file or directory.
         path: PathBuf,
         /// The byte to start at (a resumed run's checkpointed offset).
         from: u64,
@@ -161,18 +163,25 @@ impl Records {
     pub fn open(origin: Origin, format: RowFormat) -> Result<Records, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, events) = sync_channel(QUEUE_BLOCKS);
-        let (source, start): (Box<dyn Read + Send>, u64) = match &origin {
-            Origin::Stdin => (Box::new(std::io::stdin()), 0),
-            Origin::Follow { path, from } => (Box::new(open_at(path, *from)?), *from),
-        };
-        let follow = matches!(origin, Origin::Follow { .. }).then(|| stop.clone());
         let name = origin.name();
+        let mut rows = RowReader::new(format, name);
+        let send = move |e| tx.send(e).is_ok();
+        let read: Box<dyn FnOnce() + Send> = match &origin {
+            Origin::Follow { path, from } if path.is_dir() => {
+                let (dir, from, stop) = (path.clone(), *from, stop.clone());
+                Box::new(move || read_parts(&dir, from, &stop, &mut rows, send))
+            }
+            Origin::Follow { path, from } => {
+                let (file, from, stop) = (open_at(path, *from)?, *from, stop.clone());
+                Box::new(move || read_lines(Box::new(file), from, Some(stop), &mut rows, send))
+            }
+            Origin::Stdin => {
+                Box::new(move || read_lines(Box::new(std::io::stdin()), 0, None, &mut rows, send))
+            }
+        };
         std::thread::Builder::new()
             .name("gradflow-stream".into())
-            .spawn(move || {
-                let mut rows = RowReader::new(format, name);
-                read_lines(source, start, follow, &mut rows, |e| tx.send(e).is_ok())
-            })
+            .spawn(read)
             .map_err(|e| format!("{}: cannot start its reader: {e}", origin.name()))?;
         Ok(Records {
             events,
@@ -217,6 +226,113 @@ fn open_at(path: &Path, from: u64) -> Result<File, String> {
     file.seek(SeekFrom::Start(from))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(file)
+}
+
+/// A directory's part files after `after` (all without), in name order, with their sizes:
+/// regular files whose names start with neither `.` nor `_` (Spark's `_SUCCESS`, temporary
+/// files being written).
+fn parts_after(
+    dir: &Path,
+    after: Option<&std::ffi::OsString>,
+) -> Result<Vec<(std::ffi::OsString, PathBuf, u64)>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut parts = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let name = entry.file_name();
+        let hidden = name
+            .as_encoded_bytes()
+            .first()
+            .is_some_and(|b| *b == b'.' || *b == b'_');
+        let meta = entry
+            .metadata()
+            .map_err(|e| format!("{}: {e}", entry.path().display()))?;
+        if hidden || !meta.is_file() || after.is_some_and(|a| name <= *a) {
+            continue;
+        }
+        parts.push((name, entry.path(), meta.len()));
+    }
+    parts.sort();
+    Ok(parts)
+}
+
+/// The reader thread of a directory: each part file read whole, in name order, as it appears
+/// (a part must appear complete, as a writer's rename makes it, and end with a newline); the
+/// stream's offsets count the bytes of the parts before. `from` bytes are skipped (a resumed
+/// run's). Ends once `stop` is set and no new part is there.
+fn read_parts(
+    dir: &Path,
+    from: u64,
+    stop: &AtomicBool,
+    rows: &mut RowReader,
+    mut send: impl FnMut(Event) -> bool,
+) {
+    let (mut offset, mut skip) = (0u64, from);
+    let mut last: Option<std::ffi::OsString> = None;
+    loop {
+        let parts = match parts_after(dir, last.as_ref()) {
+            Ok(parts) => parts,
+            Err(e) => {
+                send(Event::Failed(e));
+                return;
+            }
+        };
+        if parts.is_empty() {
+            if skip > 0 {
+                send(Event::Failed(format!(
+                    "{}: the run had read {from} bytes of its parts, and they now hold {offset} \
+                     (a part was removed or cut)",
+                    dir.display()
+                )));
+                return;
+            }
+            if stop.load(Ordering::Relaxed) {
+                let skipped = rows.skipped;
+                send(Event::End {
+                    end: offset,
+                    cut: 0,
+                    skipped,
+                });
+                return;
+            }
+            std::thread::sleep(FOLLOW_POLL);
+            continue;
+        }
+        for (name, path, len) in parts {
+            last = Some(name);
+            if skip >= len {
+                (skip, offset) = (skip - len, offset + len);
+                continue;
+            }
+            let file = match open_at(&path, skip) {
+                Ok(file) => file,
+                Err(e) => {
+                    send(Event::Failed(e));
+                    return;
+                }
+            };
+            (rows.name, rows.line) = (path.display().to_string(), 1);
+            let mut ended = None;
+            read_lines(Box::new(file), offset + skip, None, rows, |e| match e {
+                Event::End { end, cut, .. } => {
+                    ended = Some((end, cut));
+                    true
+                }
+                e => send(e),
+            });
+            // Without an end, reading failed (said) or nobody listens.
+            let Some((end, cut)) = ended else { return };
+            if cut > 0 {
+                send(Event::Failed(format!(
+                    "{}: ends inside a line ({cut} bytes without a newline): a part file must \
+                     end with one",
+                    path.display()
+                )));
+                return;
+            }
+            (offset, skip) = (end, 0);
+        }
+    }
 }
 
 /// The reader thread's parser: whole lines to rows, counting lines for errors' places.
@@ -454,6 +570,66 @@ mod tests {
             Some(Event::Failed(m)) => assert!(m.contains("at byte 0 is longer than"), "{m}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A directory: its parts in name order (hidden and `_` names skipped), a new part once it
+    /// appears, offsets counting the parts before; a resumed run skips whole parts and starts
+    /// inside one; a bad row is named by its part and line; a part cut inside a line fails.
+    #[test]
+    fn a_directorys_parts_are_read_in_name_order_as_they_appear() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &[u8]| std::fs::write(dir.path().join(name), text).unwrap();
+        write("part-00001.svm", b"-1 2:1\n");
+        write("part-00000.svm", b"1 1:1\n");
+        write("_SUCCESS", b"");
+        write(".part-00002.svm.tmp", b"1 9:x\n");
+        let open = |from: u64| {
+            let origin = Origin::Follow {
+                path: dir.path().to_path_buf(),
+                from,
+            };
+            Records::open(origin, format(OnBadRow::Stop)).unwrap()
+        };
+        let wait = Duration::from_secs(5);
+        let records = open(0);
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            got.extend(rows_of(&[records.next_timeout(wait).unwrap()]));
+        }
+        assert_eq!(got, vec![(1.0, vec![0], 6), (-1.0, vec![1], 13)]);
+        write("part-00002.svm", b"1 3:1\n1 4:1\n");
+        let third = rows_of(&[records.next_timeout(wait).unwrap()]);
+        assert_eq!(third, vec![(1.0, vec![2], 19), (1.0, vec![3], 25)]);
+        records.stop();
+        let end = Event::End {
+            end: 25,
+            cut: 0,
+            skipped: 0,
+        };
+        assert_eq!(records.next_timeout(wait), Some(end));
+
+        // Resumed at byte 19: the first two parts skipped, the third read from its second row.
+        let resumed = open(19);
+        assert_eq!(
+            rows_of(&[resumed.next_timeout(wait).unwrap()]),
+            vec![(1.0, vec![3], 25)]
+        );
+        resumed.stop();
+
+        write("part-00003.svm", b"1 5:1\n-1 7:1 6:1\n");
+        write("part-00004.svm", b"1 5:1");
+        let records = open(25);
+        let mut failed = None;
+        while failed.is_none() {
+            if let Some(Event::Failed(m)) = records.next_timeout(wait) {
+                failed = Some(m);
+            }
+        }
+        let m = failed.unwrap();
+        assert!(
+            m.contains("part-00003.svm:2:8: feature index 6 is not increasing"),
+            "{m}"
+        );
     }
 
     /// A followed file: what is appended after the reader reached the end arrives, a line cut

@@ -76,8 +76,9 @@ pub struct DataSection {
     /// Training file. Absent: the generated dataset of `[data.synth]` (by default the embedded
     /// CTR-like set). `"-"`: standard input, read as it arrives (an online run).
     pub train: Option<PathBuf>,
-    /// Follow `train` as it grows, training on rows as they are appended (an online run),
-    /// until `train.max_rows`, `train.max_seconds` or a signal.
+    /// Follow `train` as it grows, training on rows as they are appended (an online run), or,
+    /// for a directory, on its part files as they appear, until `train.max_rows`,
+    /// `train.max_seconds` or a signal.
     pub follow: bool,
     /// A stream's malformed row: `stop` the run (the default, as for files) or `skip` it
     /// (counted; the first few quoted).

@@ -70,7 +70,8 @@ impl Job {
             ];
             return match online.iter().find(|f| f.1) {
                 Some((field, _)) if *field == "data.follow" => Err(
-                    "data.follow: follows the training file (data.train), and the job names none"
+                    "data.follow: follows the training file or directory (data.train), and the job \
+                     names none"
                         .into(),
                 ),
                 Some((field, _)) => Err(format!(
