@@ -83,7 +83,6 @@ pub fn gradient<'s>(
     let mut rows_input = rows.map(|s| builder.new_input(s, Pipeline));
     let mut live_input =
         live.map(|s| builder.new_input(s, Exchange::new(|b: &LiveBatch| b.dest as u64)));
-    let mut live_rows: BTreeMap<u64, Vec<LiveBatch>> = BTreeMap::new();
     let (grad_out, grad_stream) = builder.new_output::<Vec<Envelope>>();
     let (stats_out, stats_stream) = builder.new_output::<Vec<RoundStats>>();
     let (mut grad_out, mut stats_out) = (Output::from(grad_out), Output::from(stats_out));
@@ -129,12 +128,8 @@ pub fn gradient<'s>(
             if let Some(rows) = rows_input.as_mut() {
                 rows.for_each(|_, batch| arrived.append(batch));
             }
-            if let Some(live) = live_input.as_mut() {
-                live.for_each(|cap, batch| {
-                    if let Some(t) = cap.least() {
-                        live_rows.entry(round_of(t)).or_default().append(batch);
-                    }
-                });
+            if let (Some(live), Some(w)) = (live_input.as_mut(), step.as_mut()) {
+                live.for_each(|cap, batch| cap.least().map_or((), |t| w.arrive(t, batch)));
             }
             if supervisor.is_failed() {
                 return;
@@ -147,12 +142,10 @@ pub fn gradient<'s>(
                 let rows = std::mem::take(&mut arrived);
                 let at = (me, peers);
                 match GradientStep::on_rows(rows, at, &plan, &state, &supervisor, wire.clone()) {
-                    Ok(w) => {
-                        arrivals.expect(w.endpoint.changes_per_round());
-                        step = Some(w);
-                    }
+                    Ok(w) => step = Some(w),
                     Err(e) => return supervisor.fail(e),
                 }
+                arrivals.expect(step.as_ref().and_then(|w| w.endpoint.changes_per_round()));
             }
             let worker = step.as_mut().expect("built above");
             // 3. Every round whose input is complete: run it, send its messages and statistics,
@@ -162,10 +155,7 @@ pub fn gradient<'s>(
                     break;
                 }
                 let r = round_of(cap.time());
-                // A stream's end makes its round the last (every worker receives it there).
-                if live_rows.get(&r).is_some_and(|b| b.iter().any(|b| b.end)) {
-                    worker.rounds = worker.rounds.min(r);
-                }
+                worker.end_if_stream_ends(r);
                 let passed = |q: u64| !frontiers[0].less_equal(&at(q));
                 let whole = worker.sees_whole_model(r, &stops);
                 let Some(changes) =
@@ -175,9 +165,7 @@ pub fn gradient<'s>(
                 };
                 let st = &mut *state.borrow_mut();
                 let run = worker.begin(r, &stops, st);
-                if live_input.is_some() {
-                    worker.take_live_rows(live_rows.remove(&r).unwrap_or_default());
-                }
+                worker.take_live_rows(r);
                 // The evaluation in progress ends before a round that evaluates again.
                 if let Some((c, s)) = worker.finish_held(r, &mut held, st) {
                     stats_out.activate().session(&c).give(s);
@@ -196,14 +184,8 @@ pub fn gradient<'s>(
                 let sc = stats_cap
                     .as_mut()
                     .expect("held with the gradient capability");
-                // An evaluation in progress with nothing held is this round's own.
-                if worker.evaluating() && held.is_none() {
-                    held = Some((sc.clone(), stats));
-                } else {
-                    stats_out
-                        .activate()
-                        .session(&*sc)
-                        .give(worker.count_report(r, stats, st));
+                if let Some(s) = worker.report_or_hold(r, stats, st, sc, &mut held) {
+                    stats_out.activate().session(&*sc).give(s);
                 }
                 if r < worker.rounds {
                     cap.downgrade(&at(r + 1));
@@ -347,6 +329,8 @@ struct GradientStep {
     shuffled_epoch: Option<u64>,
     /// An online run: each round's batch is the rows that arrived for it.
     live: bool,
+    /// An online run: the rows that have arrived for rounds not yet run.
+    live_rows: BTreeMap<u64, Vec<LiveBatch>>,
     /// An online run: where the stream stood after the rows of the rounds before this one,
     /// and after this round's.
     stream: (StreamPosition, StreamPosition),
@@ -401,6 +385,23 @@ impl GradientStep {
         self.finish_evaluation(&mut s);
         let s = self.count_report(round_of(c.time()), s, st);
         Some((c, s))
+    }
+
+    /// Round `r`'s statistics to send now, or none: an evaluation in progress with nothing held
+    /// is this round's own, and its statistics wait for it (held, at `cap`).
+    fn report_or_hold(
+        &self,
+        r: u64,
+        stats: RoundStats,
+        st: &mut WorkerState,
+        cap: &Capability<RoundTime>,
+        held: &mut Held,
+    ) -> Option<RoundStats> {
+        if self.evaluating() && held.is_none() {
+            *held = Some((cap.clone(), stats));
+            return None;
+        }
+        Some(self.count_report(r, stats, st))
     }
 
     /// Some rows of the evaluation in progress; its round's statistics once it is done.
@@ -469,6 +470,7 @@ impl GradientStep {
             plan: plan.clone(),
             shuffled_epoch: None,
             live: plan.live.is_some(),
+            live_rows: BTreeMap::new(),
             stream: plan
                 .live
                 .as_ref()
@@ -871,9 +873,27 @@ impl GradientStep {
         batch_range(self.order.len(), rpe, b)
     }
 
-    /// An online run's round: its rows (this worker's of those that arrived for it) become the
-    /// training rows, all of them the round's batch.
-    fn take_live_rows(&mut self, batches: Vec<LiveBatch>) {
+    /// An online run: rows that arrived for the round of time `t`.
+    fn arrive(&mut self, t: &RoundTime, batch: &mut Vec<LiveBatch>) {
+        self.live_rows.entry(round_of(t)).or_default().append(batch);
+    }
+
+    /// An online run: a stream's end, which arrives at round `r` on every worker, makes `r`
+    /// the last round.
+    fn end_if_stream_ends(&mut self, r: u64) {
+        let ends = |b: &Vec<LiveBatch>| b.iter().any(|b| b.end);
+        if self.live_rows.get(&r).is_some_and(ends) {
+            self.rounds = self.rounds.min(r);
+        }
+    }
+
+    /// An online run's round `r`: its rows (this worker's of those that arrived for it)
+    /// become the training rows, all of them the round's batch. Nothing without a stream.
+    fn take_live_rows(&mut self, r: u64) {
+        if !self.live {
+            return;
+        }
+        let batches = self.live_rows.remove(&r).unwrap_or_default();
         if let Some(b) = batches.first() {
             self.stream = (self.stream.1, b.at);
         }
