@@ -63,14 +63,6 @@ impl Origin {
         }
     }
 
-    /// The byte offset reading starts at.
-    pub fn offset(&self) -> u64 {
-        match self {
-            Origin::Stdin => 0,
-            Origin::Follow { from, .. } => *from,
-        }
-    }
-
     /// The name errors give.
     pub fn name(&self) -> String {
         match self {
@@ -154,7 +146,6 @@ pub enum Event {
 pub struct Records {
     events: Receiver<Event>,
     stop: Arc<AtomicBool>,
-    origin: Origin,
 }
 
 impl Records {
@@ -183,11 +174,7 @@ impl Records {
             .name("gradflow-stream".into())
             .spawn(read)
             .map_err(|e| format!("{}: cannot start its reader: {e}", origin.name()))?;
-        Ok(Records {
-            events,
-            stop,
-            origin,
-        })
+        Ok(Records { events, stop })
     }
 
     /// The next event, waiting at most `wait`; `None` if none came (or the reader is gone
@@ -205,11 +192,6 @@ impl Records {
     /// (Standard input ends with its writer.)
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-    }
-
-    /// Where the stream comes from.
-    pub fn origin(&self) -> &Origin {
-        &self.origin
     }
 }
 
