@@ -451,8 +451,9 @@ impl Process {
         let (data, plan, features, mut notes) = self.plan(worker)?;
         let loaded = match &plan.live {
             Some(live) => format!(
-                "data: {} as it arrives (LibSVM, {} features), rounds of {} rows{}",
+                "data: {} as it arrives ({}, {} features), rounds of {} rows{}",
                 live.origin.name(),
+                live.format.lines.name(),
                 plan.data_dim(),
                 live.batch_rows,
                 match data.test.rows() {
@@ -532,6 +533,9 @@ impl Process {
         }
         plan.start_round = self.resume.as_ref().map_or(0, |(_, r)| *r);
         plan.checkpoints = self.checkpoints.clone();
+        if let Some(s) = plan.live.as_mut().and_then(|l| l.snapshots.as_mut()) {
+            s.features.clone_from(&features); // a table stream's snapshots carry its map
+        }
         if plan.replica_depends_on_distance(threads * self.processes) {
             let sup = &self.supervisor;
             plan.core_distance_ns =

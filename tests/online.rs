@@ -325,11 +325,38 @@ fn an_online_run_names_what_it_needs_and_refuses() {
         "train.pull=true",
     ]);
     assert!(e.contains("train.pull: an online run"), "{e}");
-    let e = fail(&["train", "--data", "-", "--dim", "10", "--format", "csv"]);
+    let e = fail(&["train", "--data", "-", "--dim", "10", "--format", "parquet"]);
     assert!(
-        e.contains("data.format: data.train = \"-\" (standard input) reads LibSVM lines"),
+        e.contains("data.format: data.train = \"-\" (standard input) reads LibSVM or CSV"),
         "{e}"
     );
+    let csv = ["train", "--data", "-", "--format", "csv", "--set"];
+    let e = fail(&[&csv[..], &["data.label.column=\"y\""]].concat());
+    assert!(e.contains("no column 'y'") || e.contains("features"), "{e}");
+    let categorical = ["--set", "data.features.categorical=[\"c\"]"];
+    let e = fail(&[&csv[..], &["data.label.column=\"y\""], &categorical].concat());
+    assert!(
+        e.contains("data.features.hash_bits: a stream's discrete features (c) must be hashed"),
+        "{e}"
+    );
+    let numeric = "data.features.numeric=[{ column = \"x\", transform = \"standardize\" }]";
+    let e = fail(&[&csv[..], &["data.label.column=\"y\"", "--set", numeric]].concat());
+    assert!(e.contains("column 'x' is standardized"), "{e}");
+    let stream = ["train", "--data", "-", "--dim", "10"];
+    for (set, says) in [
+        ("output.snapshot_rows=100", "rewrite the model file"),
+        (
+            "train.auc_window=0",
+            "train.auc_window: must be at least 1 row",
+        ),
+        (
+            "train.stall_seconds=0",
+            "train.stall_seconds: must be above 0",
+        ),
+    ] {
+        let e = fail(&[&stream[..], &["--set", set]].concat());
+        assert!(e.contains(says), "{set}: {e}");
+    }
 }
 
 /// A stream that pauses longer than `train.stall_seconds` is reported, once, and the run waits
@@ -518,5 +545,188 @@ fn a_directorys_parts_are_trained_on_as_they_appear() {
     assert!(
         read(&from_parts) == read(&from_pipe),
         "parts vs pipe: models differ"
+    );
+}
+
+/// `rows` rows of a click table with a planted logistic model over its site, device and
+/// price, and an unused column: as (clicked, site, device, price, note) values. Every 1000th
+/// row has no label (`NA`).
+fn click_table(rows: usize) -> Vec<[String; 5]> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..rows)
+        .map(|i| {
+            let site = (next() * 30.0) as usize;
+            let device = ["phone", "tablet", "desktop"][(next() * 3.0) as usize];
+            let price = -10.0 * next().ln();
+            let z = ((site * 7919) % 13) as f64 / 3.0 - 2.0 + (device == "phone") as u8 as f64
+                - 0.1 * price;
+            let clicked = if i % 1000 == 999 {
+                "NA"
+            } else if next() < 1.0 / (1.0 + (-z).exp()) {
+                "yes"
+            } else {
+                "no"
+            };
+            let note = match i % 3 {
+                0 => "\"quoted, with a comma\"".to_string(),
+                _ => format!("n{i}"),
+            };
+            [
+                clicked.into(),
+                format!("s{site}"),
+                device.into(),
+                format!("{price:.2}"),
+                note,
+            ]
+        })
+        .collect()
+}
+
+/// The table's lines with its columns in the order `order` (indices into the row's values).
+fn table_lines(rows: &[[String; 5]], order: [usize; 5]) -> String {
+    let names = ["clicked", "site", "device", "price", "note"];
+    let mut text = order.map(|c| names[c]).join(",") + "\n";
+    for row in rows {
+        text += &(order.map(|c| row[c].as_str()).join(",") + "\n");
+    }
+    text
+}
+
+/// A CSV stream is read by its header's names and turned into features by a feature map known
+/// before the first row (hashed slots, log1p of a number): the same rows through a pipe and as
+/// a directory of parts whose headers order the columns differently train the same model, byte
+/// for byte, and rows without a label are passed over and counted. `predict` on the table's
+/// file (which encodes it through the model file's feature map, as the file pipeline does)
+/// scores the model below the stream's progressive loss: the stream's rows and the file's are
+/// the same features.
+#[test]
+fn a_csv_stream_is_read_by_its_header_and_encoded_as_predict_reads_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = click_table(4000);
+    let file = dir.path().join("clicks.csv");
+    std::fs::write(&file, table_lines(&table, [0, 1, 2, 3, 4])).unwrap();
+    let job = dir.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[data]\nformat = \"csv\"\ntrain = \"-\"\n\
+         [data.label]\ncolumn = \"clicked\"\nequals = \"yes\"\n\
+         [data.features]\ncategorical = [\"site\", \"device\"]\n\
+         numeric = [{ column = \"price\", transform = \"log1p\" }]\n\
+         crosses = [[\"site\", \"device\"]]\nhash_bits = 10\n\
+         [model]\nloss = \"logistic\"\nlambda = 0.0\n\
+         [optimizer]\nkind = \"adagrad\"\nlr = 0.2\n\
+         [train]\nbatch_rows = 250\nbatch_ms = 600000\n",
+    )
+    .unwrap();
+    let (from_pipe, from_parts) = (dir.path().join("pipe.txt"), dir.path().join("parts.txt"));
+    let train = |data: &Path, model: &Path, extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gradflow"));
+        c.args(["train", job.to_str().unwrap(), "-w", "2"])
+            .args(["--data", data.to_str().unwrap()])
+            .args(["--model-out", model.to_str().unwrap()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let mut child = train(Path::new("-"), &from_pipe, &[])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writer = feed(&mut child, std::fs::read(&file).unwrap());
+    let out = within(child, LIMIT);
+    writer.join().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("as it arrives (CSV, 1024 features)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("4 rows without a label (column 'clicked') were passed over"),
+        "{stderr}"
+    );
+    let (rows, rounds, progressive) = summary(&stdout);
+    assert_eq!((rows, rounds), (3996, 16), "{stdout}");
+
+    // The same rows as parts, each with its header; the second part's columns in another order.
+    // The last part comes once a live snapshot (with the feature map) has been scored.
+    let parts = dir.path().join("parts");
+    std::fs::create_dir(&parts).unwrap();
+    let write_part = |i: usize, chunk: &[[String; 5]]| {
+        let order = if i == 1 {
+            [4, 3, 0, 2, 1]
+        } else {
+            [0, 1, 2, 3, 4]
+        };
+        let tmp = dir.path().join("writing");
+        std::fs::write(&tmp, table_lines(chunk, order)).unwrap();
+        std::fs::rename(&tmp, parts.join(format!("part-{i}.csv"))).unwrap();
+    };
+    let chunks: Vec<&[[String; 5]]> = table.chunks(1000).collect();
+    (0..3).for_each(|i| write_part(i, chunks[i]));
+    let args = ["--follow", "--max-rows", "3996", "--snapshot-rows", "1000"];
+    let child = train(&parts, &from_parts, &args).spawn().unwrap();
+    let started = std::time::Instant::now();
+    let snapshot = loop {
+        let scored = common::gradflow([
+            "predict",
+            from_parts.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ]);
+        if scored.status.success() {
+            break String::from_utf8_lossy(&scored.stdout).into_owned();
+        }
+        assert!(started.elapsed() < LIMIT, "no live snapshot predict reads");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        snapshot.lines().count(),
+        4000,
+        "a prediction for every row of the table"
+    );
+    write_part(3, chunks[3]);
+    let out = within(child, LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |p: &Path| std::fs::read(p).unwrap();
+    assert!(
+        read(&from_pipe) == read(&from_parts),
+        "pipe vs parts: models differ"
+    );
+
+    // The model scored through its file's feature map on the table as a file.
+    let scored = common::gradflow_ok([
+        "predict",
+        from_pipe.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    let mut loss = (0.0, 0);
+    for (line, row) in scored.lines().zip(&table) {
+        let p: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        match row[0].as_str() {
+            "yes" => loss.0 -= p.ln(),
+            "no" => loss.0 -= (1.0 - p).ln(),
+            _ => continue,
+        }
+        loss.1 += 1;
+    }
+    let loss = loss.0 / loss.1 as f64;
+    assert!(loss.is_finite(), "{scored}");
+    assert!(
+        loss < progressive && progressive < 0.66,
+        "predict's loss {loss:.4}, the stream's progressive loss {progressive:.4}"
     );
 }

@@ -11,7 +11,8 @@ use gradflow::codec::{build_codec, Codec, CodecSpec, CODEC_NAMES};
 use gradflow::data::cache;
 use gradflow::data::libsvm::{parse_libsvm, LibsvmOptions};
 use gradflow::data::partition::RowFilter;
-use gradflow::data::table::{encode_file, parse_rows, FeatureMap};
+use gradflow::data::table::{encode_file, parse_rows, stream_map, CsvLines, FeatureMap, TableSpec};
+use gradflow::data::LineRows;
 use gradflow::exchange::pull::Request;
 use gradflow::exchange::{read_f32s, Aggregator, Envelope, PULL_REQUEST};
 use gradflow::handshake::{answer, greet, Credentials};
@@ -247,6 +248,52 @@ fn encoded_table(name: &str, data: &[u8]) {
             assert_eq!(e.ids.len(), d.rows());
             for r in 0..d.rows() {
                 let (k, v) = d.row(r);
+                assert!(k.windows(2).all(|w| w[0] < w[1]) && k.iter().all(|&k| k < map.dim));
+                assert!(v.iter().all(|v| v.is_finite()), "non-finite feature");
+            }
+        }
+    })
+}
+
+/// The spec of a table read as a stream: the fuzz map's columns, every feature hashed (a
+/// stream's map has no statistics), a text column, and `log1p`.
+pub const STREAM_SPEC: &str = r#"
+delimiter = ","
+missing = ["", "NA"]
+
+[label]
+column = "y"
+equals = "1"
+
+[features]
+categorical = ["c"]
+numeric = [{ column = "x", transform = "log1p" }, { column = "z" }]
+datetime = [{ column = "t", parts = ["month", "dow"] }]
+text = [{ column = "c", hash_bits = 6, ngrams = 2 }]
+crosses = [["c", "t.month"]]
+hash_bits = 8
+"#;
+
+/// Lines of a CSV stream (the first its header) read one by one, as a stream's reader reads
+/// them; the rows it accepts have sorted keys below the map's dimension and finite values.
+pub fn table_lines(data: &[u8]) {
+    thread_local! {
+        static MAP: FeatureMap = {
+            let spec: TableSpec = toml::from_str(STREAM_SPEC).expect("the stream spec parses");
+            stream_map(&spec).expect("a stream's map")
+        };
+    }
+    MAP.with(|map| {
+        let mut lines = CsvLines::new(map, true).expect("no joins to read");
+        let mut split = data.split_inclusive(|&b| b == b'\n');
+        let Some(header) = split.next() else { return };
+        if lines.header(header).is_err() {
+            return;
+        }
+        for line in split.filter(|l| l.ends_with(b"\n")) {
+            if let Ok(Some(label)) = lines.parse(line) {
+                assert!(label == 1.0 || label == -1.0, "label {label}");
+                let (k, v) = lines.features();
                 assert!(k.windows(2).all(|w| w[0] < w[1]) && k.iter().all(|&k| k < map.dim));
                 assert!(v.iter().all(|v| v.is_finite()), "non-finite feature");
             }

@@ -283,6 +283,16 @@ pub struct LineParser {
     max_index: Option<u32>,
 }
 
+impl super::LineRows for LineParser {
+    fn parse(&mut self, line: &[u8]) -> Result<Option<f32>, LineError> {
+        LineParser::parse(self, line)
+    }
+
+    fn features(&self) -> (&[u32], &[f32]) {
+        LineParser::features(self)
+    }
+}
+
 /// An error in a line: its 1-based column and what is wrong.
 pub type LineError = (usize, String);
 

@@ -19,6 +19,33 @@ pub use partition::RowFilter;
 pub use source::Part;
 pub use worker::WorkerData;
 
+/// How one line of a stream becomes a row (LibSVM: [`libsvm::LineParser`]; CSV:
+/// [`table::lines::CsvLines`]). A stream is read line by line ([`stream`]), so a row is one line.
+pub trait LineRows {
+    /// The label of `line` (with its line break), its features then in [`Self::features`];
+    /// `None` for a line that is no row (blank, a comment, a row without a label). An error
+    /// gives the 1-based column (0: none) and what is wrong.
+    fn parse(&mut self, line: &[u8]) -> Result<Option<f32>, libsvm::LineError>;
+
+    /// The features of the row [`Self::parse`] read last: ascending keys and their values.
+    fn features(&self) -> (&[u32], &[f32]);
+
+    /// Whether a file's first line names its columns (then given to [`Self::header`]).
+    fn has_header(&self) -> bool {
+        false
+    }
+
+    /// Reads a file's header line: the rows after it follow its columns.
+    fn header(&mut self, _line: &[u8]) -> Result<(), libsvm::LineError> {
+        Ok(())
+    }
+
+    /// What the reader says when the stream ends (rows passed over), if anything.
+    fn note(&self) -> Option<String> {
+        None
+    }
+}
+
 /// The largest model dimension a job allocates unless it raises `data.max_dim` (2^27 =
 /// 134,217,728 features; it may be raised to 2^32 - 2, and a model's weights, features times
 /// weights per feature, number at most 2^32 - 1: its keys are `u32`). With a replica every

@@ -1,7 +1,8 @@
 //! Rows that arrive while training runs: standard input, or a file followed as it grows.
 //!
 //! A reader thread reads blocks of up to [`BLOCK_BYTES`], parses their whole lines (LibSVM,
-//! with the file reader's checks: [`LineParser`]) and hands the rows on through a channel of
+//! with the file reader's checks, [`LineParser`]; or CSV with a header per file, by a feature
+//! map known up front, [`CsvLines`]) and hands the rows on through a channel of
 //! [`QUEUE_BLOCKS`] blocks. Parsing there overlaps it with training. When training falls
 //! behind, the channel fills, the thread blocks, and so does the writer of the pipe
 //! (back-pressure: memory stays bounded by the channel and the longest line, whatever the
@@ -14,13 +15,15 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::libsvm::{LibsvmOptions, LineParser};
+use super::table::{CsvLines, FeatureMap};
+use super::LineRows;
 
 /// Bytes read at a time.
 pub const BLOCK_BYTES: usize = 1 << 20;
@@ -89,10 +92,35 @@ const QUOTED_BAD_ROWS: u64 = 5;
 /// How a stream's lines become rows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RowFormat {
-    /// LibSVM, with these checks (a declared dimension, labels the loss reads).
-    pub libsvm: LibsvmOptions,
+    /// The lines' format.
+    pub lines: LineFormat,
     /// What a malformed row does.
     pub on_bad_row: OnBadRow,
+}
+
+/// The format of a stream's lines.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LineFormat {
+    /// LibSVM, with these checks (a declared dimension, labels the loss reads).
+    Libsvm(LibsvmOptions),
+    /// CSV, each file's first line its header, by a feature map that needs no statistics of
+    /// the rows ([`crate::data::table::stream_map`]).
+    Csv {
+        /// The feature map (its spec holds the label rule, features and joins).
+        map: Box<FeatureMap>,
+        /// A label that is not a class is an error.
+        classification: bool,
+    },
+}
+
+impl LineFormat {
+    /// The format's name, for the user.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LineFormat::Libsvm(_) => "LibSVM",
+            LineFormat::Csv { .. } => "CSV",
+        }
+    }
 }
 
 /// Rows parsed from a block of whole lines, in stream order.
@@ -142,6 +170,9 @@ pub enum Event {
     Failed(String),
 }
 
+/// What the reader thread does with its parser and its channel: read the origin.
+type ReadWith = dyn FnOnce(&mut RowReader, &SyncSender<Event>) + Send;
+
 /// A stream of lines read by a thread of its own.
 pub struct Records {
     events: Receiver<Event>,
@@ -155,24 +186,64 @@ impl Records {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, events) = sync_channel(QUEUE_BLOCKS);
         let name = origin.name();
-        let mut rows = RowReader::new(format, name);
-        let send = move |e| tx.send(e).is_ok();
-        let read: Box<dyn FnOnce() + Send> = match &origin {
+        let read: Box<ReadWith> = match &origin {
             Origin::Follow { path, from } if path.is_dir() => {
                 let (dir, from, stop) = (path.clone(), *from, stop.clone());
-                Box::new(move || read_parts(&dir, from, &stop, &mut rows, send))
+                Box::new(move |rows, tx| {
+                    read_parts(&dir, from, &stop, rows, |e| tx.send(e).is_ok())
+                })
             }
             Origin::Follow { path, from } => {
                 let (file, from, stop) = (open_at(path, *from)?, *from, stop.clone());
-                Box::new(move || read_lines(Box::new(file), from, Some(stop), &mut rows, send))
+                let path = path.clone();
+                Box::new(move |rows, tx| {
+                    let send = |e| tx.send(e).is_ok();
+                    match rows.begin(&path, from) {
+                        Ok(()) => read_lines(Box::new(file), from, Some(stop), rows, send),
+                        Err(e) => {
+                            send(Event::Failed(e));
+                        }
+                    }
+                })
             }
-            Origin::Stdin => {
-                Box::new(move || read_lines(Box::new(std::io::stdin()), 0, None, &mut rows, send))
+            Origin::Stdin => Box::new(move |rows, tx| {
+                rows.header_next = rows.lines.has_header();
+                let stdin = Box::new(std::io::stdin());
+                read_lines(stdin, 0, None, rows, |e| tx.send(e).is_ok())
+            }),
+        };
+        let on_bad_row = format.on_bad_row;
+        let with_lines = move || {
+            let mut libsvm;
+            let mut csv;
+            let lines: &mut dyn LineRows = match &format.lines {
+                LineFormat::Libsvm(o) => {
+                    libsvm = LineParser::new(o);
+                    &mut libsvm
+                }
+                LineFormat::Csv {
+                    map,
+                    classification,
+                } => match CsvLines::new(map, *classification) {
+                    Ok(lines) => {
+                        csv = lines;
+                        &mut csv
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Event::Failed(e));
+                        return;
+                    }
+                },
+            };
+            let mut rows = RowReader::new(lines, on_bad_row, name.clone());
+            read(&mut rows, &tx);
+            if let Some(note) = rows.lines.note() {
+                eprintln!("note: {name}: {note}");
             }
         };
         std::thread::Builder::new()
             .name("gradflow-stream".into())
-            .spawn(read)
+            .spawn(with_lines)
             .map_err(|e| format!("{}: cannot start its reader: {e}", origin.name()))?;
         Ok(Records { events, stop })
     }
@@ -293,7 +364,10 @@ fn read_parts(
                     return;
                 }
             };
-            (rows.name, rows.line) = (path.display().to_string(), 1);
+            if let Err(e) = rows.begin(&path, skip) {
+                send(Event::Failed(e));
+                return;
+            }
             let mut ended = None;
             read_lines(Box::new(file), offset + skip, None, rows, |e| match e {
                 Event::End { end, cut, .. } => {
@@ -318,23 +392,57 @@ fn read_parts(
 }
 
 /// The reader thread's parser: whole lines to rows, counting lines for errors' places.
-struct RowReader {
-    format: RowFormat,
-    parser: LineParser,
+struct RowReader<'l> {
+    lines: &'l mut dyn LineRows,
+    on_bad_row: OnBadRow,
     name: String,
     /// The 1-based number of the next line.
     line: u64,
+    /// The next line is a file's header.
+    header_next: bool,
     skipped: u64,
 }
 
-impl RowReader {
-    fn new(format: RowFormat, name: String) -> Self {
+impl<'l> RowReader<'l> {
+    fn new(lines: &'l mut dyn LineRows, on_bad_row: OnBadRow, name: String) -> Self {
         RowReader {
-            parser: LineParser::new(&format.libsvm),
-            format,
+            lines,
+            on_bad_row,
             name,
             line: 1,
+            header_next: false,
             skipped: 0,
+        }
+    }
+
+    /// File `path` is read from its byte `from` on: errors name it and count its lines from
+    /// there; its header is its first line, read apart when `from` is past it.
+    fn begin(&mut self, path: &Path, from: u64) -> Result<(), String> {
+        self.name = path.display().to_string();
+        self.line = match from {
+            0 => 1,
+            _ => crate::data::source::line_of(path, from).map_err(|e| e.to_string())? as u64,
+        };
+        self.header_next = self.lines.has_header() && from == 0;
+        if self.lines.has_header() && from > 0 {
+            let mut first = Vec::new();
+            let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::io::BufRead::read_until(
+                &mut std::io::BufReader::new(file.take(MAX_LINE_BYTES as u64)),
+                b'\n',
+                &mut first,
+            )
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+            (self.lines.header(&first)).map_err(|e| self.place(1, e))?;
+        }
+        Ok(())
+    }
+
+    /// An error's place and message: `name:line:column: message` (no column when 0).
+    fn place(&self, line: u64, (column, message): super::libsvm::LineError) -> String {
+        match column {
+            0 => format!("{}:{line}: {message}", self.name),
+            _ => format!("{}:{line}:{column}: {message}", self.name),
         }
     }
 
@@ -346,12 +454,16 @@ impl RowReader {
             let line = self.line;
             self.line += 1;
             offset += text.len() as u64;
-            let label = match self.parser.parse(text) {
+            if std::mem::take(&mut self.header_next) {
+                self.lines.header(text).map_err(|e| self.place(line, e))?;
+                continue;
+            }
+            let label = match self.lines.parse(text) {
                 Ok(Some(label)) => label,
                 Ok(None) => continue,
-                Err((column, message)) => {
-                    let place = format!("{}:{line}:{column}: {message}", self.name);
-                    if self.format.on_bad_row == OnBadRow::Stop {
+                Err(e) => {
+                    let place = self.place(line, e);
+                    if self.on_bad_row == OnBadRow::Stop {
                         return Err(format!(
                             "{place} (data.on_bad_row = \"skip\" skips such rows)"
                         ));
@@ -363,7 +475,7 @@ impl RowReader {
                     continue;
                 }
             };
-            let (keys, values) = self.parser.features();
+            let (keys, values) = self.lines.features();
             rows.keys.extend_from_slice(keys);
             rows.values.extend_from_slice(values);
             rows.lens.push(keys.len() as u32);
@@ -453,12 +565,16 @@ fn read_lines(
 mod tests {
     use super::*;
 
+    fn options() -> LibsvmOptions {
+        LibsvmOptions {
+            dim: Some(100),
+            ..LibsvmOptions::default()
+        }
+    }
+
     fn format(on_bad_row: OnBadRow) -> RowFormat {
         RowFormat {
-            libsvm: LibsvmOptions {
-                dim: Some(100),
-                ..LibsvmOptions::default()
-            },
+            lines: LineFormat::Libsvm(options()),
             on_bad_row,
         }
     }
@@ -466,7 +582,8 @@ mod tests {
     fn events_with(input: &[u8], on_bad_row: OnBadRow) -> Vec<Event> {
         let mut out = Vec::new();
         let source: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(input.to_vec()));
-        let mut rows = RowReader::new(format(on_bad_row), "test".into());
+        let mut parser = LineParser::new(&options());
+        let mut rows = RowReader::new(&mut parser, on_bad_row, "test".into());
         read_lines(source, 0, None, &mut rows, |e| {
             out.push(e);
             true
@@ -649,5 +766,77 @@ mod tests {
         let origin = Origin::Follow { path, from: 1000 };
         let e = Records::open(origin, format(OnBadRow::Stop)).err().unwrap();
         assert!(e.contains("may only grow"), "{e}");
+    }
+
+    /// Every event of `origin` until its end (the reader told to stop at once).
+    fn all_events(origin: Origin, format: RowFormat) -> Vec<Event> {
+        let records = Records::open(origin, format).unwrap();
+        records.stop();
+        let mut out = Vec::new();
+        while let Some(e) = records.next_timeout(Duration::from_secs(5)) {
+            let last = !matches!(e, Event::Rows(_));
+            out.push(e);
+            if last {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_csv_stream_resumed_past_its_header_reads_it_apart_and_counts_lines_from_the_start() {
+        use crate::data::table::{stream_map, FeatureSpec, LabelSpec, TableSpec};
+        let spec = TableSpec {
+            label: LabelSpec {
+                column: "y".into(),
+                ..LabelSpec::default()
+            },
+            features: FeatureSpec {
+                categorical: vec!["c".into()],
+                hash_bits: Some(4),
+                ..FeatureSpec::default()
+            },
+            ..TableSpec::default()
+        };
+        let csv = RowFormat {
+            lines: LineFormat::Csv {
+                map: Box::new(stream_map(&spec).unwrap()),
+                classification: true,
+            },
+            on_bad_row: OnBadRow::Stop,
+        };
+        let follow = |path: &Path, from: u64| {
+            let path = path.to_path_buf();
+            all_events(Origin::Follow { path, from }, csv.clone())
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (file, bad) = (dir.path().join("t.csv"), dir.path().join("bad.csv"));
+        let text = "c,y\na,1\nb,0\nc,1\n";
+        std::fs::write(&file, text).unwrap();
+        std::fs::write(&bad, format!("{text}d,x\n")).unwrap();
+        let rows = rows_of(&follow(&file, 0));
+        assert_eq!(rows.iter().map(|r| r.2).collect::<Vec<_>>(), [8, 12, 16]);
+        assert_eq!((rows[0].0, rows[1].0), (1.0, 0.0));
+        // From after row b (byte 12): the header is read apart, and row c is the same row.
+        assert_eq!(rows_of(&follow(&file, 12)), rows[2..].to_vec());
+        // A bad label's place is its line in the file, from the start or resumed.
+        for from in [0, 16] {
+            let events = follow(&bad, from);
+            assert!(
+                matches!(events.last(), Some(Event::Failed(e))
+                    if e.contains("bad.csv:5:2: column 'y': 'x' is not a finite number")),
+                "{events:?}"
+            );
+        }
+        // A directory: each part has its own header (p0's columns in another order); resumed
+        // inside p1, past its header.
+        let parts = dir.path().join("parts");
+        std::fs::create_dir(&parts).unwrap();
+        std::fs::write(parts.join("p0"), "y,c\n1,a\n").unwrap();
+        std::fs::write(parts.join("p1"), text).unwrap();
+        let whole = rows_of(&follow(&parts, 0));
+        assert_eq!(whole.len(), 4, "{whole:?}");
+        assert_eq!(whole[0].1, rows[0].1, "column c by name, wherever it is");
+        assert_eq!(rows_of(&follow(&parts, 8 + 12)), whole[3..].to_vec());
     }
 }

@@ -653,7 +653,7 @@ impl GradientStep {
             intercept: plan.intercept,
             classes: (outputs > 1).then_some(outputs),
             model: (plan.model.name() != "linear").then(|| plan.model.spec()),
-            features: None,
+            features: s.features.clone(),
         };
         file.save(&s.path)
             .map_err(|e| format!("live snapshot after {rows} rows: {}: {e}", s.path.display()))

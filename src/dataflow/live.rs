@@ -70,6 +70,8 @@ pub struct Snapshots {
     pub every_rows: Option<u64>,
     /// Every this long (`output.snapshot_seconds`).
     pub every: Option<Duration>,
+    /// A table stream's feature map (TOML), which the model file carries for `predict`.
+    pub features: Option<String>,
 }
 
 impl Snapshots {

@@ -306,6 +306,9 @@ impl Job {
     /// An online run's data before its stream: no training rows (they arrive by round), the
     /// test file's rows if it has one; the model's size is `data.dim`.
     fn load_test_of_stream(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {
+        if self.data.format.is_table() {
+            return self.load_table_test_of_stream(worker);
+        }
         let dim = self.data.dim.expect("validated: a stream has data.dim");
         let mut data = WorkerData::empty(dim);
         if self.data.test.is_some() {
@@ -321,6 +324,34 @@ impl Job {
         }
         let (data, dim) = self.with_intercept(data, dim)?;
         Ok((data, dim, None, vec![]))
+    }
+
+    /// [`Self::load_test_of_stream`] of a table: the model's size and feature map are the
+    /// stream's ([`crate::data::table::stream_map`]); a worker keeps every `peers`-th row of the
+    /// test table, which it encodes whole with that map.
+    fn load_table_test_of_stream(
+        &self,
+        worker: &mut timely::worker::Worker,
+    ) -> Result<Loaded, String> {
+        let map = crate::data::table::stream_map(&self.data.table())?;
+        let mut data = WorkerData::empty(map.dim);
+        if let Some(test) = &self.data.test {
+            let encoded = crate::data::table::encode_file(&map, test, None)?;
+            if !encoded.labelled {
+                let label = &map.spec.label.column;
+                return Err(format!("{}: no label column '{label}'", test.display()));
+            }
+            let rows = &encoded.data;
+            for i in (worker.index()..rows.rows()).step_by(worker.peers()) {
+                let (keys, values) = rows.row(i);
+                if !rows.labels[i].is_nan() {
+                    data.test.push_row(keys, values, rows.labels[i]);
+                }
+            }
+        }
+        let (data, dim) = self.with_intercept(data, map.dim)?;
+        let map = toml::to_string(&map).map_err(|e| format!("feature map: {e}"))?;
+        Ok((data, dim, Some(map), vec![]))
     }
 
     pub(super) fn load_fresh(&self, worker: &mut timely::worker::Worker) -> Result<Loaded, String> {

@@ -4,7 +4,8 @@
 use super::*;
 use crate::codec::ErrorFeedback;
 use crate::data::libsvm::LibsvmOptions;
-use crate::data::stream::{Origin, RowFormat};
+use crate::data::stream::{LineFormat, Origin, RowFormat};
+use crate::data::table::stream_map;
 use crate::dataflow::live::{LiveSpec, Snapshots};
 use crate::dataflow::TrainPlan;
 use crate::exchange::{ExchangeKind, Ownership, StateMode};
@@ -89,6 +90,28 @@ impl Job {
             path: o.model.clone().filter(|_| wanted)?,
             every_rows: o.snapshot_rows,
             every: o.snapshot_seconds.map(Duration::from_secs_f64),
+            features: None, // the runtime's, once the feature map is made
+        })
+    }
+
+    /// The format of an online run's lines: LibSVM of the declared dimension, or CSV by the
+    /// feature map of a stream ([`crate::data::table::stream_map`], which validation has
+    /// checked).
+    fn line_format(&self) -> LineFormat {
+        let binary = self.loss().task() == crate::model::Task::Binary;
+        if self.data.format.is_table() {
+            return LineFormat::Csv {
+                map: Box::new(stream_map(&self.data.table()).expect("validated: a stream's map")),
+                classification: binary,
+            };
+        }
+        LineFormat::Libsvm(LibsvmOptions {
+            zero_based: self.data.zero_based,
+            dim: self.data.dim,
+            ignore_beyond_dim: false,
+            max_dim: self.data.max_dim,
+            classes: self.classes(),
+            binary,
         })
     }
 
@@ -99,14 +122,7 @@ impl Job {
         Some(LiveSpec {
             origin: self.stream()?,
             format: RowFormat {
-                libsvm: LibsvmOptions {
-                    zero_based: self.data.zero_based,
-                    dim: self.data.dim,
-                    ignore_beyond_dim: false,
-                    max_dim: self.data.max_dim,
-                    classes: self.classes(),
-                    binary: self.loss().task() == crate::model::Task::Binary,
-                },
+                lines: self.line_format(),
                 on_bad_row: self.data.on_bad_row,
             },
             batch_rows: t.batch_rows,

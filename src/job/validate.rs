@@ -85,14 +85,15 @@ impl Job {
             crate::data::stream::Origin::Stdin => "data.train = \"-\" (standard input)",
             _ => "data.follow",
         };
-        if d.format != Format::Libsvm {
+        if d.format == Format::Csv {
+            crate::data::table::stream_map(&d.table())?;
+        } else if d.format != Format::Libsvm {
             return Err(format!(
-                "data.format: {what} reads LibSVM lines; a {:?} stream is not supported (convert \
-                 it, or train on the file in epochs)",
+                "data.format: {what} reads LibSVM or CSV lines; a {:?} stream is not supported \
+                 (convert it, or train on the file in epochs)",
                 d.format
             ));
-        }
-        if d.dim.is_none() {
+        } else if d.dim.is_none() {
             return Err(format!(
                 "data.dim: {what} needs the number of features up front (the model is sized \
                  before the first row arrives)"

@@ -198,6 +198,7 @@ fn main() {
     ];
     for (i, text) in tables.iter().enumerate() {
         write(&root.join("table"), &format!("t{i}"), text.as_bytes());
+        write(&root.join("table_lines"), &format!("t{i}"), text.as_bytes());
     }
     for (i, bytes) in parquet_tables().iter().enumerate() {
         write(&root.join("parquet_table"), &format!("p{i}"), bytes);

@@ -10,7 +10,7 @@
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
-use super::spec::{DatePart, FeatureSpec, SlotSource, TableSpec, Transform};
+use super::spec::{DatePart, FeatureSpec, LabelSpec, NamedLabel, SlotSource, TableSpec, Transform};
 use super::text::TextColumn;
 
 /// Statistics of one numeric column over the training rows.
@@ -47,6 +47,37 @@ pub struct BadValue {
     pub column: String,
     /// What is wrong.
     pub message: String,
+}
+
+/// The label of value `v` by the label rule `l` (named values, `above`, or the number itself);
+/// with `classification`, a label that is not a class is an error.
+pub fn label_value(l: &LabelSpec, v: &str, classification: bool) -> Result<f32, String> {
+    let y = match l.named(v) {
+        NamedLabel::Known(y) => y as f64,
+        NamedLabel::Unknown => {
+            return Err(format!(
+                "label '{}' is not one the job names ({})",
+                crate::data::clip(v),
+                l.names()
+            ))
+        }
+        NamedLabel::Unnamed => {
+            let x = number(&l.column, v).map_err(|e| e.message)?;
+            match l.above {
+                Some(t) if x > t => 1.0,
+                Some(_) => -1.0,
+                None => x,
+            }
+        }
+    };
+    if classification && !crate::data::is_binary_label(y as f32) {
+        return Err(format!(
+            "label {} is not a class: logistic and hinge losses take -1/+1 or 0/1 (or set \
+             data.label.above or data.label.equals)",
+            crate::data::clip(v)
+        ));
+    }
+    Ok(y as f32)
 }
 
 /// Parses a number; `column` names it in the error.

@@ -3,6 +3,7 @@
 //! dimension tables), by a differential-dataflow pipeline on the training workers.
 
 pub mod features;
+pub mod lines;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod pipeline;
@@ -11,6 +12,7 @@ pub mod spec;
 pub mod text;
 
 pub use features::{FeatureMap, NumericStats};
+pub use lines::{stream_map, CsvLines};
 pub use pipeline::{encode_file, prepare, Encoded, Prepared, TableInput};
 pub use spec::{
     DatePart, DatetimeSpec, FeatureSpec, JoinSpec, LabelSpec, NumericSpec, TableSpec, TextSpec,

@@ -27,11 +27,11 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use timely::worker::Worker;
 
 use super::features::{
-    number, numeric_input, sum_duplicates, BadValue, Date, FeatureMap, NumericStats, RowValues,
-    TokenKey,
+    label_value, numeric_input, sum_duplicates, BadValue, Date, FeatureMap, NumericStats,
+    RowValues, TokenKey,
 };
 use super::read::{count_quotes, read_cells, Cells, Cut, Part};
-use super::spec::{NamedLabel, TableSpec, Transform};
+use super::spec::{TableSpec, Transform};
 use crate::data::gather::gather;
 use crate::data::partition::unit_hash;
 use crate::data::source::compression;
@@ -98,7 +98,7 @@ struct Rows<'a> {
 }
 
 /// A dimension table's rows as `(key, brought values)`, sorted by key.
-type DimRows = Vec<(String, Vec<String>)>;
+pub(super) type DimRows = Vec<(String, Vec<String>)>;
 
 /// A record of the join dataflow: `(0, join, key, [])` for a key the rows use, `(1, join, key,
 /// values)` for a dimension row.
@@ -299,45 +299,9 @@ fn labels(
             let Some(v) = cells.value(row, c) else {
                 return Ok(None);
             };
-            let y = match l.named(v) {
-                NamedLabel::Known(y) => y as f64,
-                NamedLabel::Unknown => {
-                    return Err(cells.error(
-                        row,
-                        c,
-                        format!(
-                            "label '{}' is not one the job names ({})",
-                            crate::data::clip(v),
-                            l.names()
-                        ),
-                    ))
-                }
-                NamedLabel::Unnamed => {
-                    let x = number(&l.column, v).map_err(|e| cells.error(row, c, e.message))?;
-                    match l.above {
-                        Some(t) => {
-                            if x > t {
-                                1.0
-                            } else {
-                                -1.0
-                            }
-                        }
-                        None => x,
-                    }
-                }
-            };
-            if classification && !crate::data::is_binary_label(y as f32) {
-                return Err(cells.error(
-                    row,
-                    c,
-                    format!(
-                        "label {} is not a class: logistic and hinge losses take -1/+1 or \
-                         0/1 (or set data.label.above or data.label.equals)",
-                        crate::data::clip(v)
-                    ),
-                ));
-            }
-            Ok(Some(y as f32))
+            label_value(l, v, classification)
+                .map(Some)
+                .map_err(|m| cells.error(row, c, m))
         })
         .collect()
 }
@@ -1207,6 +1171,30 @@ pub struct Encoded {
     pub unknown: u64,
 }
 
+/// Every join's dimension table, read whole on one thread: its rows as `(key, brought values)`,
+/// sorted by key, each key once.
+pub(super) fn dimension_tables(spec: &TableSpec) -> Result<Vec<DimRows>, String> {
+    let mut per_join = Vec::new();
+    for j in &spec.join {
+        let mut names: Vec<String> = j.on.values().cloned().collect();
+        names.extend(j.columns.iter().cloned());
+        let d = read_cells(
+            &j.file,
+            &names,
+            Part::WHOLE,
+            spec.delimiter as u8,
+            &spec.missing,
+            Cut::Lines,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut list: DimRows = dim_rows(&d, j.on.len()).collect();
+        list.sort();
+        unique_keys(spec, per_join.len(), &list)?;
+        per_join.push(list);
+    }
+    Ok(per_join)
+}
+
 /// Encodes every row of `path` with a saved feature map, on one thread (for `predict`); the
 /// label's column is optional. `id_column` names a column to carry through as each row's id.
 pub fn encode_file(
@@ -1244,25 +1232,7 @@ pub fn encode_file(
     };
     let mut rows = Rows::new(cells, spec);
     if !spec.join.is_empty() {
-        let mut per_join = Vec::new();
-        for j in &spec.join {
-            let mut names: Vec<String> = j.on.values().cloned().collect();
-            names.extend(j.columns.iter().cloned());
-            let d = read_cells(
-                &j.file,
-                &names,
-                Part::WHOLE,
-                delimiter,
-                &spec.missing,
-                Cut::Lines,
-            )
-            .map_err(|e| e.to_string())?;
-            let mut list: DimRows = dim_rows(&d, j.on.len()).collect();
-            list.sort();
-            unique_keys(spec, per_join.len(), &list)?;
-            per_join.push(list);
-        }
-        rows.attach(&Rc::new(per_join));
+        rows.attach(&Rc::new(dimension_tables(spec)?));
     }
     let all: Vec<usize> = (0..rows.cells.len()).collect();
     let (data, unknown) = encode_each(map, &rows, &all, &labels)?;

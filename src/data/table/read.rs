@@ -354,7 +354,21 @@ pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
         });
     }
     let names: Vec<String> = rec.iter().map(|s| s.trim().to_string()).collect();
-    // Unnamed columns (an index column, a trailing delimiter) cannot be selected: no clash.
+    if let Err((column, message)) = named_once(&names) {
+        return Err(DataError {
+            file: path.to_path_buf(),
+            line: 1,
+            column,
+            message,
+        });
+    }
+    Ok(names)
+}
+
+/// A header whose columns are each named once; else the second one's 1-based position and the
+/// error. (Unnamed columns, an index column or a trailing delimiter, cannot be selected: no
+/// clash.)
+pub(super) fn named_once(names: &[String]) -> Result<(), (usize, String)> {
     let named = names
         .iter()
         .map(String::as_str)
@@ -362,26 +376,24 @@ pub fn header(path: &Path, delimiter: u8) -> Result<Vec<String>, DataError> {
         .filter(|n| !n.0.is_empty());
     let mut sorted: Vec<(&str, usize)> = named.collect();
     sorted.sort_unstable();
-    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(DataError {
-            file: path.to_path_buf(),
-            line: 1,
-            column: w[1].1,
-            message: format!(
+    match sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+        Some(w) => Err((
+            w[1].1,
+            format!(
                 "columns {} and {} are both named '{}': a column must be named once",
                 w[0].1,
                 w[1].1,
                 crate::data::clip(w[0].0)
             ),
-        });
+        )),
+        None => Ok(()),
     }
-    Ok(names)
 }
 
 /// What an error says of a header without the column it needs: its names when it has several,
 /// but not a one-column "header", which may be any file's first line (a model file's join
 /// path can name any file, and its first line is not for an error message to show).
-fn header_names(head: &[String]) -> String {
+pub(super) fn header_names(head: &[String]) -> String {
     match head.len() {
         0 | 1 => format!(
             "the first line is one column of {} bytes: not a table with this delimiter",
