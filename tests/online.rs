@@ -730,3 +730,72 @@ fn a_csv_stream_is_read_by_its_header_and_encoded_as_predict_reads_the_file() {
         "predict's loss {loss:.4}, the stream's progressive loss {progressive:.4}"
     );
 }
+
+/// With `--each-process-reads`, every process reads its own standard input and trains its
+/// rows on its own workers. Two processes of one worker each, fed the two halves of a stream,
+/// train the model one process of two workers trains on the halves interleaved (row `n` of
+/// the interleaving to worker `n mod 2`), byte for byte. Streams of unequal length: the run
+/// ends when the longer one does, every row of both trained on.
+#[test]
+fn each_process_reads_its_own_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = rows(dir.path(), 3000);
+    let lines: Vec<&[u8]> = data.split_inclusive(|&b| b == b'\n').collect();
+    let (first, second) = lines.split_at(1500);
+    let interleaved: Vec<u8> = first
+        .iter()
+        .zip(second)
+        .flat_map(|(a, b)| [*a, *b])
+        .collect::<Vec<_>>()
+        .concat();
+    let model = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (together, apart) = (model("together.txt"), model("apart.txt"));
+    let batch = ["--batch-rows", "200", "--set", "train.batch_ms=600000"];
+    let (_, err, ok) = train_on(
+        interleaved,
+        &[&batch[..], &["-w", "2", "--model-out", &together]].concat(),
+    );
+    assert!(ok, "{err}");
+
+    let hosts = hostfile(dir.path(), 2);
+    let in_cluster = |p: &str, rows: Vec<u8>, extra: &[&str]| {
+        let cluster = ["-n", "2", "-p", p, "--hostfile", hosts.to_str().unwrap()];
+        let args = [&batch[..], &cluster, &["--each-process-reads"], extra].concat();
+        let mut child = start(&args, Stdio::piped());
+        let writer = feed(&mut child, rows);
+        (child, writer)
+    };
+    let run = |a: Vec<u8>, b: Vec<u8>, extra: &[&str]| {
+        let (one, w1) = in_cluster("1", b, &[]);
+        let (zero, w0) = in_cluster("0", a, extra);
+        let (out0, out1) = (within(zero, LIMIT), within(one, LIMIT));
+        w0.join().unwrap();
+        w1.join().unwrap();
+        let stdout = String::from_utf8_lossy(&out0.stdout).into_owned();
+        assert!(
+            out0.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out0.stderr)
+        );
+        assert!(
+            out1.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out1.stderr)
+        );
+        summary(&stdout)
+    };
+    let (rows, rounds, _) = run(first.concat(), second.concat(), &["--model-out", &apart]);
+    assert_eq!((rows, rounds), (3000, 15));
+    let read = |p: &str| std::fs::read(p).unwrap();
+    assert!(
+        read(&together) == read(&apart),
+        "one reader vs a reader per process: models differ"
+    );
+
+    // The second process's stream ends after 500 rows: it sends empty rounds until the
+    // first's ends (1,500 rows, 100 a round).
+    for (a, b) in [(first, &second[..500]), (&second[..500], first)] {
+        let (rows, rounds, loss) = run(a.concat(), b.concat(), &[]);
+        assert_eq!((rows, rounds), (2000, 15), "{loss}");
+    }
+}

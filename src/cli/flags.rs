@@ -31,6 +31,10 @@ pub struct DataFlags {
     /// --max-seconds or SIGINT/SIGTERM).
     #[arg(long, help_heading = "Data")]
     follow: bool,
+    /// A stream: every process reads its own (its standard input, or --data on its machine),
+    /// and its rows train on its workers (data.each_process_reads).
+    #[arg(long = "each-process-reads", help_heading = "Data")]
+    each_process_reads: bool,
     /// LibSVM: the number of features (data.dim); a stream needs it.
     #[arg(long, value_name = "N", help_heading = "Data")]
     dim: Option<u32>,
@@ -227,6 +231,10 @@ impl DataFlags {
                     ("data.train", self.train_file.as_deref().map(path_text)),
                     ("data.test", self.test_file.as_deref().map(path_text)),
                     ("data.follow", self.follow.then(|| toml_text(true))),
+                    (
+                        "data.each_process_reads",
+                        self.each_process_reads.then(|| toml_text(true)),
+                    ),
                     ("data.dim", self.dim.map(toml_text)),
                     ("data.on_bad_row", self.on_bad_row.as_deref().map(toml_text)),
                     ("data.format", self.format.as_deref().map(toml_text)),

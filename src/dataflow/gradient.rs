@@ -14,6 +14,7 @@ use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::operators::Capability;
 use timely::dataflow::Stream;
+use timely::progress::Antichain;
 
 use super::checkpoint::{Carried, StreamPosition};
 use super::live::LiveBatch;
@@ -83,8 +84,16 @@ pub fn gradient<'s>(
     let mut rows_input = rows.map(|s| builder.new_input(s, Pipeline));
     let mut live_input =
         live.map(|s| builder.new_input(s, Exchange::new(|b: &LiveBatch| b.dest as u64)));
-    let (grad_out, grad_stream) = builder.new_output::<Vec<Envelope>>();
-    let (stats_out, stats_stream) = builder.new_output::<Vec<RoundStats>>();
+    // Every input but the live rows reaches the outputs: a round's rows are used at the
+    // round's own capabilities, and a reader whose stream has ended waits for the loop's end.
+    let inputs = builder.shape().inputs();
+    let live_at = live_input.as_ref().map(|_| inputs - 1);
+    let reaching = (0..inputs)
+        .filter(move |&i| Some(i) != live_at)
+        .map(|i| (i, Antichain::from_elem(Default::default())));
+    let (grad_out, grad_stream) =
+        builder.new_output_connection::<Vec<Envelope>, _>(reaching.clone());
+    let (stats_out, stats_stream) = builder.new_output_connection::<Vec<RoundStats>, _>(reaching);
     let (mut grad_out, mut stats_out) = (Output::from(grad_out), Output::from(stats_out));
     let mut step =
         data.map(|data| GradientStep::new(me, peers, plan, data, &supervisor, wire.clone()));
@@ -329,6 +338,8 @@ struct GradientStep {
     shuffled_epoch: Option<u64>,
     /// An online run: each round's batch is the rows that arrived for it.
     live: bool,
+    /// An online run: its number of readers, and the reader of this worker's rows.
+    readers: (usize, u32),
     /// An online run: the rows that have arrived for rounds not yet run.
     live_rows: BTreeMap<u64, Vec<LiveBatch>>,
     /// An online run: where the stream stood after the rows of the rounds before this one,
@@ -470,6 +481,8 @@ impl GradientStep {
             plan: plan.clone(),
             shuffled_epoch: None,
             live: plan.live.is_some(),
+            readers: (plan.live.as_ref())
+                .map_or((0, 0), |l| (l.readers(peers) as usize, l.reader_of(me))),
             live_rows: BTreeMap::new(),
             stream: plan
                 .live
@@ -878,11 +891,12 @@ impl GradientStep {
         self.live_rows.entry(round_of(t)).or_default().append(batch);
     }
 
-    /// An online run: a stream's end, which arrives at round `r` on every worker, makes `r`
-    /// the last round.
+    /// An online run: the first round in which every reader's stream has ended (each reader's
+    /// batch arrives at every worker, marked when its stream has) is the last round.
     fn end_if_stream_ends(&mut self, r: u64) {
-        let ends = |b: &Vec<LiveBatch>| b.iter().any(|b| b.end);
-        if self.live_rows.get(&r).is_some_and(ends) {
+        let readers = self.readers.0;
+        let ended = |b: &Vec<LiveBatch>| b.iter().filter(|b| b.end).count() == readers;
+        if self.live_rows.get(&r).is_some_and(ended) {
             self.rounds = self.rounds.min(r);
         }
     }
@@ -894,8 +908,8 @@ impl GradientStep {
             return;
         }
         let batches = self.live_rows.remove(&r).unwrap_or_default();
-        if let Some(b) = batches.first() {
-            self.stream = (self.stream.1, b.at);
+        if let Some(b) = batches.iter().find(|b| b.reader == self.readers.1) {
+            self.stream = (self.stream.1, b.at); // its reader's, which its checkpoint resumes
         }
         let train = &mut self.data.train;
         train.clear();

@@ -53,6 +53,10 @@ pub struct LiveSpec {
     pub stall_after: Duration,
     /// The intercept's key, added to every row (`model.intercept`).
     pub intercept: Option<u32>,
+    /// With `Some(t)`, every process of `t` workers reads a stream of its own, whose rows go to
+    /// its workers, and `batch_rows` and `max_rows` are shared among the readers
+    /// (`data.each_process_reads`); with `None`, the first worker reads for all.
+    pub per_process: Option<u32>,
     /// Where reading starts: the start, or where a resumed run's checkpoint had read to.
     pub start: StreamPosition,
     /// Live snapshots of the model, if the job asks for them.
@@ -83,6 +87,21 @@ impl Snapshots {
 }
 
 impl LiveSpec {
+    /// The reader whose rows worker `w` trains on (a process's first worker, or worker 0).
+    pub fn reader_of(&self, w: u32) -> u32 {
+        self.per_process.map_or(0, |t| w / t * t)
+    }
+
+    /// Whether worker `w` reads a stream.
+    pub fn reads(&self, w: u32) -> bool {
+        self.reader_of(w) == w
+    }
+
+    /// The number of readers among `peers` workers.
+    pub fn readers(&self, peers: u32) -> u32 {
+        self.per_process.map_or(1, |t| peers / t)
+    }
+
     /// A resumed run reads on from `at` (standard input cannot be resumed: an error).
     pub fn resume_at(&mut self, at: StreamPosition) -> Result<(), String> {
         self.origin.resume_at(at.offset)?;
@@ -104,7 +123,10 @@ pub struct LiveBatch {
     pub keys: Vec<u32>,
     /// Their values.
     pub values: Vec<f32>,
-    /// The stream has ended: this round trains nothing, and is the run's last.
+    /// The reader (a worker index) whose stream the rows come from.
+    pub reader: u32,
+    /// The reader's stream has ended: it sends no more rows, and the first round in which every
+    /// reader's has is the run's last.
     pub end: bool,
     /// Where the stream stands after the round's rows.
     pub at: StreamPosition,
@@ -164,7 +186,7 @@ pub fn live_rows<'s>(
     supervisor: Supervisor,
 ) -> Stream<'s, RoundTime, Vec<LiveBatch>> {
     let scope = progress.scope();
-    let peers = scope.peers() as u32;
+    let (peers, me) = (scope.peers() as u32, scope.index() as u32);
     let mut builder = OperatorBuilder::new("LiveRows".to_owned(), scope);
     // The progress input only paces the reader: no output waits for it.
     let mut paced = builder.new_input_connection(
@@ -172,11 +194,14 @@ pub fn live_rows<'s>(
         Pipeline,
         Vec::<(usize, Antichain<_>)>::new(),
     );
-    let (out, rows) = builder.new_output::<Vec<LiveBatch>>();
+    let (out, rows) = builder.new_output_connection::<Vec<LiveBatch>, _>(None);
     let mut out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<LiveBatch>>> =
         OutputBuilder::from(out);
     let activator = scope.activator_for(builder.operator_info().address);
-    let mut reader = match spec.map(|s| Reader::open(s, peers)) {
+    // With a reader per process, a reader whose stream has ended sends empty rounds, marked
+    // ended, until every reader's has (the run's last round), and the loop is over.
+    let lingers = spec.as_ref().is_some_and(|s| s.readers(peers) > 1);
+    let mut reader = match spec.map(|s| Reader::open(s, peers, me)) {
         Some(Ok(r)) => Some(r),
         Some(Err(e)) => {
             supervisor.fail(e);
@@ -200,6 +225,10 @@ pub fn live_rows<'s>(
             }
             loop {
                 let r = round_of(c.time());
+                if reader.ended && frontiers[0].is_empty() {
+                    cap = None; // the loop is over
+                    return;
+                }
                 // At most AHEAD rounds beyond the changes that are in.
                 if r >= AHEAD && frontiers[0].less_equal(&at(r - AHEAD)) {
                     return;
@@ -220,8 +249,11 @@ pub fn live_rows<'s>(
                             .session(&*c)
                             .give_iterator(batches.into_iter());
                         reader.report_end();
-                        cap = None;
-                        return;
+                        if !lingers {
+                            cap = None;
+                            return;
+                        }
+                        c.downgrade(&at(r + 1));
                     }
                     Err(e) => {
                         supervisor.fail(e);
@@ -247,7 +279,12 @@ enum Cut {
 
 /// The reading worker's state: the stream, the rows not yet cut, the round being filled.
 struct Reader {
+    /// The job's spec, with this reader's shares of `batch_rows` and `max_rows`.
     spec: LiveSpec,
+    /// This reader (a worker index), and the workers its rows go to, row `n` to the
+    /// `n mod len`-th.
+    me: u32,
+    dests: Vec<u32>,
     records: Records,
     started: Instant,
     /// Rows parsed but not yet in a round, from row `next` (at `key` in its keys).
@@ -264,32 +301,43 @@ struct Reader {
     rows: u64,
     skipped: u64,
     cut: u64,
-    /// The stream has ended (its end, a limit, a signal).
+    /// The stream has ended (its end, a limit, a signal), and that was reported.
     ended: bool,
+    reported: bool,
     /// When the last rows came, and whether their absence since was reported.
     last_rows_at: Instant,
     stall_reported: bool,
 }
 
 impl Reader {
-    fn open(spec: LiveSpec, peers: u32) -> Result<Reader, String> {
+    fn open(mut spec: LiveSpec, peers: u32, me: u32) -> Result<Reader, String> {
         let records = Records::open(spec.origin.clone(), spec.format.clone())?;
         let (offset, rows) = (spec.start.offset, spec.start.rows);
+        let readers = spec.readers(peers) as u64;
+        spec.batch_rows = spec.batch_rows.div_ceil(readers);
+        spec.max_rows = spec.max_rows.map(|m| m.div_ceil(readers));
+        let dests = match spec.per_process {
+            Some(t) => (me..me + t).collect(),
+            None => (0..peers).collect(),
+        };
         Ok(Reader {
             spec,
+            me,
+            dests,
             records,
             started: Instant::now(),
             block: Rows::default(),
             next: 0,
             key: 0,
             offset,
-            batches: empty_batches(peers),
+            batches: empty_batches(peers, me),
             pending: 0,
             first_at: None,
             rows,
             skipped: 0,
             cut: 0,
             ended: false,
+            reported: false,
             last_rows_at: Instant::now(),
             stall_reported: false,
         })
@@ -354,13 +402,13 @@ impl Reader {
         rows || time || signal
     }
 
-    /// Moves the next parsed row into its worker's batch (row `n` of the stream to worker
-    /// `n mod peers`), with the intercept.
+    /// Moves the next parsed row into its worker's batch (row `n` of the stream to the
+    /// `n mod len`-th of its workers), with the intercept.
     fn take_row(&mut self) {
         let (i, block) = (self.next, &self.block);
         let keys = self.key..self.key + block.lens[i] as usize;
-        let peers = self.batches.len() as u64;
-        let b = &mut self.batches[(self.rows % peers) as usize];
+        let dest = self.dests[(self.rows % self.dests.len() as u64) as usize];
+        let b = &mut self.batches[dest as usize];
         b.keys.extend_from_slice(&block.keys[keys.clone()]);
         b.values.extend_from_slice(&block.values[keys.clone()]);
         if let Some(k) = self.spec.intercept {
@@ -382,7 +430,7 @@ impl Reader {
 
     /// Closes the round being filled: its batches, with the offset after its last row.
     fn close(&mut self, peers: u32) -> Vec<LiveBatch> {
-        let mut batches = std::mem::replace(&mut self.batches, empty_batches(peers));
+        let mut batches = std::mem::replace(&mut self.batches, empty_batches(peers, self.me));
         let at = StreamPosition {
             offset: self.offset,
             rows: self.rows,
@@ -407,8 +455,11 @@ impl Reader {
         );
     }
 
-    /// What the stream's end leaves to say: rows skipped, a cut last line.
-    fn report_end(&self) {
+    /// What the stream's end leaves to say (once): rows skipped, a cut last line.
+    fn report_end(&mut self) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
         if self.skipped > 0 {
             eprintln!(
                 "warning: {}: skipped {} malformed rows (data.on_bad_row = \"skip\")",
@@ -430,10 +481,13 @@ impl Reader {
 /// How often the reader looks at an idle stream.
 const POLL: Duration = Duration::from_millis(2);
 
-fn empty_batches(peers: u32) -> Vec<LiveBatch> {
+/// A round's batches of reader `reader`, one for every worker (those its rows do not go to
+/// learn from theirs how far its stream is).
+fn empty_batches(peers: u32, reader: u32) -> Vec<LiveBatch> {
     (0..peers)
         .map(|dest| LiveBatch {
             dest,
+            reader,
             ..LiveBatch::default()
         })
         .collect()

@@ -376,8 +376,8 @@ impl Training {
             (DataSource::Loaded(data), None) if self.plan.live.is_some() => {
                 // An online run: the first worker reads the stream, every worker trains on
                 // its share of each round's rows.
-                let reads = changes.scope().index() == 0;
-                let spec = self.plan.live.clone().filter(|_| reads);
+                let me = changes.scope().index() as u32;
+                let spec = (self.plan.live.clone()).filter(|l| l.reads(me));
                 let (start, sup) = (self.plan.start_round, self.supervisor.clone());
                 Rows::Live(live::live_rows(&changes, spec, start, sup), data)
             }

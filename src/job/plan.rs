@@ -117,7 +117,7 @@ impl Job {
 
     /// How an online run reads its stream, for data of `features` features (the intercept,
     /// the last, included).
-    fn live_spec(&self, features: u32) -> Option<LiveSpec> {
+    fn live_spec(&self, features: u32, threads: usize) -> Option<LiveSpec> {
         let t = &self.train;
         Some(LiveSpec {
             origin: self.stream()?,
@@ -131,6 +131,7 @@ impl Job {
             max_time: t.max_seconds.map(Duration::from_secs_f64),
             stall_after: Duration::from_secs_f64(t.stall_seconds),
             intercept: self.model.intercept.then(|| features - 1),
+            per_process: self.data.each_process_reads.then_some(threads as u32),
             start: Default::default(),
             snapshots: self.snapshots(),
         })
@@ -222,7 +223,7 @@ impl Job {
             dump_gradients: self.output.gradients.clone(),
             sketch: self.train.sketch.clone(),
             rounds_per_epoch: self.rounds_per_epoch(),
-            live: self.live_spec(dim),
+            live: self.live_spec(dim, threads_per_process),
             auc_window: self.train.auc_window,
             eval_every: self.train.eval_every,
             auc_bits: self.train.auc_bins.bits(),

@@ -80,6 +80,10 @@ pub struct DataSection {
     /// for a directory, on its part files as they appear, until `train.max_rows`,
     /// `train.max_seconds` or a signal.
     pub follow: bool,
+    /// A stream: the first worker of every process reads its own (its standard input, or
+    /// `train` on its machine) and its rows go to that process's workers; otherwise the first
+    /// worker of process 0 reads the one stream for all.
+    pub each_process_reads: bool,
     /// A stream's malformed row: `stop` the run (the default, as for files) or `skip` it
     /// (counted; the first few quoted).
     pub on_bad_row: OnBadRow,
@@ -140,6 +144,7 @@ impl Default for DataSection {
         DataSection {
             train: None,
             follow: false,
+            each_process_reads: false,
             on_bad_row: OnBadRow::Stop,
             test: None,
             train_labels: None,

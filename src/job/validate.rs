@@ -65,6 +65,7 @@ impl Job {
                     self.output.snapshot_seconds.is_some(),
                 ),
                 ("data.on_bad_row", d.on_bad_row != OnBadRow::Stop),
+                ("data.each_process_reads", d.each_process_reads),
                 ("train.max_rows", t.max_rows.is_some()),
                 ("train.max_seconds", t.max_seconds.is_some()),
             ];
