@@ -8,8 +8,10 @@
 # (`run_parser`, what the `vw` command runs). Prints rows a second (median of 3 runs; gradflow
 # timed as the whole process, Vowpal Wabbit from its workspace's creation to its end, without
 # Python's start-up), the ratio to Vowpal
-# Wabbit's default, and the progressive loss. Needs Python 3 with vowpalwabbit
-# (pip install vowpalwabbit).
+# Wabbit's default, and the progressive loss. Also gradflow on the same rows as CSV (a column
+# per field, hashed into 2^18 features), and with a reader per process: two processes of one
+# worker on loopback, each fed half the rows through its own pipe. Needs Python 3 with
+# vowpalwabbit (pip install vowpalwabbit).
 #
 #   bash bench/online.sh [rows]     (default 2000000)
 set -euo pipefail
@@ -23,6 +25,28 @@ trap 'rm -rf "$out"' EXIT
 ./target/release/gradflow data synth --kind fields --rows "$rows" --out "$out/rows.svm" >/dev/null
 # VW's logistic loss takes labels -1 and 1.
 awk '{ $1 = ($1 == "1" ? "1" : "-1") " |a"; print }' "$out/rows.svm" > "$out/rows.vw"
+# The same rows as CSV: the label, then each row's 16 feature indices as 16 categorical columns.
+awk 'BEGIN { printf "y"; for (i = 1; i <= 16; i++) printf ",c%d", i; print "" }
+     { gsub(/:1/, ""); gsub(/ /, ","); print }' \
+  "$out/rows.svm" > "$out/rows.csv"
+cat > "$out/csv.toml" <<'TOML'
+[data]
+format = "csv"
+[data.label]
+column = "y"
+[data.features]
+categorical = ["c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9", "c10", "c11", "c12", "c13", "c14", "c15", "c16"]
+hash_bits = 18
+TOML
+# Each half of the rows, for the two readers.
+half=$((rows / 2))
+head -n "$half" "$out/rows.svm" > "$out/first.svm"
+tail -n +"$((half + 1))" "$out/rows.svm" > "$out/second.svm"
+ports=$(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(" ".join(str(x.getsockname()[1]) for x in s))')
+printf '127.0.0.1:%s\n' $ports > "$out/hosts"
 cat > "$out/vw.py" <<'PY'
 import sys, time
 from vowpalwabbit import Workspace
@@ -40,6 +64,27 @@ gradflow_run() {
   start=$(date +%s.%N)
   line=$(cat "$out/rows.svm" | ./target/release/gradflow train --data - --dim 105060 --lambda 0 "$@" \
     | grep '^trained online')
+  end=$(date +%s.%N)
+  echo "$(echo "$end - $start" | bc -l) ${line##* }"
+}
+# One gradflow run on the CSV rows: "seconds loss".
+csv_run() {
+  local start end line
+  start=$(date +%s.%N)
+  line=$(cat "$out/rows.csv" | ./target/release/gradflow train "$out/csv.toml" --data - --lambda 0 "$@" \
+    | grep '^trained online')
+  end=$(date +%s.%N)
+  echo "$(echo "$end - $start" | bc -l) ${line##* }"
+}
+# Two processes of one worker, each reading half the rows from its own pipe: "seconds loss".
+per_process_run() {
+  local start end line
+  local cluster=(--data - --dim 105060 --lambda 0 --each-process-reads -w 1 -n 2 --hostfile "$out/hosts")
+  start=$(date +%s.%N)
+  cat "$out/second.svm" | ./target/release/gradflow train "${cluster[@]}" -p 1 "$@" >/dev/null 2>&1 &
+  line=$(cat "$out/first.svm" | ./target/release/gradflow train "${cluster[@]}" -p 0 "$@" 2>/dev/null \
+    | grep '^trained online')
+  wait
   end=$(date +%s.%N)
   echo "$(echo "$end - $start" | bc -l) ${line##* }"
 }
@@ -67,6 +112,9 @@ results=$(
   measure "gradflow_adagrad,_-w_2,_1000_rows_a_round" gradflow_run -w 2 --optimizer adagrad --lr 0.2 --batch-rows 1000
   measure "gradflow_ftrl_lr_0.2,_-w_1,_100_rows_a_round" gradflow_run -w 1 --optimizer ftrl --lr 0.2 --batch-rows 100
   measure "gradflow_ftrl_lr_0.2,_-w_2,_1000_rows_a_round" gradflow_run -w 2 --optimizer ftrl --lr 0.2 --batch-rows 1000
+  measure "gradflow_adagrad,_CSV,_-w_1,_1000_rows_a_round" csv_run -w 1 --optimizer adagrad --lr 0.2 --batch-rows 1000
+  measure "gradflow_adagrad,_CSV,_-w_2,_1000_rows_a_round" csv_run -w 2 --optimizer adagrad --lr 0.2 --batch-rows 1000
+  measure "gradflow_adagrad,_2_processes_each_reading_half,_1000_rows_a_round" per_process_run --optimizer adagrad --lr 0.2 --batch-rows 1000
 )
 vw=$(awk '$1 == "vw_default" { print $2 }' <<<"$results")
 echo "$rows rows from a pipe, once"

@@ -325,11 +325,13 @@ fn an_online_run_names_what_it_needs_and_refuses() {
         "train.pull=true",
     ]);
     assert!(e.contains("train.pull: an online run"), "{e}");
-    let e = fail(&["train", "--data", "-", "--dim", "10", "--format", "parquet"]);
+    let e = fail(&["train", "--data", "-", "--dim", "10", "--format", "idx"]);
     assert!(
         e.contains("data.format: data.train = \"-\" (standard input) reads LibSVM or CSV"),
         "{e}"
     );
+    let e = fail(&["train", "--data", "-", "--format", "parquet"]);
+    assert!(e.contains("a Parquet stream is a directory"), "{e}");
     let csv = ["train", "--data", "-", "--format", "csv", "--set"];
     let e = fail(&[&csv[..], &["data.label.column=\"y\""]].concat());
     assert!(e.contains("no column 'y'") || e.contains("features"), "{e}");
@@ -707,6 +709,37 @@ fn a_csv_stream_is_read_by_its_header_and_encoded_as_predict_reads_the_file() {
         "pipe vs parts: models differ"
     );
 
+    // The same rows as Parquet parts (typed: the price a double), one part of 1,000 rows at a
+    // time: the model of the CSV rows.
+    #[cfg(feature = "parquet")]
+    {
+        let parquet = dir.path().join("parquet");
+        std::fs::create_dir(&parquet).unwrap();
+        let from_parquet = dir.path().join("parquet.txt");
+        for (i, chunk) in table.chunks(1000).enumerate() {
+            write_parquet_part(&parquet.join(format!("part-{i}.parquet")), chunk);
+        }
+        let args = ["--follow", "--max-rows", "3996", "--format", "parquet"];
+        let out = within(
+            train(&parquet, &from_parquet, &args).spawn().unwrap(),
+            LIMIT,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("as it arrives (Parquet, 1024 features)"),
+            "{stdout}"
+        );
+        assert!(
+            read(&from_pipe) == read(&from_parquet),
+            "CSV vs Parquet: models differ"
+        );
+    }
+
     // The model scored through its file's feature map on the table as a file.
     let scored = common::gradflow_ok([
         "predict",
@@ -798,4 +831,29 @@ fn each_process_reads_its_own_stream() {
         let (rows, rounds, loss) = run(a.concat(), b.concat(), &[]);
         assert_eq!((rows, rounds), (2000, 15), "{loss}");
     }
+}
+
+/// Writes `rows` of the click table as a Parquet file: strings, and the price a double.
+#[cfg(feature = "parquet")]
+fn write_parquet_part(path: &Path, rows: &[[String; 5]]) {
+    use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray};
+    use std::sync::Arc;
+    let text = |c: usize| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r[c].clone()),
+        ))
+    };
+    let price = Float64Array::from_iter_values(rows.iter().map(|r| r[3].parse().unwrap()));
+    let batch = RecordBatch::try_from_iter([
+        ("clicked", text(0)),
+        ("site", text(1)),
+        ("device", text(2)),
+        ("price", Arc::new(price) as ArrayRef),
+        ("note", text(4)),
+    ])
+    .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
 }

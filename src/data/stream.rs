@@ -111,6 +111,14 @@ pub enum LineFormat {
         /// A label that is not a class is an error.
         classification: bool,
     },
+    /// A directory's Parquet part files, each read whole, by a feature map as for CSV; a
+    /// part's positions are its rows.
+    Parquet {
+        /// The feature map.
+        map: Box<FeatureMap>,
+        /// A label that is not a class is an error.
+        classification: bool,
+    },
 }
 
 impl LineFormat {
@@ -119,6 +127,7 @@ impl LineFormat {
         match self {
             LineFormat::Libsvm(_) => "LibSVM",
             LineFormat::Csv { .. } => "CSV",
+            LineFormat::Parquet { .. } => "Parquet",
         }
     }
 }
@@ -170,6 +179,15 @@ pub enum Event {
     Failed(String),
 }
 
+/// Starts the reader thread of `origin`.
+fn spawn_reader(origin: &Origin, read: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("gradflow-stream".into())
+        .spawn(read)
+        .map(|_| ())
+        .map_err(|e| format!("{}: cannot start its reader: {e}", origin.name()))
+}
+
 /// What the reader thread does with its parser and its channel: read the origin.
 type ReadWith = dyn FnOnce(&mut RowReader, &SyncSender<Event>) + Send;
 
@@ -183,6 +201,9 @@ impl Records {
     /// Starts reading `origin`, its lines parsed as `format` says. Fails if a followed file
     /// cannot be opened or sought.
     pub fn open(origin: Origin, format: RowFormat) -> Result<Records, String> {
+        if let LineFormat::Parquet { .. } = format.lines {
+            return Self::open_parquet(origin, format);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, events) = sync_channel(QUEUE_BLOCKS);
         let name = origin.name();
@@ -234,6 +255,7 @@ impl Records {
                         return;
                     }
                 },
+                LineFormat::Parquet { .. } => unreachable!("opened by open_parquet"),
             };
             let mut rows = RowReader::new(lines, on_bad_row, name.clone());
             read(&mut rows, &tx);
@@ -241,10 +263,64 @@ impl Records {
                 eprintln!("note: {name}: {note}");
             }
         };
-        std::thread::Builder::new()
-            .name("gradflow-stream".into())
-            .spawn(with_lines)
-            .map_err(|e| format!("{}: cannot start its reader: {e}", origin.name()))?;
+        spawn_reader(&origin, with_lines)?;
+        Ok(Records { events, stop })
+    }
+
+    /// [`Self::open`] of a directory of Parquet part files.
+    fn open_parquet(origin: Origin, format: RowFormat) -> Result<Records, String> {
+        let Origin::Follow { path: dir, from } = origin.clone() else {
+            return Err(
+                "standard input: a Parquet stream is a directory of part files, \
+                        followed (data.follow)"
+                    .into(),
+            );
+        };
+        if !dir.is_dir() {
+            return Err(format!(
+                "{}: a Parquet stream is a directory its part files appear in (a Parquet \
+                 file's rows are found through its footer, written last: a growing file \
+                 cannot be followed)",
+                dir.display()
+            ));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, events) = sync_channel(QUEUE_BLOCKS);
+        let stopped = stop.clone();
+        let read = move || {
+            let LineFormat::Parquet {
+                map,
+                classification,
+            } = &format.lines
+            else {
+                unreachable!("a Parquet format")
+            };
+            #[cfg(feature = "parquet")]
+            match CsvLines::new(map, *classification) {
+                Ok(lines) => {
+                    let on_bad_row = format.on_bad_row;
+                    let mut parts = ParquetParts {
+                        lines,
+                        on_bad_row,
+                        skipped: 0,
+                    };
+                    read_parts(&dir, from, &stopped, &mut parts, |e| tx.send(e).is_ok());
+                    if let Some(note) = parts.lines.note() {
+                        eprintln!("note: {}: {note}", dir.display());
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Event::Failed(e));
+                }
+            }
+            #[cfg(not(feature = "parquet"))]
+            {
+                let _ = (map, classification, from, &stopped);
+                let m = "this gradflow was built without Parquet (the `parquet` feature)";
+                let _ = tx.send(Event::Failed(format!("{}: {m}", dir.display())));
+            }
+        };
+        spawn_reader(&origin, read)?;
         Ok(Records { events, stop })
     }
 
@@ -309,15 +385,81 @@ fn parts_after(
     Ok(parts)
 }
 
+/// How a directory's part files are read ([`read_parts`]): as lines ([`RowReader`]) or as
+/// Parquet files ([`ParquetParts`]).
+trait PartReader {
+    /// Reads part `path` (of `bytes` bytes) from its position `skip` on, its positions
+    /// following `offset` (the positions of the parts before); returns the position after it,
+    /// or `None` when reading failed (said through `send`) or nobody listens.
+    fn read_part(
+        &mut self,
+        path: &Path,
+        bytes: u64,
+        skip: u64,
+        offset: u64,
+        send: &mut dyn FnMut(Event) -> bool,
+    ) -> Option<u64>;
+
+    /// Malformed rows skipped so far.
+    fn skipped(&self) -> u64;
+}
+
+impl PartReader for RowReader<'_> {
+    /// A part's positions are its bytes: whole lines, the last ending with a newline.
+    fn read_part(
+        &mut self,
+        path: &Path,
+        bytes: u64,
+        skip: u64,
+        offset: u64,
+        send: &mut dyn FnMut(Event) -> bool,
+    ) -> Option<u64> {
+        if skip >= bytes {
+            return Some(offset + bytes);
+        }
+        let file = open_at(path, skip).and_then(|f| self.begin(path, skip).map(|_| f));
+        let file = match file {
+            Ok(file) => file,
+            Err(e) => {
+                send(Event::Failed(e));
+                return None;
+            }
+        };
+        let mut ended = None;
+        read_lines(Box::new(file), offset + skip, None, self, |e| match e {
+            Event::End { end, cut, .. } => {
+                ended = Some((end, cut));
+                true
+            }
+            e => send(e),
+        });
+        // Without an end, reading failed (said) or nobody listens.
+        let (end, cut) = ended?;
+        if cut > 0 {
+            send(Event::Failed(format!(
+                "{}: ends inside a line ({cut} bytes without a newline): a part file must end \
+                 with one",
+                path.display()
+            )));
+            return None;
+        }
+        Some(end)
+    }
+
+    fn skipped(&self) -> u64 {
+        self.skipped
+    }
+}
+
 /// The reader thread of a directory: each part file read whole, in name order, as it appears
-/// (a part must appear complete, as a writer's rename makes it, and end with a newline); the
-/// stream's offsets count the bytes of the parts before. `from` bytes are skipped (a resumed
-/// run's). Ends once `stop` is set and no new part is there.
+/// (a part must appear complete, as a writer's rename makes it); the stream's positions count
+/// those of the parts before. `from` positions are skipped (a resumed run's). Ends once `stop`
+/// is set and no new part is there.
 fn read_parts(
     dir: &Path,
     from: u64,
     stop: &AtomicBool,
-    rows: &mut RowReader,
+    reader: &mut dyn PartReader,
     mut send: impl FnMut(Event) -> bool,
 ) {
     let (mut offset, mut skip) = (0u64, from);
@@ -333,14 +475,14 @@ fn read_parts(
         if parts.is_empty() {
             if skip > 0 {
                 send(Event::Failed(format!(
-                    "{}: the run had read {from} bytes of its parts, and they now hold {offset} \
-                     (a part was removed or cut)",
+                    "{}: the run had read {from} of its parts' positions (bytes, or a Parquet \
+                     part's rows), and they now hold {offset} (a part was removed or cut)",
                     dir.display()
                 )));
                 return;
             }
             if stop.load(Ordering::Relaxed) {
-                let skipped = rows.skipped;
+                let skipped = reader.skipped();
                 send(Event::End {
                     end: offset,
                     cut: 0,
@@ -351,43 +493,94 @@ fn read_parts(
             std::thread::sleep(FOLLOW_POLL);
             continue;
         }
-        for (name, path, len) in parts {
+        for (name, path, bytes) in parts {
             last = Some(name);
-            if skip >= len {
-                (skip, offset) = (skip - len, offset + len);
-                continue;
-            }
-            let file = match open_at(&path, skip) {
-                Ok(file) => file,
-                Err(e) => {
-                    send(Event::Failed(e));
-                    return;
-                }
+            let Some(end) = reader.read_part(&path, bytes, skip, offset, &mut send) else {
+                return;
             };
-            if let Err(e) = rows.begin(&path, skip) {
-                send(Event::Failed(e));
-                return;
-            }
-            let mut ended = None;
-            read_lines(Box::new(file), offset + skip, None, rows, |e| match e {
-                Event::End { end, cut, .. } => {
-                    ended = Some((end, cut));
-                    true
-                }
-                e => send(e),
-            });
-            // Without an end, reading failed (said) or nobody listens.
-            let Some((end, cut)) = ended else { return };
-            if cut > 0 {
-                send(Event::Failed(format!(
-                    "{}: ends inside a line ({cut} bytes without a newline): a part file must \
-                     end with one",
-                    path.display()
-                )));
-                return;
-            }
-            (offset, skip) = (end, 0);
+            (skip, offset) = (skip.saturating_sub(end - offset), end);
         }
+    }
+}
+
+/// A directory's Parquet part files, each read whole (through the table reader, with its
+/// checks) and encoded row by row by a stream's feature map; a part's positions are its rows.
+#[cfg(feature = "parquet")]
+struct ParquetParts<'m> {
+    lines: CsvLines<'m>,
+    on_bad_row: OnBadRow,
+    skipped: u64,
+}
+
+#[cfg(feature = "parquet")]
+impl PartReader for ParquetParts<'_> {
+    fn read_part(
+        &mut self,
+        path: &Path,
+        _bytes: u64,
+        skip: u64,
+        offset: u64,
+        send: &mut dyn FnMut(Event) -> bool,
+    ) -> Option<u64> {
+        let missing = &self.lines.spec().missing;
+        let read = crate::data::table::parquet::read_cells(
+            path,
+            self.lines.columns(),
+            super::Part::WHOLE,
+            missing,
+        );
+        let cells = match read {
+            Ok(cells) => cells,
+            Err(e) => {
+                send(Event::Failed(e.to_string()));
+                return None;
+            }
+        };
+        let (n, mut rows) = (cells.len() as u64, Rows::default());
+        for r in skip.min(n)..n {
+            match self.lines.row_of_cells(&cells, r as usize) {
+                Ok(Some(label)) => {
+                    let (keys, values) = self.lines.features();
+                    rows.keys.extend_from_slice(keys);
+                    rows.values.extend_from_slice(values);
+                    rows.lens.push(keys.len() as u32);
+                    rows.labels.push(label);
+                    rows.ends.push(offset + r + 1);
+                }
+                Ok(None) => {}
+                Err(b) => {
+                    let column = self.lines.columns().iter().position(|c| *c == b.column);
+                    let place = cells.error(r as usize, column.unwrap_or(0), b.message);
+                    let place = match column {
+                        Some(_) => place.to_string(),
+                        None => format!("{place} (joined column '{}')", b.column),
+                    };
+                    if self.on_bad_row == OnBadRow::Stop {
+                        send(Event::Failed(format!(
+                            "{place} (data.on_bad_row = \"skip\" skips such rows)"
+                        )));
+                        return None;
+                    }
+                    self.skipped += 1;
+                    if self.skipped <= QUOTED_BAD_ROWS {
+                        eprintln!("warning: skipped a malformed row: {place}");
+                    }
+                }
+            }
+            if rows.len() == crate::data::table::parquet::BATCH_ROWS
+                && !send(Event::Rows(std::mem::take(&mut rows)))
+            {
+                return None;
+            }
+        }
+        if !rows.is_empty() && !send(Event::Rows(rows)) {
+            return None;
+        }
+        Some(offset + n)
+    }
+
+    fn skipped(&self) -> u64 {
+        self.skipped
     }
 }
 
@@ -783,8 +976,8 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_csv_stream_resumed_past_its_header_reads_it_apart_and_counts_lines_from_the_start() {
+    /// The feature map of a table stream: label `y`, categorical `c` hashed into 16 features.
+    fn label_and_one_hashed_column() -> FeatureMap {
         use crate::data::table::{stream_map, FeatureSpec, LabelSpec, TableSpec};
         let spec = TableSpec {
             label: LabelSpec {
@@ -798,9 +991,14 @@ mod tests {
             },
             ..TableSpec::default()
         };
+        stream_map(&spec).unwrap()
+    }
+
+    #[test]
+    fn a_csv_stream_resumed_past_its_header_reads_it_apart_and_counts_lines_from_the_start() {
         let csv = RowFormat {
             lines: LineFormat::Csv {
-                map: Box::new(stream_map(&spec).unwrap()),
+                map: Box::new(label_and_one_hashed_column()),
                 classification: true,
             },
             on_bad_row: OnBadRow::Stop,
@@ -838,5 +1036,53 @@ mod tests {
         assert_eq!(whole.len(), 4, "{whole:?}");
         assert_eq!(whole[0].1, rows[0].1, "column c by name, wherever it is");
         assert_eq!(rows_of(&follow(&parts, 8 + 12)), whole[3..].to_vec());
+    }
+
+    #[cfg(feature = "parquet")]
+    #[test]
+    fn a_directorys_parquet_parts_are_rows_whose_positions_are_row_numbers() {
+        use arrow_array::{ArrayRef, RecordBatch, StringArray};
+        let format = RowFormat {
+            lines: LineFormat::Parquet {
+                map: Box::new(label_and_one_hashed_column()),
+                classification: true,
+            },
+            on_bad_row: OnBadRow::Stop,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, y: &[&str], c: &[&str]| {
+            let column =
+                |v: &[&str]| -> ArrayRef { std::sync::Arc::new(StringArray::from(v.to_vec())) };
+            let batch = RecordBatch::try_from_iter([("c", column(c)), ("y", column(y))]).unwrap();
+            let file = File::create(dir.path().join(name)).unwrap();
+            let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+        };
+        write("p0.parquet", &["1", "0", "1"], &["a", "b", "c"]);
+        write("p1.parquet", &["0", "1"], &["d", "e"]);
+        let follow = |from: u64| {
+            let path = dir.path().to_path_buf();
+            all_events(Origin::Follow { path, from }, format.clone())
+        };
+        let rows = rows_of(&follow(0));
+        assert_eq!(
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        assert_eq!(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [1.0, 0.0, 1.0, 0.0, 1.0]
+        );
+        // Resumed after row 4: inside the second part.
+        assert_eq!(rows_of(&follow(4)), rows[4..].to_vec());
+        // A bad label names its file, row group and row.
+        write("p2.parquet", &["1", "x"], &["f", "g"]);
+        let events = follow(5);
+        assert!(
+            matches!(events.last(), Some(Event::Failed(e))
+                if e.contains("p2.parquet: row group 0, row 2 of the table: column 'y'")),
+            "{events:?}"
+        );
     }
 }

@@ -1,13 +1,19 @@
 //! Rows from a stream as they arrive: the source of an online run's rounds.
 //!
 //! One worker (the first) reads the stream ([`crate::data::stream::Records`], whose thread
-//! parses the lines) and cuts its rows into rounds: a round closes once it holds `train.batch_rows` rows, or
-//! once rows have waited `train.batch_ms` for more. Row `n` of the stream goes to worker
-//! `n mod peers`, so the rounds' rows, and the model, do not depend on how the workers are
-//! split into processes. Every worker receives one [`LiveBatch`] a round (empty if no row is
-//! its); after the last round, one marked `end`, at the round that ends the run on every
-//! worker. The reader runs at most [`AHEAD`] rounds ahead of the exchange: the rest waits in
-//! the stream's bounded queue, and then in the pipe (back-pressure, not memory).
+//! parses the lines) and cuts its rows into rounds: a round closes once it holds
+//! `train.batch_rows` rows, or once rows have waited `train.batch_ms` for more. Row `n` of the
+//! stream goes to worker `n mod peers`, so the rounds' rows, and the model, do not depend on
+//! how the workers are split into processes. With a reader per process
+//! ([`LiveSpec::per_process`]), each process's first worker reads its own stream for its own
+//! workers, and each reader's rounds hold its share of the rows.
+//!
+//! Every worker receives one [`LiveBatch`] a round from every reader (empty if no row is its);
+//! once a reader's stream has ended, its batches are marked `end`, and the first round in which
+//! every reader's are is the run's last on every worker (a reader that ended early sends such
+//! rounds until the loop is over). A reader runs at most [`AHEAD`] rounds ahead of the
+//! exchange: the rest waits in the stream's bounded queue, and then in the pipe (back-pressure,
+//! not memory).
 //!
 //! The stream ends at its end (the writer closed it), after `train.max_rows` rows or
 //! `train.max_seconds`, or on SIGINT or SIGTERM ([`stop_on_signals`]); the run then applies
@@ -194,7 +200,8 @@ pub fn live_rows<'s>(
         Pipeline,
         Vec::<(usize, Antichain<_>)>::new(),
     );
-    let (out, rows) = builder.new_output_connection::<Vec<LiveBatch>, _>(None);
+    let (out, rows) =
+        builder.new_output_connection::<Vec<LiveBatch>, _>(Vec::<(usize, Antichain<_>)>::new());
     let mut out: OutputBuilder<RoundTime, CapacityContainerBuilder<Vec<LiveBatch>>> =
         OutputBuilder::from(out);
     let activator = scope.activator_for(builder.operator_info().address);

@@ -100,9 +100,16 @@ impl Job {
     fn line_format(&self) -> LineFormat {
         let binary = self.loss().task() == crate::model::Task::Binary;
         if self.data.format.is_table() {
-            return LineFormat::Csv {
-                map: Box::new(stream_map(&self.data.table()).expect("validated: a stream's map")),
-                classification: binary,
+            let map = Box::new(stream_map(&self.data.table()).expect("validated: a stream's map"));
+            return match self.data.format {
+                Format::Parquet => LineFormat::Parquet {
+                    map,
+                    classification: binary,
+                },
+                _ => LineFormat::Csv {
+                    map,
+                    classification: binary,
+                },
             };
         }
         LineFormat::Libsvm(LibsvmOptions {

@@ -86,12 +86,18 @@ impl Job {
             crate::data::stream::Origin::Stdin => "data.train = \"-\" (standard input)",
             _ => "data.follow",
         };
-        if d.format == Format::Csv {
+        if d.format == Format::Parquet && origin == crate::data::stream::Origin::Stdin {
+            return Err(format!(
+                "data.format = \"parquet\": {what} is read line by line; a Parquet stream is a \
+                 directory its part files appear in, followed (data.follow)"
+            ));
+        }
+        if d.format.is_table() {
             crate::data::table::stream_map(&d.table())?;
         } else if d.format != Format::Libsvm {
             return Err(format!(
-                "data.format: {what} reads LibSVM or CSV lines; a {:?} stream is not supported \
-                 (convert it, or train on the file in epochs)",
+                "data.format: {what} reads LibSVM or CSV lines, or Parquet parts; a {:?} stream \
+                 is not supported (convert it, or train on the file in epochs)",
                 d.format
             ));
         } else if d.dim.is_none() {

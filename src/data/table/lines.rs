@@ -6,8 +6,9 @@
 
 use csv_core::{ReadRecordResult, Reader, ReaderBuilder, Terminator};
 
-use super::features::{label_value, Encoder, FeatureMap, NumericStats, RowValues};
+use super::features::{label_value, BadValue, Encoder, FeatureMap, NumericStats, RowValues};
 use super::pipeline::{dimension_tables, DimRows};
+use super::read::Cells;
 use super::read::{header_names, named_once};
 use super::spec::{TableSpec, Transform};
 use crate::data::libsvm::LineError;
@@ -255,6 +256,56 @@ impl<'m> CsvLines<'m> {
         }
     }
 
+    /// The row whose own values are in the record: joined, labelled and encoded; `None` when
+    /// it has no label (counted).
+    fn finish(&mut self) -> Result<Option<f32>, BadValue> {
+        self.join();
+        let Some(v) = self.record.value(self.label) else {
+            self.unlabelled += 1;
+            return Ok(None);
+        };
+        let l = &self.spec.label;
+        let label = label_value(l, v, self.classification).map_err(|message| BadValue {
+            column: l.column.clone(),
+            message,
+        })?;
+        self.encoder.encode(&self.record, &mut self.out)?;
+        self.keys.clear();
+        self.values.clear();
+        for &(k, v) in &self.out {
+            self.keys.push(k);
+            self.values.push(v);
+        }
+        Ok(Some(label))
+    }
+
+    /// The table spec.
+    pub fn spec(&self) -> &TableSpec {
+        self.spec
+    }
+
+    /// The columns a table's rows give ([`Self::row_of_cells`] reads cells of these, in this
+    /// order).
+    pub fn columns(&self) -> &[String] {
+        &self.encoder.columns()[..self.record.own]
+    }
+
+    /// Row `row` of `cells` (read with [`Self::columns`]: a Parquet part's), as
+    /// [`LineRows::parse`] reads a line: its label (`None` without one, counted), its features
+    /// in [`LineRows::features`]; an error names the column and what is wrong.
+    pub fn row_of_cells(&mut self, cells: &Cells, row: usize) -> Result<Option<f32>, BadValue> {
+        let r = &mut self.record;
+        r.text.clear();
+        for i in 0..r.own {
+            r.spans[i] = cells.value(row, i).map(|v| {
+                let from = r.text.len() as u32;
+                r.text.push_str(v);
+                (from, r.text.len() as u32)
+            });
+        }
+        self.finish()
+    }
+
     /// The 1-based field of a column of the row's own (0 for a joined column).
     fn field_number(&self, column: &str) -> usize {
         let own = &self.encoder.columns()[..self.record.own];
@@ -276,29 +327,10 @@ impl LineRows for CsvLines<'_> {
             return Err((0, format!("{n} fields, but the header has {width}")));
         }
         self.take_values()?;
-        self.join();
-        let Some(v) = self.record.value(self.label) else {
-            self.unlabelled += 1;
-            return Ok(None);
-        };
-        let l = &self.spec.label;
-        let label = label_value(l, v, self.classification).map_err(|m| {
-            let at = self.field_number(&l.column);
-            (at, format!("column '{}': {m}", l.column))
-        })?;
-        self.encoder
-            .encode(&self.record, &mut self.out)
-            .map_err(|b| {
-                let at = self.field_number(&b.column);
-                (at, format!("column '{}': {}", b.column, b.message))
-            })?;
-        self.keys.clear();
-        self.values.clear();
-        for &(k, v) in &self.out {
-            self.keys.push(k);
-            self.values.push(v);
-        }
-        Ok(Some(label))
+        self.finish().map_err(|b| {
+            let at = self.field_number(&b.column);
+            (at, format!("column '{}': {}", b.column, b.message))
+        })
     }
 
     fn features(&self) -> (&[u32], &[f32]) {
