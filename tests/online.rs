@@ -81,6 +81,14 @@ fn train_on(bytes: Vec<u8>, args: &[&str]) -> (String, String, bool) {
     )
 }
 
+/// The standard output of `child`, which must end well within [`LIMIT`].
+fn succeeded(child: Child) -> String {
+    let out = within(child, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The rows, rounds and progressive loss of the run's last line.
 fn summary(out: &str) -> (u64, u64, f64) {
     let line = out
@@ -253,13 +261,7 @@ fn a_followed_file_is_trained_on_as_it_grows_until_a_limit_or_a_signal() {
         std::thread::sleep(Duration::from_millis(20));
         file.write_all(piece).unwrap();
     }
-    let out = within(child, LIMIT);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(child);
     assert_eq!(summary(&stdout).0, 2500, "{stdout}");
 
     // No limit: the run follows until SIGTERM, then writes its model. Meanwhile it rewrites
@@ -280,13 +282,7 @@ fn a_followed_file_is_trained_on_as_it_grows_until_a_limit_or_a_signal() {
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = within(child, LIMIT);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(child);
     assert_eq!(summary(&stdout).0, 3000, "{stdout}");
     assert!(model.exists(), "{stdout}");
 }
@@ -523,13 +519,7 @@ fn a_directorys_parts_are_trained_on_as_they_appear() {
         std::fs::write(&tmp, chunk.concat()).unwrap();
         std::fs::rename(&tmp, parts.join(format!("part-{:05}.svm", i + 1))).unwrap();
     }
-    let out = within(child, LIMIT);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(child);
     assert_eq!(summary(&stdout), (3000, 12, summary(&stdout).2), "{stdout}");
 
     let model = from_pipe.to_str().unwrap();

@@ -14,7 +14,7 @@ use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::operators::Capability;
 use timely::dataflow::Stream;
-use timely::progress::Antichain;
+use timely::progress::{Antichain, Timestamp};
 
 use super::checkpoint::{Carried, StreamPosition};
 use super::live::LiveBatch;
@@ -73,8 +73,7 @@ pub fn gradient<'s>(
     Stream<'s, RoundTime, Vec<RoundStats>>,
 ) {
     let scope = changes.scope();
-    let me = scope.index() as u32;
-    let peers = scope.peers() as u32;
+    let (me, peers) = (scope.index() as u32, scope.peers() as u32);
     let mut builder = OperatorBuilder::new("Gradient".to_owned(), scope);
     let mut input = builder.new_input(changes, Exchange::new(|e: &Envelope| e.dest as u64));
     let mut stop_input = stop.map(|s| builder.new_input(s, Pipeline));
@@ -86,11 +85,7 @@ pub fn gradient<'s>(
         live.map(|s| builder.new_input(s, Exchange::new(|b: &LiveBatch| b.dest as u64)));
     // Every input but the live rows reaches the outputs: a round's rows are used at the
     // round's own capabilities, and a reader whose stream has ended waits for the loop's end.
-    let inputs = builder.shape().inputs();
-    let live_at = live_input.as_ref().map(|_| inputs - 1);
-    let reaching = (0..inputs)
-        .filter(move |&i| Some(i) != live_at)
-        .map(|i| (i, Antichain::from_elem(Default::default())));
+    let reaching = all_but_last(builder.shape().inputs(), live_input.is_some());
     let (grad_out, grad_stream) =
         builder.new_output_connection::<Vec<Envelope>, _>(reaching.clone());
     let (stats_out, stats_stream) = builder.new_output_connection::<Vec<RoundStats>, _>(reaching);
@@ -214,6 +209,18 @@ pub fn gradient<'s>(
         }
     });
     (grad_stream, stats_stream)
+}
+
+/// An output's connection to `inputs` inputs (the unit summary), without the last one when
+/// `skip_last`.
+fn all_but_last(
+    inputs: usize,
+    skip_last: bool,
+) -> Vec<(usize, Antichain<<RoundTime as Timestamp>::Summary>)> {
+    let connected = inputs - skip_last as usize;
+    (0..connected)
+        .map(|i| (i, Antichain::from_elem(Default::default())))
+        .collect()
 }
 
 /// The changes round `r` applies, once they are in: those of round `r - 1 - staleness`, or,
