@@ -328,6 +328,26 @@ fn an_online_run_names_what_it_needs_and_refuses() {
     );
     let e = fail(&["train", "--data", "-", "--format", "parquet"]);
     assert!(e.contains("a Parquet stream is a directory"), "{e}");
+    // A single Parquet file cannot be followed (its footer is written last).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.parquet");
+    std::fs::write(&file, b"PAR1").unwrap();
+    let follow = [
+        "--follow",
+        "--format",
+        "parquet",
+        "--set",
+        "data.label.column=\"y\"",
+        "--set",
+        "data.features.numeric=[{ column = \"x\" }]",
+    ];
+    let e = fail(&[&["train", "--data", file.to_str().unwrap()][..], &follow].concat());
+    assert!(e.contains("a growing file cannot be followed"), "{e}");
+    let e = fail(&["train", "--each-process-reads"]);
+    assert!(
+        e.contains("data.each_process_reads: applies to an online run"),
+        "{e}"
+    );
     let csv = ["train", "--data", "-", "--format", "csv", "--set"];
     let e = fail(&[&csv[..], &["data.label.column=\"y\""]].concat());
     assert!(e.contains("no column 'y'") || e.contains("features"), "{e}");
